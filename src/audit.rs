@@ -1,0 +1,258 @@
+//! The audit trail: append-only rows written in the caller's transaction, so a change and its
+//! record commit or roll back together. Summaries are sanitized: never a secret.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+use crate::auth::{Principal, Role};
+use crate::error::Result;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    Failure,
+    Denied,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+/// Who did it, as recorded. Built from a principal, or for events with no principal yet
+/// (a failed login) from what is known.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    pub name: String,
+    pub kind: &'static str,
+}
+
+impl From<&Principal> for Actor {
+    fn from(p: &Principal) -> Self {
+        Actor { name: p.user_name.clone(), kind: p.actor_kind() }
+    }
+}
+
+impl Actor {
+    pub fn system() -> Self {
+        Actor { name: "cluecdc".into(), kind: "system" }
+    }
+    pub fn anonymous(claimed_name: &str) -> Self {
+        Actor { name: claimed_name.chars().take(64).collect(), kind: "anonymous" }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    pub actor: Actor,
+    pub action: &'a str,
+    pub target_kind: &'a str,
+    pub target_id: &'a str,
+    pub outcome: Outcome,
+    pub summary: Value,
+}
+
+/// Keys whose values are dropped from summaries whatever the caller passed.
+const SECRET_KEY_MARKERS: [&str; 6] = ["password", "secret", "token", "credential", "private", "key_material"];
+
+/// Removes secret-looking keys at any depth. Callers build summaries from non-secret fields
+/// already; this is the second line of defence.
+pub fn sanitize(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| {
+                    let k = k.to_ascii_lowercase();
+                    !SECRET_KEY_MARKERS.iter().any(|m| k.contains(m)) || k.ends_with("_set") || k.ends_with("_ref")
+                })
+                .map(|(k, v)| (k, sanitize(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(sanitize).collect()),
+        other => other,
+    }
+}
+
+/// Appends one row inside the caller's transaction.
+pub async fn record(tx: &mut Transaction<'_, Sqlite>, entry: Entry<'_>) -> Result<()> {
+    let summary = sanitize(entry.summary).to_string();
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(crate::time::now())
+    .bind(&entry.actor.name)
+    .bind(entry.actor.kind)
+    .bind(entry.action)
+    .bind(entry.target_kind)
+    .bind(entry.target_id)
+    .bind(entry.outcome.as_str())
+    .bind(summary)
+    .bind(crate::telemetry::current_request_id())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records an event that is not part of a change (a failed login, a denied action) in a
+/// transaction of its own.
+pub async fn record_alone(pool: &SqlitePool, entry: Entry<'_>) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    record(&mut tx, entry).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Row {
+    pub id: i64,
+    pub at: String,
+    pub actor: String,
+    pub actor_kind: String,
+    pub action: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub outcome: String,
+    #[sqlx(rename = "summary")]
+    #[serde(skip)]
+    pub summary_json: String,
+    pub request_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Item {
+    #[serde(flatten)]
+    pub row: Row,
+    pub summary: Value,
+}
+
+impl From<Row> for Item {
+    fn from(row: Row) -> Self {
+        let summary = serde_json::from_str(&row.summary_json).unwrap_or(Value::Null);
+        Item { row, summary }
+    }
+}
+
+/// Filters shared by the page, the API and the export. Empty strings mean "any".
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub outcome: String,
+    pub since: String,
+    pub until: String,
+    /// Paging: rows older than this id (newest first).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+pub const MAX_PAGE: u32 = 500;
+pub const MAX_EXPORT: u32 = 100_000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Page {
+    pub items: Vec<Item>,
+    /// Pass as `before_id` for the next (older) page; absent on the last page.
+    pub next_before_id: Option<i64>,
+}
+
+/// Anyone signed in may read the audit trail; it holds no secrets.
+pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
+    who.require(Role::Viewer, "read the audit trail")?;
+    let limit = filter.limit.clamp(1, max);
+    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1",
+    );
+    if !filter.actor.is_empty() {
+        q.push(" AND actor = ").push_bind(filter.actor.clone());
+    }
+    if !filter.action.is_empty() {
+        q.push(" AND action LIKE ").push_bind(format!("{}%", filter.action.replace('%', "")));
+    }
+    if !filter.target.is_empty() {
+        q.push(" AND (target_id = ").push_bind(filter.target.clone());
+        q.push(" OR target_kind = ").push_bind(filter.target.clone()).push(")");
+    }
+    if !filter.outcome.is_empty() {
+        q.push(" AND outcome = ").push_bind(filter.outcome.clone());
+    }
+    if !filter.since.is_empty() {
+        q.push(" AND at >= ").push_bind(filter.since.clone());
+    }
+    if !filter.until.is_empty() {
+        q.push(" AND at < ").push_bind(filter.until.clone());
+    }
+    if let Some(before) = filter.before_id {
+        q.push(" AND id < ").push_bind(before);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(limit) + 1);
+    let mut rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    let next_before_id = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| r.id)
+    } else {
+        None
+    };
+    Ok(Page { items: rows.into_iter().map(Item::from).collect(), next_before_id })
+}
+
+/// CSV with a header row; the summary column holds its JSON.
+pub fn to_csv(items: &[Item]) -> String {
+    fn cell(s: &str) -> String {
+        // Quote every cell; neutralise spreadsheet formulas.
+        let s = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_string() };
+        format!("\"{}\"", s.replace('"', "\"\""))
+    }
+    let mut out = String::from("id,at,actor,actor_kind,action,target_kind,target_id,outcome,summary,request_id\n");
+    for i in items {
+        let r = &i.row;
+        let fields = [
+            r.id.to_string(),
+            r.at.clone(),
+            r.actor.clone(),
+            r.actor_kind.clone(),
+            r.action.clone(),
+            r.target_kind.clone(),
+            r.target_id.clone(),
+            r.outcome.clone(),
+            i.summary.to_string(),
+            r.request_id.clone().unwrap_or_default(),
+        ];
+        out.push_str(&fields.iter().map(|f| cell(f)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sanitize_drops_secret_looking_keys_at_any_depth_but_keeps_set_markers() {
+        let v = sanitize(json!({
+            "name": "pg", "password": "x", "nested": {"secret_access_key": "y", "ok": 1},
+            "secret_fields_set": ["password"], "secret_ref": "ref_1", "list": [{"api_token": "z"}]
+        }));
+        assert_eq!(v, json!({"name": "pg", "nested": {"ok": 1}, "secret_fields_set": ["password"], "secret_ref": "ref_1", "list": [{}]}));
+    }
+
+    #[test]
+    fn csv_quotes_cells_and_defuses_formulas() {
+        let row = Row {
+            id: 1, at: "t".into(), actor: "=cmd".into(), actor_kind: "session".into(), action: "a".into(),
+            target_kind: "k".into(), target_id: "i\"d".into(), outcome: "success".into(), summary_json: "{}".into(), request_id: None,
+        };
+        let csv = to_csv(&[Item::from(row)]);
+        assert!(csv.contains("\"'=cmd\""));
+        assert!(csv.contains("\"i\"\"d\""));
+    }
+}

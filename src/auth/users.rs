@@ -1,0 +1,254 @@
+//! User accounts. Only admins manage them; the first admin comes from the setup page or
+//! `cluecdc user create`.
+
+use serde::Serialize;
+use serde_json::json;
+use sqlx::SqlitePool;
+
+use super::{password, Principal, Role};
+use crate::audit::{self, Actor, Entry, Outcome};
+use crate::error::{Error, FieldErrors, Result};
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct User {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub disabled: bool,
+    pub created_at: String,
+    #[serde(skip)]
+    pub password_hash: String,
+}
+
+impl User {
+    pub fn role(&self) -> Role {
+        Role::parse(&self.role).unwrap_or(Role::Viewer)
+    }
+}
+
+/// Raw input from a form or JSON body; `validate` turns it into a checked value.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct NewUser {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub role: String,
+    #[serde(default)]
+    pub password: String,
+}
+
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    let ok_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
+    if name.is_empty() || name.len() > 64 || !ok_chars || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err("use 1–64 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit".into());
+    }
+    Ok(())
+}
+
+fn validate(input: &NewUser) -> Result<(String, Role)> {
+    let mut fields = FieldErrors::new();
+    let name = input.name.trim().to_string();
+    if let Err(why) = validate_name(&name) {
+        fields.insert("name".into(), why);
+    }
+    let role = Role::parse(&input.role);
+    if role.is_none() {
+        fields.insert("role".into(), "choose viewer, operator or admin".into());
+    }
+    if let Err(Error::Invalid { fields: f, .. }) = password::validate(&input.password) {
+        fields.extend(f);
+    }
+    Error::check(fields)?;
+    Ok((name, role.unwrap_or(Role::Viewer)))
+}
+
+pub async fn count(pool: &SqlitePool) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(pool).await?)
+}
+
+pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>> {
+    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = ?")
+        .bind(name)
+        .fetch_optional(pool)
+        .await?)
+}
+
+pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
+    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE id = ?")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<User>> {
+    who.require(Role::Admin, "manage users")?;
+    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users ORDER BY name")
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Creates a user; the audit row and the user commit together.
+pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewUser) -> Result<User> {
+    who.require(Role::Admin, "create users")?;
+    create_unchecked(pool, Actor::from(who), input).await
+}
+
+/// The first admin (setup page) has no principal yet; callers guarantee no user exists.
+pub(crate) async fn create_unchecked(pool: &SqlitePool, actor: Actor, input: &NewUser) -> Result<User> {
+    let (name, role) = validate(input)?;
+    let hash = password::hash(&input.password)?;
+    let id = format!("usr_{}", uuid::Uuid::new_v4().simple());
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor,
+            action: "user.create",
+            target_kind: "user",
+            target_id: &id,
+            outcome: Outcome::Success,
+            summary: json!({"name": name, "role": role.as_str()}),
+        },
+    )
+    .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO users (id, name, role, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(&name)
+    .bind(role.as_str())
+    .bind(&hash)
+    .bind(&now)
+    .bind(&now)
+    .execute(&mut *tx)
+    .await;
+    match inserted {
+        Ok(_) => {}
+        // The transaction (and with it the audit row) rolls back when dropped.
+        Err(e) if crate::db::is_unique_violation(&e) => {
+            return Err(Error::Invalid {
+                message: format!("a user named {name} already exists"),
+                fields: [("name".to_string(), format!("{name} is taken; choose another name"))].into(),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tx.commit().await?;
+    Ok(User { id, name, role: role.as_str().into(), disabled: false, created_at: now, password_hash: hash })
+}
+
+/// Changes a user's role; takes effect on the user's next request (roles are read per request).
+pub async fn set_role(pool: &SqlitePool, who: &Principal, user_id: &str, role: &str) -> Result<User> {
+    who.require(Role::Admin, "change roles")?;
+    let role = Role::parse(role).ok_or_else(|| Error::field("role", "choose viewer, operator or admin"))?;
+    let user = find_by_id(pool, user_id).await?.ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
+    if user.role() == Role::Admin && role != Role::Admin {
+        ensure_another_admin(pool, &user.id).await?;
+    }
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "user.set_role",
+            target_kind: "user",
+            target_id: &user.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": user.name, "from": user.role, "to": role.as_str()}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE users SET role = ?, updated_at = ? WHERE id = ?")
+        .bind(role.as_str())
+        .bind(crate::time::now())
+        .bind(&user.id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(User { role: role.as_str().into(), ..user })
+}
+
+/// Disabling signs the user out everywhere and stops their tokens at once.
+pub async fn set_disabled(pool: &SqlitePool, who: &Principal, user_id: &str, disabled: bool) -> Result<()> {
+    who.require(Role::Admin, "disable users")?;
+    let user = find_by_id(pool, user_id).await?.ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
+    if disabled && user.role() == Role::Admin {
+        ensure_another_admin(pool, &user.id).await?;
+    }
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: if disabled { "user.disable" } else { "user.enable" },
+            target_kind: "user",
+            target_id: &user.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": user.name}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE users SET disabled = ?, updated_at = ? WHERE id = ?")
+        .bind(disabled)
+        .bind(crate::time::now())
+        .bind(&user.id)
+        .execute(&mut *tx)
+        .await?;
+    if disabled {
+        sqlx::query("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL")
+            .bind(crate::time::now())
+            .bind(&user.id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Sets a new password (the CLI's `user reset-password`) and signs the user out everywhere.
+pub async fn reset_password(pool: &SqlitePool, who: &Principal, name: &str, new_password: &str) -> Result<()> {
+    who.require(Role::Admin, "reset passwords")?;
+    password::validate(new_password)?;
+    let user = find_by_name(pool, name).await?.ok_or_else(|| Error::NotFound(format!("user {name}")))?;
+    let hash = password::hash(new_password)?;
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "user.reset_password",
+            target_kind: "user",
+            target_id: &user.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": user.name}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ?")
+        .bind(&hash)
+        .bind(crate::time::now())
+        .bind(&user.id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL")
+        .bind(crate::time::now())
+        .bind(&user.id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// There must always be an enabled admin, or nobody could manage users again.
+async fn ensure_another_admin(pool: &SqlitePool, except_id: &str) -> Result<()> {
+    let others: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> ?")
+            .bind(except_id)
+            .fetch_one(pool)
+            .await?;
+    if others == 0 {
+        return Err(Error::Conflict("this is the last enabled admin; make another user admin first".into()));
+    }
+    Ok(())
+}

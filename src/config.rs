@@ -1,0 +1,81 @@
+//! Settings, read once at start-up and passed down (never global).
+//!
+//! Every setting has a flag and an environment variable: flags win over the environment,
+//! the environment wins over the defaults in code (clap's `env` attribute gives that order).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where the state lives: shared by `serve`, `worker`, `migrate` and the admin subcommands.
+#[derive(Debug, Clone, Args)]
+pub struct DataSettings {
+    /// Directory holding the SQLite database (created when missing).
+    #[arg(long, env = "CLUECDC_DATA_DIR", default_value = "./cluecdc-data")]
+    pub data_dir: PathBuf,
+
+    /// Master key for the secret store, base64 of 32 bytes.
+    #[arg(long, env = "CLUECDC_MASTER_KEY", hide_env_values = true)]
+    pub master_key: Option<String>,
+
+    /// File holding the master key; the embedded default generates `<data-dir>/master.key`.
+    #[arg(long, env = "CLUECDC_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogSettings {
+    /// tracing filter, e.g. `info,cluecdc=debug`.
+    #[arg(long = "log", env = "CLUECDC_LOG", default_value = "info", global = true)]
+    pub filter: String,
+
+    #[arg(long, env = "CLUECDC_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeSettings {
+    /// Address to listen on; port 0 picks a free port (the URL is printed at start).
+    #[arg(long, env = "CLUECDC_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// The URL people reach this server at (for links in logs). An `https://` URL marks
+    /// session cookies `Secure`, as when ClueCDC sits behind an HTTPS proxy.
+    #[arg(long, env = "CLUECDC_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// A browser session ends after this long without a request (`30m`, `2h`, `90s`).
+    #[arg(long, env = "CLUECDC_SESSION_IDLE", default_value = "30m", value_parser = parse_duration)]
+    pub session_idle: i64,
+
+    /// A browser session ends this long after sign-in, however active.
+    #[arg(long, env = "CLUECDC_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
+    pub session_max: i64,
+
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+fn parse_duration(s: &str) -> Result<i64, String> {
+    crate::time::parse_duration_secs(s).ok_or_else(|| format!("{s:?} is not a duration; write e.g. 90s, 30m, 12h or 7d"))
+}
+
+impl ServeSettings {
+    /// Cookies get `Secure` when people reach the server over HTTPS.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.as_deref().is_some_and(|u| u.starts_with("https://"))
+    }
+}
+
+impl DataSettings {
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("cluecdc.db")
+    }
+}

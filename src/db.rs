@@ -1,0 +1,55 @@
+//! The embedded SQLite database: one pool, WAL mode, migrations embedded in the binary.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+/// Migrations compiled into the binary, so a copy of the binary alone can create its schema.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Opens (creating if needed) the database file. WAL lets readers go on while one writer
+/// writes; the busy timeout makes `serve` and `worker` wait for each other instead of failing.
+pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    }
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(10));
+    SqlitePoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await
+        .with_context(|| format!("cannot open database {}", path.display()))
+}
+
+/// Applies pending migrations; safe to call on every start.
+pub async fn migrate(pool: &SqlitePool) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await.context("database migration failed")
+}
+
+/// How many embedded migrations are not yet applied (0 when the schema is current).
+pub async fn pending_migrations(pool: &SqlitePool) -> anyhow::Result<usize> {
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+        .fetch_all(pool)
+        .await
+        .context("cannot read migration state")?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .filter(|m| !applied.contains(&m.version))
+        .count())
+}
+
+/// True when a write failed on a UNIQUE constraint (a name already taken).
+pub fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}

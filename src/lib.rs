@@ -1,0 +1,16 @@
+//! ClueCDC: a control plane for change data capture on Kafka Connect.
+//!
+//! The binary in `main.rs` is a thin CLI over this library; `app` is the one composition root
+//! that both the binary and the integration tests use.
+
+pub mod app;
+pub mod assets;
+pub mod audit;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod telemetry;
+pub mod time;
+pub mod web;

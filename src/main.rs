@@ -1,0 +1,82 @@
+//! The `cluecdc` command line: a thin layer over the library's composition root.
+
+use clap::{Parser, Subcommand};
+
+use cluecdc::app::{self, Application};
+use cluecdc::cli;
+use cluecdc::config::{DataSettings, LogSettings, ServeSettings};
+use cluecdc::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(name = "cluecdc", version, about = "Control plane for change data capture on Kafka Connect")]
+struct Cli {
+    #[command(flatten)]
+    log: LogSettings,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the web pages and the JSON API (the default).
+    Serve(ServeSettings),
+    /// Create or upgrade the database schema and exit.
+    Migrate(DataSettings),
+    /// Manage users.
+    #[command(subcommand)]
+    User(cli::UserCommand),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(cli::TokenCommand),
+    /// Print every HTTP route with who may call it, as JSON.
+    Routes,
+}
+
+/// `cluecdc` with no subcommand behaves as `cluecdc serve`.
+#[derive(Debug, Parser)]
+struct DefaultServe {
+    #[command(flatten)]
+    settings: ServeSettings,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(&cli.log);
+    let result = match cli.command {
+        // No subcommand: `serve` with its defaults and environment.
+        None => serve(DefaultServe::parse_from(["cluecdc"]).settings).await,
+        Some(Command::Serve(settings)) => serve(settings).await,
+        Some(Command::Migrate(data)) => migrate(data).await,
+        Some(Command::User(cmd)) => cli::user(cmd).await,
+        Some(Command::Token(cmd)) => cli::token(cmd).await,
+        Some(Command::Routes) => {
+            println!("{}", serde_json::to_string_pretty(&cluecdc::web::route_infos()).unwrap_or_default());
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "cluecdc failed");
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
+    let application = Application::build(&settings).await?;
+    let url = application.url();
+    tracing::info!(%url, data_dir = %settings.data.data_dir.display(), "listening");
+    // The URL alone on standard output: people click it, tests read it.
+    println!("ClueCDC listening on {url}");
+    application.run(app::shutdown_signal()).await
+}
+
+async fn migrate(data: DataSettings) -> anyhow::Result<()> {
+    app::open_database(&data).await?;
+    println!("database at {} is up to date", data.database_path().display());
+    Ok(())
+}

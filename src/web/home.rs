@@ -1,0 +1,87 @@
+//! The overview page and its self-refreshing system status fragment.
+
+use askama::Template;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Html};
+use poem::{handler, Request};
+
+use super::pages::Layout;
+use super::{paths, render};
+use crate::app::AppState;
+use crate::auth::Principal;
+
+#[derive(Template)]
+#[template(path = "home/index.html")]
+struct HomePage {
+    layout: Layout,
+    status: SystemStatus,
+}
+
+#[derive(Template)]
+#[template(path = "home/system_status_partial.html")]
+struct SystemStatus {
+    database_ok: bool,
+    uptime: String,
+    observed_at: String,
+    refresh_path: &'static str,
+}
+
+#[handler]
+pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, req: &Request) -> poem::Result<Html<String>> {
+    let status = system_status_of(&state).await;
+    if is_htmx(req) {
+        return render(&status);
+    }
+    render(&HomePage { layout: Layout::new("Overview", paths::HOME, &who, jar), status })
+}
+
+#[handler]
+pub async fn system_status(state: Data<&AppState>) -> poem::Result<Html<String>> {
+    render(&system_status_of(&state).await)
+}
+
+async fn system_status_of(state: &AppState) -> SystemStatus {
+    let database_ok = sqlx::query_scalar::<_, i64>("SELECT 1").fetch_one(&state.pool).await.is_ok();
+    SystemStatus {
+        database_ok,
+        uptime: human_duration(state.started_at.elapsed().as_secs()),
+        observed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        refresh_path: paths::SYSTEM_STATUS,
+    }
+}
+
+/// htmx marks its requests; they get the fragment instead of the whole page.
+pub(crate) fn is_htmx(req: &Request) -> bool {
+    req.headers().contains_key("hx-request")
+}
+
+/// "3 d 4 h", "5 min 2 s": the two largest units are enough for a person.
+pub(crate) fn human_duration(secs: u64) -> String {
+    let units = [(86_400, "d"), (3_600, "h"), (60, "min"), (1, "s")];
+    let mut parts = Vec::new();
+    let mut rest = secs;
+    for (size, name) in units {
+        if rest >= size || (parts.is_empty() && size == 1) {
+            parts.push(format!("{} {name}", rest / size));
+            rest %= size;
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_as_the_two_largest_units() {
+        assert_eq!(human_duration(0), "0 s");
+        assert_eq!(human_duration(59), "59 s");
+        assert_eq!(human_duration(61), "1 min 1 s");
+        assert_eq!(human_duration(3_600), "1 h");
+        assert_eq!(human_duration(90_061), "1 d 1 h");
+    }
+}

@@ -1,0 +1,145 @@
+//! HTTP: routes, middleware and the mapping from domain results to pages and JSON.
+//!
+//! The route table below is the single list of what the server answers: the router is built
+//! from it, `cluecdc routes` prints it, the OpenAPI document is derived from it, and the
+//! access tests walk it. Each route declares who may call it; the guard enforces sign-in and
+//! CSRF, the service layer enforces the role.
+
+mod assets;
+mod audit;
+mod auth;
+pub mod error;
+mod health;
+mod home;
+mod middleware;
+mod openapi;
+mod pages;
+pub mod paths;
+mod tokens;
+mod users;
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use poem::endpoint::BoxEndpoint;
+use poem::http::Method;
+use poem::web::Html;
+use poem::{Endpoint, EndpointExt, IntoEndpoint, Response, Route, RouteMethod};
+use serde::Serialize;
+
+use crate::app::AppState;
+
+/// Who may call a route. `Viewer` means any signed-in user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Public,
+    Viewer,
+    Operator,
+    Admin,
+}
+
+pub struct RouteSpec {
+    pub method: Method,
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+    endpoint: BoxEndpoint<'static, Response>,
+}
+
+/// What `cluecdc routes` prints and the tests read.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteInfo {
+    pub method: String,
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+}
+
+fn r<E>(method: Method, path: &'static str, access: Access, summary: &'static str, ep: E) -> RouteSpec
+where
+    E: IntoEndpoint,
+    E::Endpoint: 'static,
+{
+    RouteSpec { method, path, access, summary, endpoint: ep.into_endpoint().map_to_response().boxed() }
+}
+
+/// Every route the server answers.
+pub fn route_table() -> Vec<RouteSpec> {
+    use paths::*;
+    use Access::*;
+    use Method as M;
+    vec![
+        r(M::GET, HEALTHZ, Public, "liveness probe", health::healthz),
+        r(M::GET, READYZ, Public, "readiness probe: database migrated", health::readyz),
+        r(M::GET, STATIC, Public, "embedded static assets", assets::asset),
+        r(M::GET, LOGIN, Public, "sign-in page", auth::login_page),
+        r(M::POST, LOGIN, Public, "sign in", auth::login_submit),
+        r(M::GET, SETUP, Public, "first-run setup page (needs the one-time token)", auth::setup_page),
+        r(M::POST, SETUP, Public, "create the first admin (needs the one-time token)", auth::setup_submit),
+        r(M::POST, LOGOUT, Viewer, "sign out", auth::logout),
+        r(M::GET, HOME, Viewer, "overview page", home::page),
+        r(M::GET, SYSTEM_STATUS, Viewer, "server status fragment", home::system_status),
+        r(M::GET, AUDIT, Viewer, "audit trail page", audit::page),
+        r(M::GET, USERS, Admin, "users page", users::page),
+        r(M::POST, USERS, Admin, "create a user", users::create_form),
+        r(M::POST, "/settings/users/:id/role", Admin, "change a user's role", users::set_role_form),
+        r(M::POST, "/settings/users/:id/disable", Admin, "disable a user", users::disable_form),
+        r(M::POST, "/settings/users/:id/enable", Admin, "enable a user", users::enable_form),
+        r(M::POST, "/settings/sessions/:id/revoke", Admin, "revoke a session", users::revoke_session_form),
+        r(M::GET, TOKENS, Admin, "API tokens page", tokens::page),
+        r(M::POST, TOKENS, Admin, "create an API token", tokens::create_form),
+        r(M::POST, "/settings/tokens/:id/revoke", Admin, "revoke an API token", tokens::revoke_form),
+        // JSON API
+        r(M::GET, "/api/v1/openapi.json", Viewer, "this API's OpenAPI document", openapi::document),
+        r(M::GET, "/api/v1/me", Viewer, "the caller's name and role", auth::api_me),
+        r(M::GET, "/api/v1/users", Admin, "list users", users::api_list),
+        r(M::POST, "/api/v1/users", Admin, "create a user", users::api_create),
+        r(M::PATCH, "/api/v1/users/:id", Admin, "change a user's role or disable them", users::api_patch),
+        r(M::GET, "/api/v1/sessions", Admin, "list live sessions", users::api_sessions),
+        r(M::DELETE, "/api/v1/sessions/:id", Admin, "revoke a session", users::api_revoke_session),
+        r(M::GET, "/api/v1/tokens", Admin, "list API tokens", tokens::api_list),
+        r(M::POST, "/api/v1/tokens", Admin, "create an API token (shown once)", tokens::api_create),
+        r(M::DELETE, "/api/v1/tokens/:id", Admin, "revoke an API token", tokens::api_revoke),
+        r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
+        r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),
+    ]
+}
+
+pub fn route_infos() -> Vec<RouteInfo> {
+    route_table()
+        .into_iter()
+        .map(|s| RouteInfo { method: s.method.to_string(), path: s.path, access: s.access, summary: s.summary })
+        .collect()
+}
+
+/// The whole application as one endpoint.
+pub fn routes(state: AppState) -> impl Endpoint {
+    router()
+        .with(poem::middleware::CookieJarManager::new())
+        .around(middleware::request_context)
+        .data(state)
+        .into_endpoint()
+}
+
+fn router() -> Route {
+    let mut by_path: BTreeMap<&'static str, RouteMethod> = BTreeMap::new();
+    for spec in route_table() {
+        let endpoint = if spec.access == Access::Public {
+            spec.endpoint
+        } else {
+            spec.endpoint.with(auth::RequireIdentity).boxed()
+        };
+        let methods = by_path.remove(spec.path).unwrap_or_default();
+        by_path.insert(spec.path, methods.method(spec.method, endpoint));
+    }
+    by_path.into_iter().fold(Route::new(), |route, (path, methods)| route.at(path, methods))
+}
+
+/// Renders a template; a render failure is a server bug, logged once and answered 500.
+pub(crate) fn render<T: Template>(template: &T) -> poem::Result<Html<String>> {
+    template.render().map(Html).map_err(|error| {
+        tracing::error!(%error, "template failed to render");
+        poem::Error::from_status(poem::http::StatusCode::INTERNAL_SERVER_ERROR)
+    })
+}

@@ -1,0 +1,96 @@
+//! What every page shares: the layout (navigation by role, the signed-in user, the CSRF
+//! token, a flash message), redirects that also work for htmx, and the error page.
+
+use askama::Template;
+use poem::http::{header, StatusCode};
+use poem::web::cookie::{Cookie, CookieJar, SameSite};
+use poem::{Request, Response};
+
+use crate::auth::{Principal, Role};
+
+const FLASH_COOKIE: &str = "cluecdc_flash";
+
+pub struct NavItem {
+    pub href: &'static str,
+    pub label: &'static str,
+    pub current: bool,
+}
+
+/// Data for `base.html`; every page struct has one as `layout`.
+pub struct Layout {
+    pub title: String,
+    pub version: &'static str,
+    pub user_name: String,
+    pub role: &'static str,
+    pub csrf_token: String,
+    pub nav: Vec<NavItem>,
+    pub flash: Option<String>,
+}
+
+/// Navigation: (path, label, lowest role that sees it). Pages a role cannot use are not shown.
+const NAV: &[(&str, &str, Role)] = &[
+    (super::paths::HOME, "Overview", Role::Viewer),
+    (super::paths::AUDIT, "Audit", Role::Viewer),
+    (super::paths::USERS, "Users", Role::Admin),
+    (super::paths::TOKENS, "API tokens", Role::Admin),
+];
+
+impl Layout {
+    pub fn new(title: impl Into<String>, current: &str, who: &Principal, jar: &CookieJar) -> Self {
+        let flash = jar.get(FLASH_COOKIE).map(|c| c.value_str().to_string()).filter(|s| !s.is_empty());
+        if flash.is_some() {
+            jar.remove(FLASH_COOKIE);
+        }
+        Layout {
+            title: title.into(),
+            version: env!("CARGO_PKG_VERSION"),
+            user_name: who.user_name.clone(),
+            role: who.role.as_str(),
+            csrf_token: who.csrf_token().unwrap_or_default().to_string(),
+            nav: NAV
+                .iter()
+                .filter(|(_, _, role)| who.role >= *role)
+                .map(|(href, label, _)| NavItem { href, label, current: *href == current })
+                .collect(),
+            flash,
+        }
+    }
+}
+
+/// A one-shot message shown on the next page (after a redirect).
+pub fn set_flash(jar: &CookieJar, message: &str) {
+    let mut c = Cookie::new_with_str(FLASH_COOKIE, message.chars().take(300).collect::<String>());
+    c.set_http_only(true);
+    c.set_same_site(SameSite::Strict);
+    c.set_path("/");
+    c.set_max_age(std::time::Duration::from_secs(60));
+    jar.add(c);
+}
+
+/// After a successful form post: 303 to `to`, or for htmx an `HX-Redirect` so the whole page
+/// changes (and the URL with it).
+pub fn redirect(req: &Request, to: &str) -> Response {
+    if super::home::is_htmx(req) {
+        Response::builder().status(StatusCode::OK).header("HX-Redirect", to).finish()
+    } else {
+        Response::builder().status(StatusCode::SEE_OTHER).header(header::LOCATION, to).finish()
+    }
+}
+
+/// Renders a page with a status (422 for a form with field errors).
+pub fn page_with_status<T: Template>(status: StatusCode, t: &T) -> super::error::PageResult<Response> {
+    let html = t
+        .render()
+        .map_err(|e| super::error::PageError(crate::error::Error::Unexpected(anyhow::anyhow!("template failed to render: {e}"))))?;
+    Ok(Response::builder().status(status).content_type("text/html; charset=utf-8").body(html))
+}
+
+#[derive(Template)]
+#[template(path = "errors/error.html")]
+pub struct ErrorPage {
+    pub status: u16,
+    pub title: String,
+    pub message: String,
+    pub request_id: String,
+    pub sign_in: bool,
+}

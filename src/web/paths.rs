@@ -1,0 +1,13 @@
+//! Route paths, in one place, so links in templates and handlers cannot drift apart.
+
+pub const HOME: &str = "/";
+pub const SYSTEM_STATUS: &str = "/system/status";
+pub const HEALTHZ: &str = "/healthz";
+pub const READYZ: &str = "/readyz";
+pub const STATIC: &str = "/static/*path";
+pub const LOGIN: &str = "/login";
+pub const LOGOUT: &str = "/logout";
+pub const SETUP: &str = "/setup";
+pub const AUDIT: &str = "/audit";
+pub const USERS: &str = "/settings/users";
+pub const TOKENS: &str = "/settings/tokens";

@@ -1,0 +1,92 @@
+// Browser test harness: starts the real cluecdc binary on a free port with a temporary data
+// directory and drives Debian's Chromium through playwright-core (Playwright's own browser
+// download cannot work on these machines).
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const repoRoot = resolve(here, '..', '..');
+export const screenshotDir = join(repoRoot, 'artifacts', 'screenshots');
+
+export function binaryPath() {
+  const bin = process.env.CLUECDC_BIN;
+  if (!bin) throw new Error('CLUECDC_BIN is not set: point it at the built cluecdc binary (the test command does this)');
+  return bin;
+}
+
+/** Starts `cluecdc serve` and resolves once it prints its URL. */
+export async function startApp({ env = {}, args = [] } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'cluecdc-browser-'));
+  const logPath = join(dir, 'cluecdc.log');
+  const log = openSync(logPath, 'w');
+  const child = spawn(binaryPath(), ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), ...args], {
+    cwd: dir,
+    env: { ...process.env, CLUECDC_LOG: 'info', ...env },
+    stdio: ['pipe', 'pipe', log],
+  });
+  const url = await new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`no URL within 60 s; log:\n${readFileSync(logPath, 'utf8')}`)), 60_000);
+    let buf = '';
+    child.stdout.on('data', (chunk) => {
+      buf += chunk;
+      const m = buf.match(/ClueCDC listening on (\S+)/);
+      if (m) { clearTimeout(timer); ok(m[1]); }
+    });
+    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`exited ${code}; log:\n${readFileSync(logPath, 'utf8')}`)); });
+  });
+  return {
+    url, dir, child, logPath,
+    log: () => readFileSync(logPath, 'utf8'),
+    stop: () => new Promise((ok) => { child.once('exit', ok); child.kill('SIGTERM'); }),
+  };
+}
+
+/** Launches headless Chromium with the flags this closed network needs. */
+export async function launchBrowser() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--disable-quic'],
+  });
+}
+
+/** Collects console errors (a CSP violation shows up here) for a page. A 422 is how a form
+ * answers with inline field errors, so the browser's note about it is not an error here. */
+export function watchConsole(page) {
+  const errors = [];
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !/status of 422/.test(msg.text())) errors.push(msg.text());
+  });
+  page.on('pageerror', (err) => errors.push(String(err)));
+  return errors;
+}
+
+export async function screenshot(page, name) {
+  mkdirSync(screenshotDir, { recursive: true });
+  const path = join(screenshotDir, `${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  return path;
+}
+
+export const PASSWORD = 'correct horse battery staple';
+
+/** `cluecdc user create` against the app's data directory, password on standard input. */
+export function createUser(app, name, role) {
+  const out = spawnSync(binaryPath(), ['user', 'create', '--name', name, '--role', role, '--data-dir', join(app.dir, 'data')], {
+    input: PASSWORD + '\n', encoding: 'utf8',
+  });
+  if (out.status !== 0) throw new Error(`user create failed: ${out.stderr}`);
+}
+
+/** Signs in through the real form. */
+export async function signIn(page, app, name) {
+  await page.goto(app.url + '/login');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await Promise.all([page.waitForURL(app.url + '/'), page.getByRole('button', { name: 'Sign in' }).click()]);
+}

@@ -1,0 +1,283 @@
+//! Shared test helpers: spawn the real binary on a free port with a temporary data directory,
+//! and read the native stack's endpoints from the environment `scripts/stack env` exports.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running `cluecdc serve` process, killed when dropped.
+pub struct TestApp {
+    pub url: String,
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub log_path: PathBuf,
+}
+
+impl TestApp {
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cluecdc"))
+}
+
+/// Starts the binary from `exe` in an empty working directory on 127.0.0.1:0 and waits for the
+/// URL it prints. Logs go to a file in the temp dir, so a failing test can show them.
+pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &str)]) -> TestApp {
+    let work = dir.path().join("cwd");
+    std::fs::create_dir_all(&work).unwrap();
+    let log_path = dir.path().join("cluecdc.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.current_dir(&work)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env_remove("CLUECDC_LISTEN")
+        .env_remove("CLUECDC_DATA_DIR")
+        .env("CLUECDC_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log));
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("ClueCDC listening on ") {
+                let _ = tx.send(url.trim().to_string());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(url) => TestApp { url, child, dir, log_path },
+        Err(_) => {
+            let _ = child.kill();
+            panic!(
+                "cluecdc did not print its URL within 60 s; its log:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            )
+        }
+    }
+}
+
+pub fn spawn_app() -> TestApp {
+    spawn_app_from(&binary(), tempfile::tempdir().unwrap(), &[])
+}
+
+/// Endpoints and fixture credentials of the native stack, as `scripts/stack env` exports them.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub kafka_bootstrap: String,
+    pub connect_url: String,
+    pub pg_host: String,
+    pub pg_port: u16,
+    pub pg_user: String,
+    pub pg_password: String,
+    pub pg_source_db: String,
+    pub pg_dest_db: String,
+    pub mariadb_host: String,
+    pub mariadb_port: u16,
+    pub mariadb_user: String,
+    pub mariadb_password: String,
+    pub mariadb_db: String,
+    pub s3_endpoint: String,
+    pub s3_region: String,
+    pub s3_bucket: String,
+    pub s3_access_key: String,
+    pub s3_secret_key: String,
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: the tests need the native stack's endpoints; run `eval \"$(scripts/stack env)\"` (the test command does this)")
+    })
+}
+
+pub fn stack() -> Stack {
+    Stack {
+        kafka_bootstrap: var("KAFKA_BOOTSTRAP"),
+        connect_url: var("CONNECT_URL"),
+        pg_host: var("PG_HOST"),
+        pg_port: var("PG_PORT").parse().unwrap(),
+        pg_user: var("PG_USER"),
+        pg_password: var("PG_PASSWORD"),
+        pg_source_db: var("PG_SOURCE_DB"),
+        pg_dest_db: var("PG_DEST_DB"),
+        mariadb_host: var("MARIADB_HOST"),
+        mariadb_port: var("MARIADB_PORT").parse().unwrap(),
+        mariadb_user: var("MARIADB_USER"),
+        mariadb_password: var("MARIADB_PASSWORD"),
+        mariadb_db: var("MARIADB_DB"),
+        s3_endpoint: var("S3_ENDPOINT"),
+        s3_region: var("S3_REGION"),
+        s3_bucket: var("S3_BUCKET"),
+        s3_access_key: var("S3_ACCESS_KEY"),
+        s3_secret_key: var("S3_SECRET_KEY"),
+    }
+}
+
+/// Where `scripts/stack` keeps a component's log, for failure messages.
+pub fn stack_log(component: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    format!("{}/.stack/logs/{component}.log", root.display())
+}
+
+impl Stack {
+    pub fn pg_url(&self, db: &str) -> String {
+        format!(
+            "postgres://{}:{}@{}:{}/{}",
+            self.pg_user, self.pg_password, self.pg_host, self.pg_port, db
+        )
+    }
+
+    pub fn mariadb_url(&self, db: &str) -> String {
+        format!(
+            "mysql://{}:{}@{}:{}/{}",
+            self.mariadb_user, self.mariadb_password, self.mariadb_host, self.mariadb_port, db
+        )
+    }
+
+    pub fn s3_client(&self, secret: &str) -> aws_sdk_s3::Client {
+        let creds = aws_sdk_s3::config::Credentials::new(&self.s3_access_key, secret, None, None, "test");
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new(self.s3_region.clone()))
+            .endpoint_url(&self.s3_endpoint)
+            .force_path_style(true)
+            .credentials_provider(creds)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+}
+
+// ---- identities -----------------------------------------------------------------------------
+
+pub const PASSWORD: &str = "correct horse battery staple";
+
+/// `cluecdc user create`, password on standard input (as a script would do it).
+pub fn create_user(app: &TestApp, name: &str, role: &str) {
+    use std::io::Write;
+    let mut child = Command::new(binary())
+        .args(["user", "create", "--name", name, "--role", role, "--data-dir"])
+        .arg(app.data_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "user create failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `cluecdc token create`, returning the token printed alone on standard output.
+pub fn create_token(app: &TestApp, user: &str, extra: &[&str]) -> String {
+    let out = Command::new(binary())
+        .args(["token", "create", "--user", user, "--data-dir"])
+        .arg(app.data_dir())
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "token create failed: {}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(token.starts_with("cdc_") && !token.contains('\n'), "{token}");
+    token
+}
+
+/// A browser-like client: cookie store, no redirects followed, signed in, with its CSRF token.
+pub struct Browser {
+    pub client: reqwest::Client,
+    pub csrf: String,
+    pub base: String,
+}
+
+pub fn hidden_value(html: &str, name: &str) -> Option<String> {
+    let needle = format!(r#"name="{name}" value=""#);
+    let start = html.find(&needle)? + needle.len();
+    let end = html[start..].find('"')? + start;
+    Some(html[start..end].to_string())
+}
+
+pub async fn sign_in(app: &TestApp, name: &str, password: &str) -> Browser {
+    let client = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = client.get(format!("{}/login", app.url)).send().await.unwrap().text().await.unwrap();
+    let login_csrf = hidden_value(&page, "csrf_token").expect("the sign-in form carries a CSRF token");
+    let res = client
+        .post(format!("{}/login", app.url))
+        .form(&[("name", name), ("password", password), ("next", "/"), ("csrf_token", &login_csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 303, "sign-in of {name} failed: {}", res.text().await.unwrap_or_default());
+    let home = client.get(format!("{}/", app.url)).send().await.unwrap();
+    assert_eq!(home.status(), 200);
+    let html = home.text().await.unwrap();
+    let csrf = hidden_value(&html, "csrf_token").expect("pages carry the session's CSRF token");
+    Browser { client, csrf, base: app.url.clone() }
+}
+
+/// The route table as the binary prints it (`cluecdc routes`): what the router is built from.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct RouteInfo {
+    pub method: String,
+    pub path: String,
+    pub access: String,
+}
+
+pub fn routes() -> Vec<RouteInfo> {
+    let out = Command::new(binary()).arg("routes").output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A concrete URL path for a route pattern (`:id` and `*path` become `x`).
+pub fn concrete(path: &str) -> String {
+    path.split('/')
+        .map(|s| if s.starts_with(':') || s.starts_with('*') { "x" } else { s })
+        .collect::<Vec<_>>()
+        .join("/")
+}

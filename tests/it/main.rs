@@ -1,0 +1,8 @@
+//! ONE integration-test binary: helpers plus one file per domain. Every test here talks to the
+//! real binary and, where it needs one, to the real native stack (`scripts/stack`).
+
+mod helpers;
+
+mod access;
+mod app_smoke;
+mod stack_smoke;
