@@ -16,6 +16,8 @@ use sqlx::SqlitePool;
 use crate::auth::ratelimit::{Limits, LoginLimiter};
 use crate::auth::sessions::Lifetimes;
 use crate::config::ServeSettings;
+use crate::secrets::store::SecretStore;
+use crate::secrets::Keyring;
 use crate::{db, web};
 
 /// How long in-flight requests get to finish after a shutdown signal.
@@ -31,6 +33,7 @@ pub struct AppState {
 
 pub struct StateInner {
     pub version: &'static str,
+    pub secrets: SecretStore,
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
     pub login_limiter: LoginLimiter,
@@ -46,6 +49,9 @@ impl Application {
     /// Opens and migrates the database, then binds the listener (port 0 picks a free port).
     pub async fn build(settings: &ServeSettings) -> anyhow::Result<Self> {
         let pool = open_database(&settings.data).await?;
+        let keyring = Keyring::load(&settings.data)?;
+        tracing::info!(active_key = keyring.active().fingerprint(), "secret store ready");
+        let secrets = SecretStore::new(pool.clone(), keyring);
         let acceptor = TcpListener::bind(settings.listen.to_string())
             .into_acceptor()
             .await
@@ -60,6 +66,7 @@ impl Application {
             started_at: Instant::now(),
             inner: Arc::new(StateInner {
                 version: env!("CARGO_PKG_VERSION"),
+                secrets,
                 sessions: Lifetimes { idle_secs: settings.session_idle, absolute_secs: settings.session_max },
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),

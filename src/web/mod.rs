@@ -8,6 +8,7 @@
 mod assets;
 mod audit;
 mod auth;
+mod connections;
 pub mod error;
 mod health;
 mod home;
@@ -90,6 +91,15 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::GET, TOKENS, Admin, "API tokens page", tokens::page),
         r(M::POST, TOKENS, Admin, "create an API token", tokens::create_form),
         r(M::POST, "/settings/tokens/:id/revoke", Admin, "revoke an API token", tokens::revoke_form),
+        r(M::GET, CONNECTIONS, Viewer, "connections page", connections::page_list),
+        r(M::GET, "/connections/new", Admin, "new connection form", connections::page_new),
+        r(M::POST, CONNECTIONS, Admin, "create a connection", connections::page_create),
+        r(M::GET, "/connections/:id", Viewer, "connection page", connections::page_detail),
+        r(M::GET, "/connections/:id/edit", Admin, "edit connection form", connections::page_edit),
+        r(M::POST, "/connections/:id", Admin, "update a connection", connections::page_update),
+        r(M::POST, "/connections/:id/test", Operator, "test a connection (results fragment)", connections::page_test),
+        r(M::POST, "/connections/:id/rotate", Admin, "replace a connection's credentials", connections::page_rotate),
+        r(M::POST, "/connections/:id/delete", Admin, "delete a connection", connections::page_delete),
         // JSON API
         r(M::GET, "/api/v1/openapi.json", Viewer, "this API's OpenAPI document", openapi::document),
         r(M::GET, "/api/v1/me", Viewer, "the caller's name and role", auth::api_me),
@@ -101,6 +111,14 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::GET, "/api/v1/tokens", Admin, "list API tokens", tokens::api_list),
         r(M::POST, "/api/v1/tokens", Admin, "create an API token (shown once)", tokens::api_create),
         r(M::DELETE, "/api/v1/tokens/:id", Admin, "revoke an API token", tokens::api_revoke),
+        r(M::GET, "/api/v1/connections", Viewer, "list connections", connections::api_list),
+        r(M::POST, "/api/v1/connections", Admin, "create a connection", connections::api_create),
+        r(M::GET, "/api/v1/connections/:id", Viewer, "a connection (secret fields are never returned)", connections::api_get),
+        r(M::PATCH, "/api/v1/connections/:id", Admin, "change a connection (settings merged key by key)", connections::api_patch),
+        r(M::DELETE, "/api/v1/connections/:id", Admin, "delete an unused connection", connections::api_delete),
+        r(M::POST, "/api/v1/connections/:id/test", Operator, "test a connection", connections::api_test),
+        r(M::POST, "/api/v1/connections/:id/rotate", Admin, "replace every secret field, keeping secret_ref", connections::api_rotate),
+        r(M::GET, "/api/v1/connections/:id/tables", Operator, "discover a source's tables", connections::api_tables),
         r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
         r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),
     ]

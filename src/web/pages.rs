@@ -30,6 +30,7 @@ pub struct Layout {
 /// Navigation: (path, label, lowest role that sees it). Pages a role cannot use are not shown.
 const NAV: &[(&str, &str, Role)] = &[
     (super::paths::HOME, "Overview", Role::Viewer),
+    (super::paths::CONNECTIONS, "Connections", Role::Viewer),
     (super::paths::AUDIT, "Audit", Role::Viewer),
     (super::paths::USERS, "Users", Role::Admin),
     (super::paths::TOKENS, "API tokens", Role::Admin),

@@ -11,3 +11,4 @@ pub const SETUP: &str = "/setup";
 pub const AUDIT: &str = "/audit";
 pub const USERS: &str = "/settings/users";
 pub const TOKENS: &str = "/settings/tokens";
+pub const CONNECTIONS: &str = "/connections";

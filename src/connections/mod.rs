@@ -1,0 +1,625 @@
+//! Connections: reusable database and object-storage endpoints with a provider,
+//! capabilities, non-secret settings and a stable secret reference.
+//!
+//! Each provider is one adapter (`postgres`, `mysql` for MySQL and MariaDB, `s3` for AWS S3
+//! and MinIO) implementing `Adapter`: test the connection and discover tables. Validation of
+//! settings is pure and lives in `settings`.
+
+pub mod mysql;
+pub mod postgres;
+pub mod s3;
+pub mod settings;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sqlx::SqlitePool;
+
+use self::settings::{parse_database, parse_object_storage, parse_secrets, Settings};
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::error::{Error, FieldErrors, Result};
+use crate::secrets::store::{new_ref, SecretStore};
+use crate::secrets::Secret;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Provider {
+    Postgresql,
+    Mysql,
+    Mariadb,
+    AwsS3,
+    Minio,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 5] = [Provider::Postgresql, Provider::Mysql, Provider::Mariadb, Provider::AwsS3, Provider::Minio];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Postgresql => "POSTGRESQL",
+            Provider::Mysql => "MYSQL",
+            Provider::Mariadb => "MARIADB",
+            Provider::AwsS3 => "AWS_S3",
+            Provider::Minio => "MINIO",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Provider::Postgresql => "PostgreSQL",
+            Provider::Mysql => "MySQL",
+            Provider::Mariadb => "MariaDB",
+            Provider::AwsS3 => "AWS S3",
+            Provider::Minio => "MinIO",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Provider> {
+        Provider::ALL.into_iter().find(|p| p.as_str() == s.trim().to_ascii_uppercase())
+    }
+
+    pub fn is_object_storage(self) -> bool {
+        matches!(self, Provider::AwsS3 | Provider::Minio)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Capability {
+    Source,
+    Destination,
+}
+
+impl Capability {
+    pub fn parse(s: &str) -> Option<Capability> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "SOURCE" => Some(Capability::Source),
+            "DESTINATION" => Some(Capability::Destination),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One line of a connection test: what was checked, how it went, and how to fix a failure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub status: CheckStatus,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl Check {
+    pub fn pass(name: &str, message: impl Into<String>) -> Self {
+        Check { name: name.into(), status: CheckStatus::Pass, message: message.into(), hint: None }
+    }
+    pub fn warn(name: &str, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check { name: name.into(), status: CheckStatus::Warn, message: message.into(), hint: Some(hint.into()) }
+    }
+    pub fn fail(name: &str, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check { name: name.into(), status: CheckStatus::Fail, message: message.into(), hint: Some(hint.into()) }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestReport {
+    pub ok: bool,
+    pub checks: Vec<Check>,
+    pub tested_at: String,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableInfo {
+    pub schema: String,
+    pub name: String,
+    pub primary_key: Vec<String>,
+    /// PostgreSQL only: default, full, index or nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_identity: Option<String>,
+    pub estimated_rows: Option<i64>,
+    /// Updates and deletes carry a key or full before-image.
+    pub capturable: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Discovery {
+    pub items: Vec<TableInfo>,
+    pub limit: usize,
+    pub truncated: bool,
+}
+
+/// What a provider adapter does. Connector config builders join this trait with pipelines
+/// and deliveries.
+pub trait Adapter: Send + Sync {
+    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>>;
+    fn discover<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>, limit: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>>;
+}
+
+pub fn adapter(provider: Provider) -> &'static dyn Adapter {
+    match provider {
+        Provider::Postgresql => &postgres::Postgres,
+        Provider::Mysql | Provider::Mariadb => &mysql::MySql,
+        Provider::AwsS3 | Provider::Minio => &s3::ObjectStorage,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Connection {
+    pub id: String,
+    pub name: String,
+    pub provider: Provider,
+    pub capabilities: Vec<Capability>,
+    pub settings: Settings,
+    pub secret_ref: String,
+    pub generation: i64,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_test: Option<TestReport>,
+}
+
+impl Connection {
+    pub fn database(&self) -> Option<&settings::DatabaseSettings> {
+        match &self.settings {
+            Settings::Database(d) => Some(d),
+            _ => None,
+        }
+    }
+    pub fn object_storage(&self) -> Option<&settings::ObjectStorageSettings> {
+        match &self.settings {
+            Settings::ObjectStorage(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn is_source(&self) -> bool {
+        self.capabilities.contains(&Capability::Source)
+    }
+}
+
+/// What the API and pages show: never a secret, only which secret fields are set.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionView {
+    #[serde(flatten)]
+    pub connection: Connection,
+    pub secret_fields_set: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Raw create/patch input: everything optional so that missing fields become field errors.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConnectionInput {
+    pub name: Option<String>,
+    pub provider: Option<String>,
+    pub capabilities: Option<Vec<String>>,
+    pub settings: Option<Map<String, Value>>,
+    pub secrets: Option<Map<String, Value>>,
+}
+
+type Row = (String, String, String, String, String, String, i64, String, String, Option<String>);
+
+fn from_row(r: Row) -> Result<Connection> {
+    let (id, name, provider, caps, settings, secret_ref, generation, created_at, updated_at, last_test) = r;
+    Ok(Connection {
+        provider: Provider::parse(&provider).ok_or_else(|| Error::Unexpected(anyhow::anyhow!("bad provider {provider}")))?,
+        capabilities: serde_json::from_str(&caps).map_err(|e| Error::Unexpected(e.into()))?,
+        settings: serde_json::from_str(&settings).map_err(|e| Error::Unexpected(e.into()))?,
+        last_test: last_test.and_then(|t| serde_json::from_str(&t).ok()),
+        id,
+        name,
+        secret_ref,
+        generation,
+        created_at,
+        updated_at,
+    })
+}
+
+const SELECT: &str = "SELECT id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at, last_test FROM connections";
+
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || " ._-".contains(c)) && !name.starts_with(' ') && !name.ends_with(' ');
+    if ok {
+        Ok(())
+    } else {
+        Err("use 1–64 characters: letters, digits, spaces, '.', '_' or '-'".into())
+    }
+}
+
+struct Validated {
+    name: String,
+    provider: Provider,
+    capabilities: Vec<Capability>,
+    settings: Settings,
+}
+
+fn validate(input: &ConnectionInput, provider: Option<Provider>, errors: &mut FieldErrors) -> Option<Validated> {
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    if let Err(why) = validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let provider = provider.or_else(|| {
+        let p = input.provider.as_deref().and_then(Provider::parse);
+        if p.is_none() {
+            errors.insert("provider".into(), "choose POSTGRESQL, MYSQL, MARIADB, AWS_S3 or MINIO".into());
+        }
+        p
+    })?;
+    let mut capabilities: Vec<Capability> = Vec::new();
+    match &input.capabilities {
+        None => capabilities.push(if provider.is_object_storage() { Capability::Destination } else { Capability::Source }),
+        Some(list) => {
+            for c in list {
+                match Capability::parse(c) {
+                    Some(c) if !capabilities.contains(&c) => capabilities.push(c),
+                    Some(_) => {}
+                    None => {
+                        errors.insert("capabilities".into(), format!("{c:?} is not a capability; use SOURCE and/or DESTINATION"));
+                    }
+                }
+            }
+            if list.is_empty() {
+                errors.insert("capabilities".into(), "choose SOURCE, DESTINATION or both".into());
+            }
+        }
+    }
+    capabilities.sort();
+    if provider.is_object_storage() && capabilities.contains(&Capability::Source) {
+        errors.insert("capabilities".into(), format!("{} is destination-only: object storage receives CDC exports and is never a capture source", provider.label()));
+    }
+    let empty = Map::new();
+    let raw = input.settings.as_ref().unwrap_or(&empty);
+    let settings = if provider.is_object_storage() {
+        Settings::ObjectStorage(parse_object_storage(provider, raw, errors))
+    } else {
+        Settings::Database(parse_database(provider, &capabilities, &name, raw, errors))
+    };
+    Some(Validated { name, provider, capabilities, settings })
+}
+
+async fn view(store: &SecretStore, c: Connection) -> Result<ConnectionView> {
+    let secret_fields_set = store.fields_set(&c.secret_ref).await?;
+    let warnings = settings::warnings(c.provider, &c.settings);
+    Ok(ConnectionView { connection: c, secret_fields_set, warnings })
+}
+
+/// The audit summary: settings are not secret; secret fields only by name.
+fn summary(c: &Connection, secret_fields: &[String]) -> Value {
+    json!({"name": c.name, "provider": c.provider, "capabilities": c.capabilities, "settings": c.settings, "secret_fields_set": secret_fields})
+}
+
+async fn name_taken(pool: &SqlitePool, name: &str, except_id: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE name = ? AND id <> ?").bind(name).bind(except_id).fetch_one(pool).await?;
+    Ok(n > 0)
+}
+
+/// MySQL/MariaDB server ids must be unique across the replication topology; across our own
+/// connections is what we can check.
+async fn server_id_taken(pool: &SqlitePool, settings: &Settings, except_id: &str) -> Result<bool> {
+    let Settings::Database(d) = settings else { return Ok(false) };
+    let Some(id) = d.server_id else { return Ok(false) };
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE json_extract(settings, '$.server_id') = ? AND id <> ?")
+        .bind(i64::from(id))
+        .bind(except_id)
+        .fetch_one(pool)
+        .await?;
+    Ok(n > 0)
+}
+
+pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &ConnectionInput) -> Result<ConnectionView> {
+    who.require(Role::Admin, "manage connections")?;
+    let mut errors = FieldErrors::new();
+    let validated = validate(input, None, &mut errors);
+    let secrets = match &validated {
+        Some(v) => parse_secrets(v.provider, input.secrets.as_ref().unwrap_or(&Map::new()), true, &mut errors),
+        None => BTreeMap::new(),
+    };
+    Error::check(errors)?;
+    let Some(v) = validated else { return Err(Error::field("provider", "required")) };
+    if name_taken(pool, &v.name, "").await? {
+        return Err(Error::Conflict(format!("a connection named {:?} already exists; choose another name", v.name)));
+    }
+    if server_id_taken(pool, &v.settings, "").await? {
+        return Err(Error::field("settings.server_id", "another connection uses this server id; choose a unique one"));
+    }
+    let now = crate::time::now();
+    let conn = Connection {
+        id: format!("con_{}", uuid::Uuid::new_v4().simple()),
+        name: v.name,
+        provider: v.provider,
+        capabilities: v.capabilities,
+        settings: v.settings,
+        secret_ref: new_ref(),
+        generation: 1,
+        created_at: now.clone(),
+        updated_at: now,
+        last_test: None,
+    };
+    let mut tx = pool.begin().await?;
+    let fields: Vec<String> = secrets.keys().cloned().collect();
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.create", target_kind: "connection", target_id: &conn.id, outcome: Outcome::Success, summary: summary(&conn, &fields) }).await?;
+    sqlx::query("INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)")
+        .bind(&conn.id)
+        .bind(&conn.name)
+        .bind(conn.provider.as_str())
+        .bind(json!(conn.capabilities).to_string())
+        .bind(json!(conn.settings).to_string())
+        .bind(&conn.secret_ref)
+        .bind(&conn.created_at)
+        .bind(&conn.updated_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a connection named {:?} already exists", conn.name)) } else { e.into() })?;
+    store.put(&mut tx, &conn.secret_ref, &secrets).await?;
+    tx.commit().await?;
+    view(store, conn).await
+}
+
+pub async fn list(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Result<Vec<ConnectionView>> {
+    who.require(Role::Viewer, "see connections")?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.push(view(store, from_row(r)?).await?);
+    }
+    Ok(out)
+}
+
+pub async fn load(pool: &SqlitePool, id: &str) -> Result<Connection> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?;
+    from_row(row.ok_or_else(|| Error::NotFound(format!("connection {id}")))?)
+}
+
+pub async fn get(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<ConnectionView> {
+    who.require(Role::Viewer, "see connections")?;
+    view(store, load(pool, id).await?).await
+}
+
+/// Changes name, capabilities and settings (merged key by key; `null` removes a key), and
+/// optionally replaces some secret fields. The provider cannot change and `secret_ref` never does.
+pub async fn update(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, patch: &ConnectionInput) -> Result<ConnectionView> {
+    who.require(Role::Admin, "manage connections")?;
+    let current = load(pool, id).await?;
+    let mut errors = FieldErrors::new();
+    if patch.provider.as_deref().is_some_and(|p| Provider::parse(p) != Some(current.provider)) {
+        errors.insert("provider".into(), "the provider of a connection cannot change; create a new connection".into());
+    }
+    let mut merged = match serde_json::to_value(&current.settings) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    for (k, v) in patch.settings.clone().unwrap_or_default() {
+        if v.is_null() {
+            merged.remove(&k);
+        } else {
+            merged.insert(k, v);
+        }
+    }
+    let input = ConnectionInput {
+        name: Some(patch.name.clone().unwrap_or_else(|| current.name.clone())),
+        provider: None,
+        capabilities: Some(patch.capabilities.clone().unwrap_or_else(|| current.capabilities.iter().map(|c| json!(c).as_str().unwrap_or_default().to_string()).collect())),
+        settings: Some(merged),
+        secrets: None,
+    };
+    let validated = validate(&input, Some(current.provider), &mut errors);
+    let secrets = parse_secrets(current.provider, patch.secrets.as_ref().unwrap_or(&Map::new()), false, &mut errors);
+    Error::check(errors)?;
+    let Some(v) = validated else { return Err(Error::Unexpected(anyhow::anyhow!("validation lost the provider"))) };
+    if name_taken(pool, &v.name, id).await? {
+        return Err(Error::Conflict(format!("a connection named {:?} already exists; choose another name", v.name)));
+    }
+    if server_id_taken(pool, &v.settings, id).await? {
+        return Err(Error::field("settings.server_id", "another connection uses this server id; choose a unique one"));
+    }
+    let updated = Connection { name: v.name, capabilities: v.capabilities, settings: v.settings, generation: current.generation + 1, updated_at: crate::time::now(), ..current };
+    let mut tx = pool.begin().await?;
+    let replaced: Vec<String> = secrets.keys().cloned().collect();
+    let mut sum = summary(&updated, &replaced);
+    sum["secret_fields_replaced"] = json!(replaced);
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.update", target_kind: "connection", target_id: &updated.id, outcome: Outcome::Success, summary: sum }).await?;
+    sqlx::query("UPDATE connections SET name = ?, capabilities = ?, settings = ?, generation = ?, updated_at = ? WHERE id = ?")
+        .bind(&updated.name)
+        .bind(json!(updated.capabilities).to_string())
+        .bind(json!(updated.settings).to_string())
+        .bind(updated.generation)
+        .bind(&updated.updated_at)
+        .bind(&updated.id)
+        .execute(&mut *tx)
+        .await?;
+    store.put(&mut tx, &updated.secret_ref, &secrets).await?;
+    tx.commit().await?;
+    view(store, updated).await
+}
+
+/// Replaces the credentials: every required secret field must be given; optional ones not
+/// given are removed. `secret_ref` stays, so deployed connector configs keep resolving after
+/// their tasks restart.
+pub async fn rotate(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, secrets: &Map<String, Value>) -> Result<ConnectionView> {
+    who.require(Role::Admin, "rotate credentials")?;
+    let current = load(pool, id).await?;
+    let mut errors = FieldErrors::new();
+    let values = parse_secrets(current.provider, secrets, true, &mut errors);
+    Error::check(errors)?;
+    let mut tx = pool.begin().await?;
+    let fields: Vec<String> = values.keys().cloned().collect();
+    audit::record(
+        &mut tx,
+        Entry { actor: who.into(), action: "connection.rotate", target_kind: "connection", target_id: id, outcome: Outcome::Success, summary: json!({"name": current.name, "secret_ref": current.secret_ref, "secret_fields_set": fields}) },
+    )
+    .await?;
+    for (field, _) in settings::secret_fields(current.provider) {
+        if !values.contains_key(*field) {
+            store.remove(&mut tx, &current.secret_ref, field).await?;
+        }
+    }
+    store.put(&mut tx, &current.secret_ref, &values).await?;
+    sqlx::query("UPDATE connections SET generation = generation + 1, updated_at = ? WHERE id = ?").bind(crate::time::now()).bind(id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    view(store, load(pool, id).await?).await
+}
+
+/// What uses a connection; deleting it is refused while this is not empty.
+pub async fn used_by(_pool: &SqlitePool, _id: &str) -> Result<Vec<String>> {
+    // Pipelines and deliveries add their references here as they are built.
+    Ok(Vec::new())
+}
+
+pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+    who.require(Role::Admin, "manage connections")?;
+    let current = load(pool, id).await?;
+    let users = used_by(pool, id).await?;
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!("connection {} is used by {}; delete or change those first", current.name, users.join(", "))));
+    }
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.delete", target_kind: "connection", target_id: id, outcome: Outcome::Success, summary: json!({"name": current.name, "provider": current.provider}) }).await?;
+    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?").bind(&current.secret_ref).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM connections WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// How long a whole connection test may take before it is reported as timed out.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Runs the provider's checks off the request's task, under a deadline; stores and audits
+/// the (sanitized) report.
+pub async fn test(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<TestReport> {
+    who.require(Role::Operator, "test connections")?;
+    let conn = load(pool, id).await?;
+    let secrets = store.get_all(&conn.secret_ref).await?;
+    let started = Instant::now();
+    let provider = conn.provider;
+    let task_conn = conn.clone();
+    let job = tokio::spawn(async move { adapter(provider).test(&task_conn, &secrets).await });
+    let checks = match tokio::time::timeout(TEST_TIMEOUT, job).await {
+        Ok(Ok(checks)) => checks,
+        Ok(Err(join)) => vec![Check::fail("test", format!("the test stopped unexpectedly: {join}"), "see the server log")],
+        Err(_) => vec![Check::fail("test", format!("no answer within {} s", TEST_TIMEOUT.as_secs()), "check that the endpoint is reachable from the ClueCDC host and not blocked by a firewall")],
+    };
+    let report = TestReport {
+        ok: checks.iter().all(|c| c.status != CheckStatus::Fail),
+        checks,
+        tested_at: crate::time::now(),
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connection.test",
+            target_kind: "connection",
+            target_id: id,
+            outcome: if report.ok { Outcome::Success } else { Outcome::Failure },
+            summary: json!({"name": conn.name, "checks": report.checks.iter().map(|c| json!({"name": c.name, "status": c.status})).collect::<Vec<_>>()}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE connections SET last_test_at = ?, last_test_ok = ?, last_test = ? WHERE id = ?")
+        .bind(&report.tested_at)
+        .bind(report.ok)
+        .bind(json!(report).to_string())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(report)
+}
+
+pub const DISCOVERY_LIMIT: usize = 2000;
+
+pub async fn discover(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Discovery> {
+    who.require(Role::Operator, "discover tables")?;
+    let conn = load(pool, id).await?;
+    if !conn.is_source() {
+        return Err(Error::Conflict(format!("connection {} is not a SOURCE; table discovery is for capture sources", conn.name)));
+    }
+    let secrets = store.get_all(&conn.secret_ref).await?;
+    let mut items = match tokio::time::timeout(Duration::from_secs(30), adapter(conn.provider).discover(&conn, &secrets, DISCOVERY_LIMIT + 1)).await {
+        Ok(r) => r?,
+        Err(_) => return Err(Error::Unavailable("table discovery took longer than 30 s; try again or check the database's load".into())),
+    };
+    let truncated = items.len() > DISCOVERY_LIMIT;
+    items.truncate(DISCOVERY_LIMIT);
+    Ok(Discovery { items, limit: DISCOVERY_LIMIT, truncated })
+}
+
+/// Makes a provider's error text safe to show and store: secret values and URL credentials
+/// replaced, length bounded.
+pub fn sanitize(message: &str, secrets: &BTreeMap<String, Secret<String>>) -> String {
+    let mut out = message.to_string();
+    for value in secrets.values() {
+        let v = value.expose();
+        if v.len() >= 3 {
+            out = out.replace(v.as_str(), "***");
+        }
+    }
+    // scheme://user:password@host → scheme://***@host
+    let mut cleaned = String::new();
+    let mut rest = out.as_str();
+    while let Some(pos) = rest.find("://") {
+        let (head, tail) = rest.split_at(pos + 3);
+        cleaned.push_str(head);
+        let end = tail.find(|c: char| c.is_whitespace() || c == '/' || c == '"').unwrap_or(tail.len());
+        let authority = &tail[..end];
+        if let Some(at) = authority.rfind('@') {
+            cleaned.push_str("***");
+            cleaned.push_str(&authority[at..]);
+        } else {
+            cleaned.push_str(authority);
+        }
+        rest = &tail[end..];
+    }
+    cleaned.push_str(rest);
+    let mut s: String = cleaned.chars().take(600).collect();
+    if cleaned.chars().count() > 600 {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_hides_secret_values_and_url_credentials() {
+        let mut secrets = BTreeMap::new();
+        secrets.insert("password".to_string(), Secret::new("p4ssw0rd!".to_string()));
+        let s = sanitize("auth failed for p4ssw0rd! at postgres://cdc:p4ssw0rd!@db:5432/x and http://ak:sk@minio:9000/b", &secrets);
+        assert!(!s.contains("p4ssw0rd"), "{s}");
+        assert!(!s.contains("ak:sk"), "{s}");
+        assert!(s.contains("postgres://***@db:5432/x"), "{s}");
+    }
+
+    #[test]
+    fn object_storage_is_destination_only() {
+        let mut e = FieldErrors::new();
+        let input = ConnectionInput { name: Some("s3".into()), provider: Some("MINIO".into()), capabilities: Some(vec!["SOURCE".into()]), ..Default::default() };
+        validate(&input, None, &mut e);
+        assert!(e["capabilities"].contains("destination-only"), "{e:?}");
+    }
+
+    #[test]
+    fn capabilities_default_by_kind_and_refuse_unknown_words() {
+        let mut e = FieldErrors::new();
+        let v = validate(&ConnectionInput { name: Some("pg".into()), provider: Some("POSTGRESQL".into()), settings: Some(serde_json::from_str(r#"{"host":"h","database":"d","user":"u"}"#).unwrap()), ..Default::default() }, None, &mut e).unwrap();
+        assert_eq!(v.capabilities, vec![Capability::Source]);
+        let mut e = FieldErrors::new();
+        validate(&ConnectionInput { name: Some("pg".into()), provider: Some("POSTGRESQL".into()), capabilities: Some(vec!["SINK".into()]), ..Default::default() }, None, &mut e);
+        assert!(e["capabilities"].contains("SOURCE and/or DESTINATION"));
+    }
+}

@@ -1,0 +1,125 @@
+//! AWS S3 and MinIO, as seed 000 describes the connection test: check the bucket, write a
+//! unique small probe under `.cluecdc/connection-tests/`, read it back and compare, delete it
+//! in a finally step. Never creates a bucket. Errors are sanitized before they leave.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use futures::future::BoxFuture;
+
+use super::settings::ObjectStorageSettings;
+use super::{sanitize, Adapter, Check, Connection, TableInfo};
+use crate::error::{Error, Result};
+use crate::secrets::Secret;
+
+pub struct ObjectStorage;
+
+pub const PROBE_DIR: &str = ".cluecdc/connection-tests/";
+
+/// An S3 client for a connection: the regional AWS endpoint, or the MinIO endpoint with
+/// path-style addressing. TLS verification is always on (the SDK offers no way off here).
+pub fn client(s: &ObjectStorageSettings, secrets: &BTreeMap<String, Secret<String>>) -> aws_sdk_s3::Client {
+    let get = |k: &str| secrets.get(k).map(|v| v.expose().clone());
+    let creds = Credentials::new(get("access_key_id").unwrap_or_default(), get("secret_access_key").unwrap_or_default(), get("session_token"), None, "cluecdc");
+    let timeouts = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(10))
+        .operation_timeout(Duration::from_secs(20))
+        .build();
+    let mut b = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(s.region.clone()))
+        .credentials_provider(creds)
+        .timeout_config(timeouts)
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(2))
+        .force_path_style(s.path_style);
+    if let Some(endpoint) = &s.endpoint {
+        b = b.endpoint_url(endpoint);
+    }
+    aws_sdk_s3::Client::from_conf(b.build())
+}
+
+/// (error code, sanitized message) of an SDK error.
+fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(e: &SdkError<E, R>, secrets: &BTreeMap<String, Secret<String>>) -> (String, String) {
+    let code = match e {
+        SdkError::ServiceError(s) => s.err().code().map(str::to_string),
+        _ => None,
+    };
+    let status = match e {
+        SdkError::ServiceError(s) => Some(format!("{:?}", s.raw())).and_then(|raw| raw.split("status: StatusCode(").nth(1).map(|r| r.chars().take_while(char::is_ascii_digit).collect::<String>())),
+        _ => None,
+    };
+    let message = match e {
+        SdkError::ServiceError(s) => s.err().message().map(str::to_string).unwrap_or_else(|| code.clone().unwrap_or_else(|| "the service refused the request".into())),
+        SdkError::TimeoutError(_) => "timed out".into(),
+        SdkError::DispatchFailure(_) => format!("could not reach the endpoint: {}", DisplayErrorContext(e)),
+        other => DisplayErrorContext(other).to_string(),
+    };
+    let code = code.or(status.map(|s| format!("HTTP {s}"))).unwrap_or_else(|| "error".into());
+    (code.clone(), sanitize(&format!("{code}: {message}"), secrets))
+}
+
+fn hint_for(code: &str, bucket: &str) -> String {
+    match code {
+        "NoSuchBucket" | "HTTP 404" | "NotFound" => format!("bucket {bucket} does not exist: create it yourself (ClueCDC never creates buckets) or fix the bucket name and region"),
+        "InvalidAccessKeyId" => "the access key id is unknown to the server: rotate the connection's credentials".into(),
+        "SignatureDoesNotMatch" => "the secret access key does not match the access key id: rotate the connection's credentials".into(),
+        "AccessDenied" | "HTTP 403" | "Forbidden" => format!("the credentials lack permission: grant s3:ListBucket on {bucket} and s3:PutObject, s3:GetObject, s3:DeleteObject on its objects"),
+        "ExpiredToken" | "TokenRefreshRequired" => "the session token expired: rotate the connection's credentials".into(),
+        "PermanentRedirect" | "AuthorizationHeaderMalformed" => "the region does not match the bucket's region".into(),
+        _ => "check the endpoint, region and network path from ClueCDC to the storage".into(),
+    }
+}
+
+impl Adapter for ObjectStorage {
+    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>> {
+        Box::pin(async move {
+            let Some(s) = conn.object_storage() else { return vec![] };
+            let client = client(s, secrets);
+            let mut checks = Vec::new();
+            match client.head_bucket().bucket(&s.bucket).send().await {
+                Ok(_) => checks.push(Check::pass("bucket", format!("bucket {} exists and is reachable", s.bucket))),
+                Err(e) => {
+                    let (code, msg) = describe(&e, secrets);
+                    checks.push(Check::fail("bucket", msg, hint_for(&code, &s.bucket)));
+                    return checks;
+                }
+            }
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let key = format!("{}{PROBE_DIR}{id}.txt", s.prefix);
+            let body = format!("ClueCDC connection test {id} at {}\n", crate::time::now()).into_bytes();
+            if let Err(e) = client.put_object().bucket(&s.bucket).key(&key).body(body.clone().into()).content_type("text/plain").send().await {
+                let (code, msg) = describe(&e, secrets);
+                checks.push(Check::fail("write probe", msg, hint_for(&code, &s.bucket)));
+                return checks;
+            }
+            checks.push(Check::pass("write probe", format!("wrote {} bytes to {key}", body.len())));
+            match client.get_object().bucket(&s.bucket).key(&key).send().await {
+                Ok(out) => match out.body.collect().await {
+                    Ok(bytes) if bytes.clone().into_bytes().as_ref() == body.as_slice() => checks.push(Check::pass("read back", "read the probe back; the bytes match")),
+                    Ok(_) => checks.push(Check::fail("read back", "the probe read back differs from what was written", "check for a proxy or gateway that rewrites objects")),
+                    Err(e) => checks.push(Check::fail("read back", sanitize(&e.to_string(), secrets), "check the network path to the storage")),
+                },
+                Err(e) => {
+                    let (code, msg) = describe(&e, secrets);
+                    checks.push(Check::fail("read back", msg, hint_for(&code, &s.bucket)));
+                }
+            }
+            // The finally step: whatever happened to the read, the probe is removed.
+            match client.delete_object().bucket(&s.bucket).key(&key).send().await {
+                Ok(_) => checks.push(Check::pass("delete probe", format!("deleted {key}"))),
+                Err(e) => {
+                    let (_, msg) = describe(&e, secrets);
+                    checks.push(Check::fail("delete probe", format!("could not delete the probe object {key}: {msg}"), format!("remove {key} by hand, and grant s3:DeleteObject so tests clean up after themselves")));
+                }
+            }
+            checks
+        })
+    }
+
+    fn discover<'a>(&'a self, conn: &'a Connection, _: &'a BTreeMap<String, Secret<String>>, _: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
+        Box::pin(async move { Err(Error::Conflict(format!("{} is object storage: it has no tables to discover", conn.name))) })
+    }
+}

@@ -1,0 +1,419 @@
+//! Connections: pages (list, create, detail with test/rotate/edit/delete) and
+//! `/api/v1/connections`. Both call the same service functions in `crate::connections`.
+
+use askama::Template;
+use poem::http::StatusCode;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Json, Path, Query};
+use poem::{handler, Body, Request, Response};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::error::{ApiResult, PageResult};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
+use super::paths;
+use crate::app::AppState;
+use crate::auth::{Principal, Role};
+use crate::connections::settings::{secret_fields, Settings};
+use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
+use crate::error::{Error, FieldErrors};
+
+// ---- JSON API -------------------------------------------------------------------------------
+
+#[handler]
+pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": connections::list(&state.pool, &state.inner.secrets, &who).await?})))
+}
+
+#[handler]
+pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<ConnectionInput>) -> ApiResult<Response> {
+    let created = connections::create(&state.pool, &state.inner.secrets, &who, &input).await?;
+    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(created).to_string()))
+}
+
+#[handler]
+pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(connections::get(&state.pool, &state.inner.secrets, &who, &id).await?))
+}
+
+#[handler]
+pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(input): Json<ConnectionInput>) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await?))
+}
+
+#[handler]
+pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    connections::delete(&state.pool, &who, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[handler]
+pub async fn api_test(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<TestReport>> {
+    Ok(Json(connections::test(&state.pool, &state.inner.secrets, &who, &id).await?))
+}
+
+#[derive(Deserialize)]
+pub struct RotateBody {
+    #[serde(default)]
+    secrets: Map<String, Value>,
+}
+
+#[handler]
+pub async fn api_rotate(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(body): Json<RotateBody>) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(connections::rotate(&state.pool, &state.inner.secrets, &who, &id, &body.secrets).await?))
+}
+
+#[handler]
+pub async fn api_tables(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<connections::Discovery>> {
+    Ok(Json(connections::discover(&state.pool, &state.inner.secrets, &who, &id).await?))
+}
+
+// ---- pages ----------------------------------------------------------------------------------
+
+/// A form field as the templates draw it.
+pub struct Field {
+    pub name: String,
+    pub label: &'static str,
+    pub value: String,
+    pub kind: &'static str,
+    pub hint: &'static str,
+    pub error: Option<String>,
+    pub options: Vec<&'static str>,
+}
+
+fn settings_fields(provider: Provider) -> Vec<(&'static str, &'static str, &'static str, &'static str, Vec<&'static str>)> {
+    // (key, label, input type, hint, options)
+    if provider.is_object_storage() {
+        let mut f = vec![
+            ("bucket", "Bucket", "text", "An existing bucket; ClueCDC never creates buckets.", vec![]),
+            ("region", "Region", "text", if provider == Provider::AwsS3 { "The bucket's region, e.g. eu-central-1." } else { "MinIO's default is us-east-1." }, vec![]),
+            ("prefix", "Key prefix", "text", "Optional, e.g. cdc/. Scopes every object this connection writes.", vec![]),
+        ];
+        if provider == Provider::Minio {
+            f.push(("endpoint", "Endpoint", "url", "Reachable from ClueCDC and Kafka Connect, e.g. http://minio:9000. Plain http is for isolated local fixtures only.", vec![]));
+        }
+        f
+    } else {
+        vec![
+            ("host", "Host", "text", "Hostname or IP address only.", vec![]),
+            ("port", "Port", "number", if provider == Provider::Postgresql { "Default 5432." } else { "Default 3306." }, vec![]),
+            ("database", "Database", "text", "", vec![]),
+            ("user", "User", "text", "For a source it needs replication rights; the Test button checks them.", vec![]),
+            ("tls_mode", "TLS", "select", "verify-full checks the server's certificate and name.", vec!["require", "verify-full", "verify-ca", "disable"]),
+            ("ca_certificate", "CA certificate (PEM)", "textarea", "Needed for verify-ca and verify-full.", vec![]),
+        ]
+    }
+}
+
+fn secret_labels(key: &str) -> &'static str {
+    match key {
+        "password" => "Password",
+        "access_key_id" => "Access key ID",
+        "secret_access_key" => "Secret access key",
+        "session_token" => "Session token (optional)",
+        _ => "Secret",
+    }
+}
+
+fn build_fields(provider: Provider, values: &Map<String, Value>, errors: &FieldErrors) -> (Vec<Field>, Vec<Field>) {
+    let settings = settings_fields(provider)
+        .into_iter()
+        .map(|(key, label, kind, hint, options)| Field {
+            name: format!("settings.{key}"),
+            label,
+            value: match values.get(key) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(v) => v.to_string(),
+            },
+            kind,
+            hint,
+            error: errors.get(&format!("settings.{key}")).cloned(),
+            options,
+        })
+        .collect();
+    let secrets = secret_fields(provider)
+        .iter()
+        .map(|(key, _)| Field { name: format!("secrets.{key}"), label: secret_labels(key), value: String::new(), kind: "password", hint: "", error: errors.get(&format!("secrets.{key}")).cloned(), options: vec![] })
+        .collect();
+    (settings, secrets)
+}
+
+/// Form bodies: repeated `capabilities`, `settings.<key>` and `secrets.<key>` become a
+/// `ConnectionInput`. Empty secret inputs mean "keep".
+pub fn input_from_form(body: &[u8]) -> ConnectionInput {
+    let mut input = ConnectionInput::default();
+    let mut caps = Vec::new();
+    let mut settings = Map::new();
+    let mut secrets = Map::new();
+    for (k, v) in url::form_urlencoded::parse(body) {
+        match k.as_ref() {
+            "name" => input.name = Some(v.into_owned()),
+            "provider" => input.provider = Some(v.into_owned()),
+            "capabilities" => caps.push(v.into_owned()),
+            key => {
+                if let Some(s) = key.strip_prefix("settings.") {
+                    if !v.is_empty() {
+                        settings.insert(s.to_string(), Value::String(v.into_owned()));
+                    }
+                } else if let Some(s) = key.strip_prefix("secrets.") {
+                    if !v.is_empty() {
+                        secrets.insert(s.to_string(), Value::String(v.into_owned()));
+                    }
+                }
+            }
+        }
+    }
+    input.capabilities = Some(caps);
+    input.settings = Some(settings);
+    input.secrets = Some(secrets);
+    input
+}
+
+#[derive(Template)]
+#[template(path = "connections/index.html")]
+struct ListPage {
+    layout: Layout,
+    items: Vec<ConnectionView>,
+    can_edit: bool,
+}
+
+#[handler]
+pub async fn page_list(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+    let items = connections::list(&state.pool, &state.inner.secrets, &who).await?;
+    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Connections", paths::CONNECTIONS, &who, jar), items, can_edit: who.role >= Role::Admin })
+}
+
+#[derive(Template)]
+#[template(path = "connections/form.html")]
+struct FormPage {
+    layout: Layout,
+    /// None for a new connection.
+    id: Option<String>,
+    name: String,
+    provider: Provider,
+    providers: [Provider; 5],
+    source: bool,
+    destination: bool,
+    settings: Vec<Field>,
+    secrets: Vec<Field>,
+    secrets_set: Vec<String>,
+    errors: FieldErrors,
+    message: Option<String>,
+}
+
+impl FormPage {
+    fn is_set(&self, field_name: &str) -> bool {
+        let key = field_name.trim_start_matches("secrets.");
+        self.secrets_set.iter().any(|s| s == key)
+    }
+}
+
+#[derive(Deserialize)]
+pub struct NewQuery {
+    provider: Option<String>,
+}
+
+#[handler]
+pub async fn page_new(who: Data<&Principal>, jar: &CookieJar, Query(q): Query<NewQuery>) -> PageResult<Response> {
+    who.require(Role::Admin, "manage connections")?;
+    let provider = q.provider.as_deref().and_then(Provider::parse).unwrap_or(Provider::Postgresql);
+    let (settings, secrets) = build_fields(provider, &Map::new(), &FieldErrors::new());
+    page_with_status(
+        StatusCode::OK,
+        &FormPage {
+            layout: Layout::new("New connection", paths::CONNECTIONS, &who, jar),
+            id: None,
+            name: String::new(),
+            provider,
+            providers: Provider::ALL,
+            source: !provider.is_object_storage(),
+            destination: provider.is_object_storage(),
+            settings,
+            secrets,
+            secrets_set: vec![],
+            errors: FieldErrors::new(),
+            message: None,
+        },
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn form_again(who: &Principal, jar: &CookieJar, id: Option<String>, input: &ConnectionInput, provider: Provider, errors: FieldErrors, message: Option<String>, secrets_set: Vec<String>) -> PageResult<Response> {
+    let caps = input.capabilities.clone().unwrap_or_default();
+    let (settings, secrets) = build_fields(provider, input.settings.as_ref().unwrap_or(&Map::new()), &errors);
+    page_with_status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &FormPage {
+            layout: Layout::new(if id.is_some() { "Edit connection" } else { "New connection" }, paths::CONNECTIONS, who, jar),
+            id,
+            name: input.name.clone().unwrap_or_default(),
+            provider,
+            providers: Provider::ALL,
+            source: caps.iter().any(|c| c == "SOURCE"),
+            destination: caps.iter().any(|c| c == "DESTINATION"),
+            settings,
+            secrets,
+            secrets_set,
+            errors,
+            message,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_create(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, body: Body) -> PageResult<Response> {
+    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+    let input = input_from_form(&bytes);
+    let provider = input.provider.as_deref().and_then(Provider::parse).unwrap_or(Provider::Postgresql);
+    match connections::create(&state.pool, &state.inner.secrets, &who, &input).await {
+        Ok(c) => {
+            set_flash(jar, &format!("Connection {} saved. Run Test to check it.", c.connection.name));
+            Ok(redirect(req, &format!("/connections/{}", c.connection.id)))
+        }
+        Err(Error::Invalid { fields, message }) => form_again(&who, jar, None, &input, provider, fields, Some(message), vec![]),
+        Err(Error::Conflict(message)) => form_again(&who, jar, None, &input, provider, [("name".to_string(), message.clone())].into(), Some(message), vec![]),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "connections/detail.html")]
+struct DetailPage {
+    layout: Layout,
+    c: ConnectionView,
+    settings: Vec<(String, String)>,
+    can_edit: bool,
+    can_test: bool,
+    secret_names: Vec<(&'static str, &'static str, bool)>,
+}
+
+fn settings_rows(s: &Settings) -> Vec<(String, String)> {
+    match serde_json::to_value(s) {
+        Ok(Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| (k, match v {
+                Value::String(s) if s.is_empty() => "—".to_string(),
+                Value::String(s) => s,
+                other => other.to_string(),
+            }))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+#[handler]
+pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let secret_names = secret_fields(c.connection.provider).iter().map(|(k, _)| (*k, secret_labels(k), c.secret_fields_set.iter().any(|s| s == k))).collect();
+    page_with_status(
+        StatusCode::OK,
+        &DetailPage {
+            layout: Layout::new(c.connection.name.clone(), paths::CONNECTIONS, &who, jar),
+            settings: settings_rows(&c.connection.settings),
+            can_edit: who.role >= Role::Admin,
+            can_test: who.role >= Role::Operator,
+            secret_names,
+            c,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_edit(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    who.require(Role::Admin, "manage connections")?;
+    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let values = match serde_json::to_value(&c.connection.settings) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    let (settings, secrets) = build_fields(c.connection.provider, &values, &FieldErrors::new());
+    page_with_status(
+        StatusCode::OK,
+        &FormPage {
+            layout: Layout::new("Edit connection", paths::CONNECTIONS, &who, jar),
+            id: Some(c.connection.id.clone()),
+            name: c.connection.name.clone(),
+            provider: c.connection.provider,
+            providers: Provider::ALL,
+            source: c.connection.is_source(),
+            destination: c.connection.capabilities.contains(&connections::Capability::Destination),
+            settings,
+            secrets,
+            secrets_set: c.secret_fields_set.clone(),
+            errors: FieldErrors::new(),
+            message: None,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_update(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
+    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+    let mut input = input_from_form(&bytes);
+    who.require(Role::Admin, "manage connections")?;
+    let current = connections::load(&state.pool, &id).await?;
+    input.provider = None;
+    // The form sends every setting; blank ones are removed.
+    let mut settings = input.settings.take().unwrap_or_default();
+    for (key, ..) in settings_fields(current.provider) {
+        settings.entry(key.to_string()).or_insert(Value::Null);
+    }
+    input.settings = Some(settings);
+    match connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+        Ok(c) => {
+            set_flash(jar, &format!("Connection {} updated.", c.connection.name));
+            Ok(redirect(req, &format!("/connections/{id}")))
+        }
+        Err(Error::Invalid { fields, message }) => update_again(&state, &who, jar, id, &current, &bytes, fields, message).await,
+        Err(Error::Conflict(m)) => update_again(&state, &who, jar, id, &current, &bytes, [("name".to_string(), m.clone())].into(), m).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn update_again(state: &AppState, who: &Principal, jar: &CookieJar, id: String, current: &connections::Connection, body: &[u8], fields: FieldErrors, message: String) -> PageResult<Response> {
+    let set = state.inner.secrets.fields_set(&current.secret_ref).await.map_err(Error::Unexpected)?;
+    let mut shown = input_from_form(body);
+    shown.provider = Some(current.provider.as_str().into());
+    form_again(who, jar, Some(id), &shown, current.provider, fields, Some(message), set)
+}
+
+#[derive(Template)]
+#[template(path = "connections/test_partial.html")]
+struct TestResult {
+    report: TestReport,
+}
+
+/// The Test button's target: runs the checks and answers the results fragment.
+#[handler]
+pub async fn page_test(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> PageResult<Response> {
+    let report = connections::test(&state.pool, &state.inner.secrets, &who, &id).await?;
+    page_with_status(StatusCode::OK, &TestResult { report })
+}
+
+#[handler]
+pub async fn page_rotate(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
+    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+    let input = input_from_form(&bytes);
+    match connections::rotate(&state.pool, &state.inner.secrets, &who, &id, input.secrets.as_ref().unwrap_or(&Map::new())).await {
+        Ok(_) => {
+            set_flash(jar, "Credentials replaced; the secret reference is unchanged. Restart affected connector tasks to pick them up.");
+            Ok(redirect(req, &format!("/connections/{id}")))
+        }
+        Err(Error::Invalid { message, .. }) => {
+            set_flash(jar, &format!("Credentials not replaced: {message}"));
+            Ok(redirect(req, &format!("/connections/{id}")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[handler]
+pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    who.require(Role::Admin, "manage connections")?;
+    let c = connections::load(&state.pool, &id).await?;
+    connections::delete(&state.pool, &who, &id).await?;
+    set_flash(jar, &format!("Connection {} deleted.", c.name));
+    Ok(redirect(req, paths::CONNECTIONS))
+}
