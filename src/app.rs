@@ -43,6 +43,7 @@ pub struct Application {
     acceptor: TcpAcceptor,
     local_addr: SocketAddr,
     state: AppState,
+    leak_scan_interval: Duration,
 }
 
 impl Application {
@@ -81,7 +82,7 @@ impl Application {
                 "no user exists yet: open the setup URL to create the first admin, or run `cluecdc user create --name NAME --role admin`"
             );
         }
-        Ok(Self { acceptor, local_addr, state })
+        Ok(Self { acceptor, local_addr, state, leak_scan_interval: Duration::from_secs(settings.leak_scan_interval.max(1) as u64) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -94,11 +95,21 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then lets in-flight requests finish within a deadline.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        // One shutdown signal: the HTTP server and every background task follow it.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let leak_scan = crate::monitor::leaks::spawn(self.state.pool.clone(), self.state.inner.clone(), self.leak_scan_interval, stop_rx);
         let routes = web::routes(self.state.clone());
+        let signal = async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        };
         Server::new_with_acceptor(self.acceptor)
-            .run_with_graceful_shutdown(routes, shutdown, Some(SHUTDOWN_GRACE))
+            .run_with_graceful_shutdown(routes, signal, Some(SHUTDOWN_GRACE))
             .await
             .context("HTTP server failed")?;
+        if tokio::time::timeout(SHUTDOWN_GRACE, leak_scan).await.is_err() {
+            tracing::warn!(task = "leak scan", "background task did not stop in time");
+        }
         self.state.pool.close().await;
         tracing::info!("shut down cleanly");
         Ok(())

@@ -135,3 +135,40 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Re-encrypt every stored secret under a new master key. A running server keeps reading
+    /// throughout: it reloads the key file when it changes. Needs a key file (the embedded
+    /// default `<data-dir>/master.key`, or CLUECDC_MASTER_KEY_FILE).
+    Rotate {
+        #[command(flatten)]
+        data: DataSettings,
+    },
+}
+
+pub async fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
+    match cmd {
+        KeysCommand::Rotate { data } => {
+            let pool = app::open_database(&data).await?;
+            let rotation = crate::secrets::store::rotate_master_key(&pool, &data).await?;
+            let mut tx = pool.begin().await?;
+            crate::audit::record(
+                &mut tx,
+                crate::audit::Entry {
+                    actor: (&Principal::cli()).into(),
+                    action: "keys.rotate",
+                    target_kind: "master_key",
+                    target_id: &rotation.new,
+                    outcome: crate::audit::Outcome::Success,
+                    summary: serde_json::json!({"old_keys": rotation.old, "new_key": rotation.new, "re_encrypted": rotation.re_encrypted}),
+                },
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+            tx.commit().await?;
+            eprintln!("re-encrypted {} secret values under key {} (was {})", rotation.re_encrypted, rotation.new, rotation.old.join(", "));
+        }
+    }
+    Ok(())
+}

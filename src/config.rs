@@ -59,6 +59,10 @@ pub struct ServeSettings {
     #[arg(long, env = "CLUECDC_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
     pub session_max: i64,
 
+    /// How often Kafka Connect is read back for leaked secrets.
+    #[arg(long, env = "CLUECDC_LEAK_SCAN_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub leak_scan_interval: i64,
+
     #[command(flatten)]
     pub data: DataSettings,
 }

@@ -29,6 +29,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(cli::TokenCommand),
+    /// Manage the master key of the secret store.
+    #[command(subcommand)]
+    Keys(cli::KeysCommand),
     /// Print every HTTP route with who may call it, as JSON.
     Routes,
 }
@@ -51,6 +54,7 @@ async fn main() -> std::process::ExitCode {
         Some(Command::Migrate(data)) => migrate(data).await,
         Some(Command::User(cmd)) => cli::user(cmd).await,
         Some(Command::Token(cmd)) => cli::token(cmd).await,
+        Some(Command::Keys(cmd)) => cli::keys(cmd).await,
         Some(Command::Routes) => {
             println!("{}", serde_json::to_string_pretty(&cluecdc::web::route_infos()).unwrap_or_default());
             Ok(())

@@ -3,6 +3,7 @@
 //! test, or to scan Connect for leaks).
 
 pub mod keyring;
+pub mod resolve;
 pub mod store;
 
 use std::fmt;

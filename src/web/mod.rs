@@ -5,9 +5,11 @@
 //! access tests walk it. Each route declares who may call it; the guard enforces sign-in and
 //! CSRF, the service layer enforces the role.
 
+mod alerts;
 mod assets;
 mod audit;
 mod auth;
+mod clusters;
 mod connections;
 pub mod error;
 mod health;
@@ -35,6 +37,8 @@ use crate::app::AppState;
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Public,
+    /// A Connect cluster's config provider token (the secret-resolution endpoint only).
+    ConnectProvider,
     Viewer,
     Operator,
     Admin,
@@ -82,6 +86,8 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::GET, HOME, Viewer, "overview page", home::page),
         r(M::GET, SYSTEM_STATUS, Viewer, "server status fragment", home::system_status),
         r(M::GET, AUDIT, Viewer, "audit trail page", audit::page),
+        r(M::GET, ALERTS, Viewer, "alerts page", alerts::page),
+        r(M::GET, "/alerts/badge", Viewer, "firing-alerts badge fragment", alerts::badge),
         r(M::GET, USERS, Admin, "users page", users::page),
         r(M::POST, USERS, Admin, "create a user", users::create_form),
         r(M::POST, "/settings/users/:id/role", Admin, "change a user's role", users::set_role_form),
@@ -119,6 +125,13 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/api/v1/connections/:id/test", Operator, "test a connection", connections::api_test),
         r(M::POST, "/api/v1/connections/:id/rotate", Admin, "replace every secret field, keeping secret_ref", connections::api_rotate),
         r(M::GET, "/api/v1/connections/:id/tables", Operator, "discover a source's tables", connections::api_tables),
+        r(M::GET, "/api/v1/connect-clusters", Viewer, "list Connect clusters", clusters::api_list),
+        r(M::POST, "/api/v1/connect-clusters", Admin, "register a Connect cluster (returns its provider token once)", clusters::api_create),
+        r(M::GET, "/api/v1/connect-clusters/:id", Viewer, "a Connect cluster", clusters::api_get),
+        r(M::DELETE, "/api/v1/connect-clusters/:id", Admin, "forget a Connect cluster", clusters::api_delete),
+        r(M::POST, "/api/v1/connect-clusters/:id/provider-token", Admin, "issue a new config provider token (shown once)", clusters::api_provider_token),
+        r(M::POST, "/internal/v1/config-provider/resolve", ConnectProvider, "resolve ${cluecdc:ref:field} for a Connect worker", clusters::resolve),
+        r(M::GET, "/api/v1/alerts", Viewer, "alerts (state=firing for open ones)", alerts::api_list),
         r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
         r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),
     ]
@@ -143,10 +156,10 @@ pub fn routes(state: AppState) -> impl Endpoint {
 fn router() -> Route {
     let mut by_path: BTreeMap<&'static str, RouteMethod> = BTreeMap::new();
     for spec in route_table() {
-        let endpoint = if spec.access == Access::Public {
-            spec.endpoint
-        } else {
-            spec.endpoint.with(auth::RequireIdentity).boxed()
+        let endpoint = match spec.access {
+            Access::Public => spec.endpoint,
+            Access::ConnectProvider => spec.endpoint.with(clusters::RequireProviderToken).boxed(),
+            _ => spec.endpoint.with(auth::RequireIdentity).boxed(),
         };
         let methods = by_path.remove(spec.path).unwrap_or_default();
         by_path.insert(spec.path, methods.method(spec.method, endpoint));

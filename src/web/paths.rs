@@ -12,3 +12,4 @@ pub const AUDIT: &str = "/audit";
 pub const USERS: &str = "/settings/users";
 pub const TOKENS: &str = "/settings/tokens";
 pub const CONNECTIONS: &str = "/connections";
+pub const ALERTS: &str = "/alerts";

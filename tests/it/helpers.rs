@@ -281,3 +281,109 @@ pub fn concrete(path: &str) -> String {
         .collect::<Vec<_>>()
         .join("/")
 }
+
+// ---- the JSON API as an admin ---------------------------------------------------------------
+
+/// A running app with an admin API token: the way most domain tests drive ClueCDC.
+pub struct Api {
+    pub app: TestApp,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+pub fn admin_api() -> Api {
+    admin_api_with(&[])
+}
+
+pub fn admin_api_with(env: &[(&str, &str)]) -> Api {
+    let app = spawn_app_from(&binary(), tempfile::tempdir().unwrap(), env);
+    create_user(&app, "ada", "admin");
+    let token = create_token(&app, "ada", &[]);
+    let http = app.client();
+    Api { app, token, http }
+}
+
+impl Api {
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.app.url)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    }
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+    pub async fn patch(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+    /// Creates a connection and returns its JSON (panics with the error otherwise).
+    pub async fn connection(&self, body: serde_json::Value) -> serde_json::Value {
+        let (status, v) = self.post("/api/v1/connections", body).await;
+        assert_eq!(status, 201, "create connection: {v}");
+        v
+    }
+}
+
+// ---- a throwaway PostgreSQL cluster ---------------------------------------------------------
+
+/// A PostgreSQL cluster of its own (initdb in a temp dir, run as the postgres OS user), for
+/// tests that need server settings the shared stack must not change.
+pub struct TempPostgres {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+pub const TEMP_PG_USER: &str = "cdc_probe";
+pub const TEMP_PG_PASSWORD: &str = "temp-pg-password-1";
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn as_postgres(bin: &Path, tool: &str) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+    c
+}
+
+impl TempPostgres {
+    pub fn start(extra: &[&str]) -> TempPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL server binaries under /usr/lib/postgresql (Debian's postgresql package)")
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())
+            .unwrap();
+        let dir = tempfile::Builder::new().prefix("cluecdc-pg-").tempdir().unwrap();
+        let data = dir.path().join("data");
+        let _ = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
+        let out = as_postgres(&bin, "initdb").args(["-A", "trust", "-U", "postgres", "-D"]).arg(&data).output().unwrap();
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let port = free_port();
+        let opts = format!("-p {port} -c listen_addresses=127.0.0.1 -k {} {}", dir.path().display(), extra.join(" "));
+        let out = as_postgres(&bin, "pg_ctl").args(["-w", "-t", "60", "-D"]).arg(&data).args(["-l"]).arg(dir.path().join("pg.log")).args(["-o", &opts, "start"]).output().unwrap();
+        assert!(out.status.success(), "pg_ctl start: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let role = format!("CREATE ROLE {TEMP_PG_USER} LOGIN REPLICATION PASSWORD '{TEMP_PG_PASSWORD}'");
+        let db = format!("CREATE DATABASE probe OWNER {TEMP_PG_USER}");
+        let out = as_postgres(&bin, "psql").args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", &role, "-c", &db]).output().unwrap();
+        assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+        TempPostgres { port, dir, bin }
+    }
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        let _ = as_postgres(&self.bin, "pg_ctl").args(["-D"]).arg(self.dir.path().join("data")).args(["-m", "immediate", "stop"]).output();
+    }
+}

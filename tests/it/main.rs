@@ -5,4 +5,5 @@ mod helpers;
 
 mod access;
 mod app_smoke;
+mod connections;
 mod stack_smoke;

@@ -1,0 +1,164 @@
+//! Kafka Connect clusters ClueCDC talks to, and the per-cluster token its Connect config
+//! provider presents when it resolves `${cluecdc:<secret_ref>:<field>}` references.
+//! (Kafka clusters, health and plugin inventory join this module with the reconciler work.)
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::SqlitePool;
+
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{random_token, token_hash, Principal, Role};
+use crate::error::{Error, FieldErrors, Result};
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ConnectCluster {
+    pub id: String,
+    pub name: String,
+    pub url: String,
+    pub kafka_cluster_id: Option<String>,
+    pub managed_by: String,
+    /// When the current provider token was issued (the token itself is never stored).
+    pub provider_token_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConnectClusterInput {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub kafka_cluster_id: Option<String>,
+    pub managed_by: Option<String>,
+}
+
+/// The created cluster and its config provider token, shown this once.
+#[derive(Debug, Serialize)]
+pub struct WithToken {
+    #[serde(flatten)]
+    pub cluster: ConnectCluster,
+    pub provider_token: String,
+}
+
+/// The Connect cluster a config-provider request came from.
+#[derive(Debug, Clone)]
+pub struct ProviderIdentity {
+    pub cluster_id: String,
+    pub cluster_name: String,
+}
+
+const PROVIDER_TOKEN_PREFIX: &str = "cdcp_";
+
+pub fn validate_url(u: &str) -> std::result::Result<String, String> {
+    let url = url::Url::parse(u.trim()).map_err(|_| "write the Connect REST URL, e.g. http://connect:8083".to_string())?;
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return Err("the URL must start with http:// or https://".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("remove the user and password from the URL; basic auth is a separate setting".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("remove the query and fragment from the URL".into());
+    }
+    Ok(url.as_str().trim_end_matches('/').to_string())
+}
+
+fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    if let Err(why) = crate::connections::validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let url = match validate_url(input.url.as_deref().unwrap_or("")) {
+        Ok(u) => u,
+        Err(why) => {
+            errors.insert("url".into(), why);
+            String::new()
+        }
+    };
+    let managed_by = input.managed_by.clone().unwrap_or_else(|| "cluecdc".into());
+    if managed_by != "cluecdc" && managed_by != "strimzi" {
+        errors.insert("managed_by".into(), "choose cluecdc (ClueCDC deploys connectors) or strimzi (ClueCDC only observes)".into());
+    }
+    Error::check(errors)?;
+    Ok((name, url, managed_by))
+}
+
+const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, created_at, updated_at FROM connect_clusters";
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
+    who.require(Role::Viewer, "see Connect clusters")?;
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+}
+
+/// Every cluster, for background tasks that act as the system.
+pub async fn all(pool: &SqlitePool) -> Result<Vec<ConnectCluster>> {
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+}
+
+pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<ConnectCluster> {
+    who.require(Role::Viewer, "see Connect clusters")?;
+    sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?.ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
+}
+
+pub async fn create(pool: &SqlitePool, who: &Principal, input: &ConnectClusterInput) -> Result<WithToken> {
+    who.require(Role::Admin, "manage clusters")?;
+    let (name, url, managed_by) = validate(input)?;
+    let id = format!("cc_{}", uuid::Uuid::new_v4().simple());
+    let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.create", target_kind: "connect_cluster", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by}) }).await?;
+    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&name)
+        .bind(&url)
+        .bind(&input.kafka_cluster_id)
+        .bind(&managed_by)
+        .bind(token_hash(&token))
+        .bind(&now)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Connect cluster named {name:?} already exists")) } else { e.into() })?;
+    tx.commit().await?;
+    let cluster = get(pool, who, &id).await?;
+    Ok(WithToken { cluster, provider_token: token })
+}
+
+/// Issues a new provider token; the old one stops working at once.
+pub async fn rotate_provider_token(pool: &SqlitePool, who: &Principal, id: &str) -> Result<WithToken> {
+    who.require(Role::Admin, "manage clusters")?;
+    let cluster = get(pool, who, id).await?;
+    let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.provider_token", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": cluster.name}) }).await?;
+    sqlx::query("UPDATE connect_clusters SET provider_token_hash = ?, provider_token_at = ?, updated_at = ? WHERE id = ?")
+        .bind(token_hash(&token))
+        .bind(crate::time::now())
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(WithToken { cluster: get(pool, who, id).await?, provider_token: token })
+}
+
+pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+    who.require(Role::Admin, "manage clusters")?;
+    let cluster = get(pool, who, id).await?;
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.delete", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": cluster.name}) }).await?;
+    sqlx::query("DELETE FROM connect_clusters WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Resolves a provider token to its cluster; only the hash is compared.
+pub async fn resolve_provider_token(pool: &SqlitePool, token: &str) -> Result<Option<ProviderIdentity>> {
+    if !token.starts_with(PROVIDER_TOKEN_PREFIX) {
+        return Ok(None);
+    }
+    let row: Option<(String, String)> = sqlx::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = ?").bind(token_hash(token)).fetch_optional(pool).await?;
+    Ok(row.map(|(cluster_id, cluster_name)| ProviderIdentity { cluster_id, cluster_name }))
+}

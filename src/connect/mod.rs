@@ -1,0 +1,238 @@
+//! A thin typed client for the Kafka Connect REST API. Knows nothing of ClueCDC's tables.
+//! Timeouts on every call; 409 (rebalance in progress) retried with backoff; errors mapped to
+//! messages a person can act on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("Kafka Connect at {url} is unreachable: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("Kafka Connect answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("Kafka Connect is rebalancing; still busy after retries")]
+    Rebalancing,
+    #[error("unexpected answer from Kafka Connect: {0}")]
+    Decode(String),
+}
+
+impl ConnectError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ConnectError::Status { status: 404, .. })
+    }
+}
+
+#[derive(Clone)]
+pub struct ConnectClient {
+    base: String,
+    http: reqwest::Client,
+    auth: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ServerInfo {
+    pub version: String,
+    #[serde(default)]
+    pub commit: String,
+    #[serde(default)]
+    pub kafka_cluster_id: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct StateInfo {
+    pub state: String,
+    #[serde(default)]
+    pub worker_id: String,
+    #[serde(default)]
+    pub trace: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct TaskState {
+    pub id: i32,
+    pub state: String,
+    #[serde(default)]
+    pub worker_id: String,
+    #[serde(default)]
+    pub trace: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ConnectorStatus {
+    pub name: String,
+    pub connector: StateInfo,
+    #[serde(default)]
+    pub tasks: Vec<TaskState>,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ConnectorInfo {
+    pub name: String,
+    pub config: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tasks: Vec<Value>,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+}
+
+/// One entry of `GET /connectors?expand=status&expand=info`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Expanded {
+    pub status: Option<ConnectorStatus>,
+    pub info: Option<ConnectorInfo>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct TaskConfig {
+    pub id: Value,
+    pub config: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PluginInfo {
+    pub class: String,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub version: String,
+}
+
+impl ConnectClient {
+    pub fn new(base: &str, auth: Option<(String, String)>) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        ConnectClient { base: base.trim_end_matches('/').to_string(), http, auth }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<(u16, String), ConnectError> {
+        let mut delay = Duration::from_millis(250);
+        for attempt in 0..5 {
+            let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+            if let Some((u, p)) = &self.auth {
+                req = req.basic_auth(u, Some(p));
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let res = req.send().await.map_err(|e| ConnectError::Unreachable { url: self.base.clone(), reason: short(&e) })?;
+            let status = res.status().as_u16();
+            let text = res.text().await.unwrap_or_default();
+            if status == 409 && attempt < 4 {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(4));
+                continue;
+            }
+            if status == 409 {
+                return Err(ConnectError::Rebalancing);
+            }
+            if status >= 400 {
+                let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or_else(|| text.chars().take(300).collect());
+                return Err(ConnectError::Status { status, message });
+            }
+            return Ok((status, text));
+        }
+        Err(ConnectError::Rebalancing)
+    }
+
+    async fn get_json<T: for<'de> Deserialize<'de>>(&self, path: &str) -> Result<T, ConnectError> {
+        let (_, text) = self.send(reqwest::Method::GET, path, None).await?;
+        serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))
+    }
+
+    pub async fn server_info(&self) -> Result<ServerInfo, ConnectError> {
+        self.get_json("/").await
+    }
+
+    /// One call for every connector with its status and config (the reconciler's list).
+    pub async fn list_expanded(&self) -> Result<BTreeMap<String, Expanded>, ConnectError> {
+        self.get_json("/connectors?expand=status&expand=info").await
+    }
+
+    pub async fn task_configs(&self, name: &str) -> Result<Vec<TaskConfig>, ConnectError> {
+        self.get_json(&format!("/connectors/{}/tasks", enc(name))).await
+    }
+
+    pub async fn connector_config(&self, name: &str) -> Result<BTreeMap<String, String>, ConnectError> {
+        self.get_json(&format!("/connectors/{}/config", enc(name))).await
+    }
+
+    pub async fn status(&self, name: &str) -> Result<ConnectorStatus, ConnectError> {
+        self.get_json(&format!("/connectors/{}/status", enc(name))).await
+    }
+
+    pub async fn plugins(&self) -> Result<Vec<PluginInfo>, ConnectError> {
+        self.get_json("/connector-plugins?connectorsOnly=true").await
+    }
+
+    pub async fn put_config(&self, name: &str, config: &BTreeMap<String, String>) -> Result<(), ConnectError> {
+        self.send(reqwest::Method::PUT, &format!("/connectors/{}/config", enc(name)), Some(&serde_json::to_value(config).unwrap_or_default())).await.map(|_| ())
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<(), ConnectError> {
+        match self.send(reqwest::Method::DELETE, &format!("/connectors/{}", enc(name)), None).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    pub async fn restart(&self, name: &str, include_tasks: bool, only_failed: bool) -> Result<(), ConnectError> {
+        self.send(reqwest::Method::POST, &format!("/connectors/{}/restart?includeTasks={include_tasks}&onlyFailed={only_failed}", enc(name)), None).await.map(|_| ())
+    }
+
+    /// `true` when the deprecated `tasks-config` endpoint answers for this connector.
+    pub async fn has_tasks_config_endpoint(&self, name: &str) -> bool {
+        matches!(self.send(reqwest::Method::GET, &format!("/connectors/{}/tasks-config", enc(name)), None).await, Ok((200, _)))
+    }
+}
+
+fn enc(name: &str) -> String {
+    url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>().replace('+', "%20")
+}
+
+fn short(e: &reqwest::Error) -> String {
+    if e.is_connect() {
+        "connection refused or host unreachable".into()
+    } else if e.is_timeout() {
+        "timed out".into()
+    } else {
+        e.to_string().chars().take(200).collect()
+    }
+}
+
+/// Kafka versions before 4.0 still serve `GET /connectors/{name}/tasks-config` (deprecated by
+/// KIP-970, removed in 4.0), which returns task configurations as the connector produced them.
+pub fn version_serves_tasks_config(version: &str) -> bool {
+    let major: u32 = version.split('.').next().and_then(|m| m.trim().parse().ok()).unwrap_or(0);
+    major < 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_before_kafka_4_serve_the_tasks_config_endpoint() {
+        assert!(version_serves_tasks_config("3.9.1"));
+        assert!(version_serves_tasks_config("2.8.0"));
+        assert!(!version_serves_tasks_config("4.0.0"));
+        assert!(!version_serves_tasks_config("4.3.1"));
+    }
+
+    #[test]
+    fn connector_names_are_escaped_in_paths() {
+        assert_eq!(enc("a b/c"), "a%20b%2Fc");
+    }
+}

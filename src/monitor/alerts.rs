@@ -1,0 +1,77 @@
+//! Alerts: one firing row per (kind, subject) until it resolves; history is kept.
+
+use serde::Serialize;
+use sqlx::SqlitePool;
+
+use crate::auth::{Principal, Role};
+use crate::error::Result;
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Alert {
+    pub id: i64,
+    pub kind: String,
+    pub subject: String,
+    pub severity: String,
+    pub message: String,
+    pub state: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub resolved_at: Option<String>,
+}
+
+/// Opens an alert, or refreshes the open one for the same kind and subject.
+pub async fn fire(pool: &SqlitePool, kind: &str, subject: &str, severity: &str, message: &str) -> Result<()> {
+    let now = crate::time::now();
+    let updated = sqlx::query("UPDATE alerts SET last_seen = ?, message = ?, severity = ? WHERE kind = ? AND subject = ? AND state = 'firing'")
+        .bind(&now)
+        .bind(message)
+        .bind(severity)
+        .bind(kind)
+        .bind(subject)
+        .execute(pool)
+        .await?;
+    if updated.rows_affected() == 0 {
+        tracing::warn!(kind, subject, "alert firing");
+        sqlx::query("INSERT INTO alerts (kind, subject, severity, message, state, first_seen, last_seen) VALUES (?, ?, ?, ?, 'firing', ?, ?)")
+            .bind(kind)
+            .bind(subject)
+            .bind(severity)
+            .bind(message)
+            .bind(&now)
+            .bind(&now)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Resolves open alerts of `kind` whose subject starts with `scope` and is not in `still`.
+pub async fn resolve_absent(pool: &SqlitePool, kind: &str, scope: &str, still: &[String]) -> Result<()> {
+    let open: Vec<(i64, String)> = sqlx::query_as("SELECT id, subject FROM alerts WHERE kind = ? AND state = 'firing' AND substr(subject, 1, length(?)) = ?")
+        .bind(kind)
+        .bind(scope)
+        .bind(scope)
+        .fetch_all(pool)
+        .await?;
+    for (id, subject) in open {
+        if !still.contains(&subject) {
+            tracing::info!(kind, subject, "alert resolved");
+            sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?").bind(crate::time::now()).bind(id).execute(pool).await?;
+        }
+    }
+    Ok(())
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal, only_firing: bool) -> Result<Vec<Alert>> {
+    who.require(Role::Viewer, "see alerts")?;
+    let sql = if only_firing {
+        "SELECT * FROM alerts WHERE state = 'firing' ORDER BY severity, first_seen DESC"
+    } else {
+        "SELECT * FROM alerts ORDER BY state = 'resolved', last_seen DESC LIMIT 500"
+    };
+    Ok(sqlx::query_as(sql).fetch_all(pool).await?)
+}
+
+pub async fn firing_count(pool: &SqlitePool) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'").fetch_one(pool).await?)
+}

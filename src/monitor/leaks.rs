@@ -1,0 +1,136 @@
+//! The leak scan: reads back what Connect exposes (connector configs, task configs, status
+//! traces) and raises an alert when a stored secret value appears there. It also warns when a
+//! worker's version still serves the `tasks-config` endpoint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::SqlitePool;
+
+use super::alerts;
+use crate::connect::{version_serves_tasks_config, ConnectClient};
+use crate::secrets::store::SecretStore;
+
+/// Values shorter than this are not searched for: they would match by chance.
+pub const MIN_SECRET_LEN: usize = 6;
+
+pub const KIND_LEAK: &str = "secret_leak";
+pub const KIND_TASKS_CONFIG: &str = "connect_exposes_task_configs";
+
+/// One finding, described without the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub connector: String,
+    pub place: String,
+    pub connection: String,
+    pub field: String,
+}
+
+/// Searches `text` for any of the secrets; pure, for unit tests.
+pub fn find_in<'a>(text: &str, secrets: &'a [(String, String, String)]) -> Vec<&'a (String, String, String)> {
+    secrets.iter().filter(|(_, _, v)| v.len() >= MIN_SECRET_LEN && text.contains(v.as_str())).collect()
+}
+
+/// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
+/// reachability is reported elsewhere).
+pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usize> {
+    let refs: Vec<(String, String)> = sqlx::query_as("SELECT secret_ref, name FROM connections").fetch_all(pool).await?;
+    let names: std::collections::HashMap<String, String> = refs.into_iter().collect();
+    // (connection name, field, value): held only for this pass.
+    let secrets: Vec<(String, String, String)> = store
+        .all_values()
+        .await?
+        .into_iter()
+        .map(|(r, f, v)| (names.get(&r).cloned().unwrap_or(r), f, v.expose().clone()))
+        .collect();
+    let mut total = 0;
+    for cluster in crate::clusters::all(pool).await? {
+        let client = ConnectClient::new(&cluster.url, None);
+        let Ok(info) = client.server_info().await else { continue };
+        let scope = format!("{}/", cluster.name);
+        if version_serves_tasks_config(&info.version) {
+            alerts::fire(
+                pool,
+                KIND_TASKS_CONFIG,
+                &cluster.name,
+                "warning",
+                &format!("Kafka Connect {} on {} still serves GET /connectors/{{name}}/tasks-config, which can show connector task configurations with resolved secrets. Upgrade the workers to Kafka 4.0 or later, or block that path in front of the REST API.", info.version, cluster.name),
+            )
+            .await?;
+        } else {
+            alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
+        }
+        let Ok(expanded) = client.list_expanded().await else { continue };
+        let mut findings = Vec::new();
+        for (name, e) in &expanded {
+            let mut places: Vec<(String, String)> = Vec::new();
+            if let Some(info) = &e.info {
+                places.push(("connector config".into(), serde_json::to_string(&info.config).unwrap_or_default()));
+            }
+            if let Some(status) = &e.status {
+                places.push(("connector status trace".into(), status.connector.trace.clone().unwrap_or_default()));
+                for t in &status.tasks {
+                    places.push((format!("task {} status trace", t.id), t.trace.clone().unwrap_or_default()));
+                }
+            }
+            if let Ok(tasks) = client.task_configs(name).await {
+                places.push(("task configs".into(), serde_json::to_string(&tasks).unwrap_or_default()));
+            }
+            for (place, text) in places {
+                for (connection, field, _) in find_in(&text, &secrets) {
+                    findings.push(Finding { connector: name.clone(), place: place.clone(), connection: connection.clone(), field: field.clone() });
+                }
+            }
+        }
+        let mut subjects = Vec::new();
+        for f in &findings {
+            let subject = format!("{scope}{}", f.connector);
+            alerts::fire(
+                pool,
+                KIND_LEAK,
+                &subject,
+                "critical",
+                &format!(
+                    "The {} of connection {} appears in plain text in the {} of connector {} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
+                    f.field, f.connection, f.place, f.connector, cluster.name
+                ),
+            )
+            .await?;
+            subjects.push(subject);
+        }
+        alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
+        total += findings.len();
+    }
+    Ok(total)
+}
+
+/// Runs `scan` every `interval` until shutdown.
+pub fn spawn(pool: SqlitePool, state: Arc<crate::app::StateInner>, interval: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match scan(&pool, &state.secrets).await {
+                Ok(0) => tracing::debug!("leak scan: nothing found"),
+                Ok(n) => tracing::warn!(findings = n, "leak scan found stored secrets in Kafka Connect"),
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "leak scan failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        tracing::debug!("leak scan stopped");
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_values_long_enough_are_searched_for() {
+        let secrets = vec![("pg".to_string(), "password".to_string(), "hunter2-long".to_string()), ("s3".to_string(), "x".to_string(), "abc".to_string())];
+        assert_eq!(find_in(r#"{"database.password":"hunter2-long"}"#, &secrets).len(), 1);
+        assert!(find_in("abc abc abc", &secrets).is_empty());
+        assert!(find_in(r#"{"database.password":"${cluecdc:sec_1:password}"}"#, &secrets).is_empty());
+    }
+}

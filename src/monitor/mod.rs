@@ -1,0 +1,5 @@
+//! Background checks that turn observations into alerts. (Lag, slots, freshness and alert
+//! rules join this module with the monitoring work.)
+
+pub mod alerts;
+pub mod leaks;
