@@ -108,7 +108,7 @@ async fn a_postgres_source_with_wal_level_replica_gets_a_failing_check_that_says
 #[tokio::test]
 async fn the_stack_postgres_passes_as_source_and_destination_and_discovery_lists_keys() {
     let s = stack();
-    let admin = superuser_pg(&s).await;
+    let admin = pg_superuser(&s).await;
     let schema = format!("disc_{}", std::process::id());
     for sql in [
         format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
@@ -148,12 +148,6 @@ async fn the_stack_postgres_passes_as_source_and_destination_and_discovery_lists
     let (status, err) = api.get(&format!("/api/v1/connections/{}/tables", dest["id"].as_str().unwrap())).await;
     assert_eq!(status, 409, "discovery is for sources: {err}");
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
-}
-
-/// The stack's superuser on the source database, for fixtures the connector user may not create.
-async fn superuser_pg(s: &Stack) -> sqlx::PgPool {
-    let url = format!("postgres://{}:{}@{}:{}/{}", std::env::var("PG_SUPERUSER").unwrap(), std::env::var("PG_SUPERUSER_PASSWORD").unwrap(), s.pg_host, s.pg_port, s.pg_source_db);
-    sqlx::PgPool::connect(&url).await.unwrap()
 }
 
 #[tokio::test]

@@ -387,3 +387,80 @@ impl Drop for TempPostgres {
         let _ = as_postgres(&self.bin, "pg_ctl").args(["-D"]).arg(self.dir.path().join("data")).args(["-m", "immediate", "stop"]).output();
     }
 }
+
+// ---- Kafka Connect --------------------------------------------------------------------------
+
+/// The stack runs one Connect worker whose `cluecdc` config provider reads its target (URL and
+/// token) from one file; tests that point it at their own ClueCDC take this lock first.
+pub async fn provider_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+}
+
+/// Points the stack's Connect config provider at `api`'s ClueCDC: registers the stack's
+/// Connect cluster there and writes the provider file with its token.
+pub async fn point_connect_provider_at(api: &Api) -> serde_json::Value {
+    let s = stack();
+    let (status, cluster) = api.post("/api/v1/connect-clusters", serde_json::json!({"name": "stack", "url": s.connect_url})).await;
+    assert_eq!(status, 201, "{cluster}");
+    let token = cluster["provider_token"].as_str().unwrap();
+    let file = std::env::var("CLUECDC_PROVIDER_FILE").expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
+    let tmp = format!("{file}.tmp");
+    std::fs::write(&tmp, format!("url={}\ntoken={token}\n", api.app.url)).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    cluster
+}
+
+pub async fn connect_status(connect: &str, name: &str) -> Option<serde_json::Value> {
+    let res = reqwest::get(format!("{connect}/connectors/{name}/status")).await.ok()?;
+    if !res.status().is_success() {
+        return None;
+    }
+    res.json().await.ok()
+}
+
+/// Waits until the connector and all its tasks are RUNNING; panics with the last status.
+pub async fn wait_running(connect: &str, name: &str, within: Duration) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + within;
+    let mut last = serde_json::Value::Null;
+    while std::time::Instant::now() < deadline {
+        if let Some(st) = connect_status(connect, name).await {
+            let tasks = st["tasks"].as_array().cloned().unwrap_or_default();
+            if st["connector"]["state"] == "RUNNING" && !tasks.is_empty() && tasks.iter().all(|t| t["state"] == "RUNNING") {
+                return st;
+            }
+            last = st;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("connector {name} not RUNNING within {within:?}; last status: {last}")
+}
+
+pub async fn delete_connector(connect: &str, name: &str) {
+    let _ = reqwest::Client::new().delete(format!("{connect}/connectors/{name}")).send().await;
+}
+
+/// Runs SQL as the stack's PostgreSQL superuser on the source database.
+pub async fn pg_superuser(s: &Stack) -> sqlx::PgPool {
+    let url = format!(
+        "postgres://{}:{}@{}:{}/{}",
+        std::env::var("PG_SUPERUSER").unwrap(),
+        std::env::var("PG_SUPERUSER_PASSWORD").unwrap(),
+        s.pg_host,
+        s.pg_port,
+        s.pg_source_db
+    );
+    sqlx::PgPool::connect(&url).await.unwrap()
+}
+
+/// Drops a replication slot once nothing holds it (a stopping connector may for a moment).
+pub async fn drop_slot(pool: &sqlx::PgPool, slot: &str) {
+    for _ in 0..40 {
+        let r = sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active").bind(slot).execute(pool).await;
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_replication_slots WHERE slot_name = $1").bind(slot).fetch_one(pool).await.unwrap_or(0);
+        if r.is_ok() && left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -6,4 +6,5 @@ mod helpers;
 mod access;
 mod app_smoke;
 mod connections;
+mod secrets;
 mod stack_smoke;
