@@ -328,16 +328,13 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     // Someone pastes the value into a connector directly in Connect.
     put_connector(&s, &name, &json!({"connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector", "topics": format!("leak-{tag}"), "file": "/dev/null", "aws.secret.access.key": secret})).await;
     let subject = format!("stack/{name}");
-    let firing = |api: &Api| {
-        let subject = subject.clone();
-        async move {
-            let (_, alerts) = api.get("/api/v1/alerts?state=firing").await;
-            alerts["items"].as_array().unwrap().iter().find(|a| a["kind"] == "secret_leak" && a["subject"] == subject.as_str()).cloned()
-        }
-    };
+    async fn firing(api: &Api, subject: &str) -> Option<Value> {
+        let (_, alerts) = api.get("/api/v1/alerts?state=firing").await;
+        alerts["items"].as_array().unwrap().iter().find(|a| a["kind"] == "secret_leak" && a["subject"] == subject).cloned()
+    }
     let mut alert = None;
     for _ in 0..60 {
-        alert = firing(&api).await;
+        alert = firing(&api, &subject).await;
         if alert.is_some() {
             break;
         }
@@ -351,7 +348,7 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     let page = sign_in(&api.app, "ada", PASSWORD).await.client.get(format!("{}/alerts/badge", api.app.url)).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("alert"), "the header badge shows it: {page}");
     for _ in 0..60 {
-        if firing(&api).await.is_none() {
+        if firing(&api, &subject).await.is_none() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
