@@ -238,6 +238,14 @@ pub async fn page_new(who: Data<&Principal>, jar: &CookieJar, Query(q): Query<Ne
     )
 }
 
+/// The line above a form with errors: the details sit under each field.
+fn fields_summary(fields: &FieldErrors) -> String {
+    match fields.len() {
+        1 => "Fix the field marked below.".into(),
+        n => format!("Fix the {n} fields marked below."),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn form_again(who: &Principal, jar: &CookieJar, id: Option<String>, input: &ConnectionInput, provider: Provider, errors: FieldErrors, message: Option<String>, secrets_set: Vec<String>) -> PageResult<Response> {
     let caps = input.capabilities.clone().unwrap_or_default();
@@ -271,7 +279,10 @@ pub async fn page_create(req: &Request, state: Data<&AppState>, who: Data<&Princ
             set_flash(jar, &format!("Connection {} saved. Run Test to check it.", c.connection.name));
             Ok(redirect(req, &format!("/connections/{}", c.connection.id)))
         }
-        Err(Error::Invalid { fields, message }) => form_again(&who, jar, None, &input, provider, fields, Some(message), vec![]),
+        Err(Error::Invalid { fields, .. }) => {
+            let message = fields_summary(&fields);
+            form_again(&who, jar, None, &input, provider, fields, Some(message), vec![])
+        }
         Err(Error::Conflict(message)) => form_again(&who, jar, None, &input, provider, [("name".to_string(), message.clone())].into(), Some(message), vec![]),
         Err(e) => Err(e.into()),
     }
@@ -365,7 +376,10 @@ pub async fn page_update(req: &Request, state: Data<&AppState>, who: Data<&Princ
             set_flash(jar, &format!("Connection {} updated.", c.connection.name));
             Ok(redirect(req, &format!("/connections/{id}")))
         }
-        Err(Error::Invalid { fields, message }) => update_again(&state, &who, jar, id, &current, &bytes, fields, message).await,
+        Err(Error::Invalid { fields, .. }) => {
+            let message = fields_summary(&fields);
+            update_again(&state, &who, jar, id, &current, &bytes, fields, message).await
+        }
         Err(Error::Conflict(m)) => update_again(&state, &who, jar, id, &current, &bytes, [("name".to_string(), m.clone())].into(), m).await,
         Err(e) => Err(e.into()),
     }
@@ -407,6 +421,23 @@ pub async fn page_rotate(req: &Request, state: Data<&AppState>, who: Data<&Princ
         }
         Err(e) => Err(e.into()),
     }
+}
+
+#[derive(Template)]
+#[template(path = "connections/delete.html")]
+struct DeletePage {
+    layout: Layout,
+    c: ConnectionView,
+    used_by: Vec<String>,
+}
+
+/// Destructive actions ask first, on a page that says what will be lost.
+#[handler]
+pub async fn page_delete_confirm(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    who.require(Role::Admin, "manage connections")?;
+    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let used_by = connections::used_by(&state.pool, &id).await?;
+    page_with_status(StatusCode::OK, &DeletePage { layout: Layout::new(format!("Delete {}", c.connection.name), paths::CONNECTIONS, &who, jar), c, used_by })
 }
 
 #[handler]

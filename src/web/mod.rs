@@ -105,6 +105,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/connections/:id", Admin, "update a connection", connections::page_update),
         r(M::POST, "/connections/:id/test", Operator, "test a connection (results fragment)", connections::page_test),
         r(M::POST, "/connections/:id/rotate", Admin, "replace a connection's credentials", connections::page_rotate),
+        r(M::GET, "/connections/:id/delete", Admin, "confirm deleting a connection", connections::page_delete_confirm),
         r(M::POST, "/connections/:id/delete", Admin, "delete a connection", connections::page_delete),
         // JSON API
         r(M::GET, "/api/v1/openapi.json", Viewer, "this API's OpenAPI document", openapi::document),

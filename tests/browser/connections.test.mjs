@@ -1,0 +1,84 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, signIn } from './harness.mjs';
+
+let app, browser;
+before(async () => {
+  app = await startApp();
+  createUser(app, 'ada', 'admin');
+  browser = await launchBrowser();
+});
+after(async () => { await browser?.close(); await app?.stop(); });
+
+function stackEnv(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: run under scripts/test (it exports scripts/stack env)`);
+  return v;
+}
+
+test('an admin adds a MinIO connection, sees inline errors first, then tests it with progress and per-check results', async () => {
+  const page = await browser.newPage();
+  const errors = watchConsole(page);
+  await signIn(page, app, 'ada');
+  await page.getByRole('link', { name: 'Connections' }).click();
+  await page.getByRole('link', { name: 'New connection' }).click();
+  await page.getByLabel('Provider', { exact: true }).selectOption('MINIO');
+  await page.waitForURL(/provider=MINIO/);
+  await page.getByLabel('Name').fill('stack minio');
+  await page.getByLabel('Bucket').fill('Bad_Bucket');
+  await page.getByLabel('Endpoint').fill('http://user:pw@127.0.0.1:1');
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector('[id="f-settings.bucket-error"]');
+  assert.match(await page.locator('[id="f-settings.bucket-error"]').innerText(), /lowercase letters/);
+  assert.match(await page.locator('[id="f-settings.endpoint-error"]').innerText(), /credentials belong in the secret fields/);
+  assert.match(await page.locator('[id="f-secrets.access_key_id-error"]').innerText(), /required/);
+  assert.equal(await page.getByLabel('Name').inputValue(), 'stack minio', 'what was typed stays');
+  await screenshot(page, 'connection-invalid');
+
+  await page.getByLabel('Bucket').fill(stackEnv('S3_BUCKET'));
+  await page.getByLabel('Endpoint').fill(stackEnv('S3_ENDPOINT'));
+  await page.getByLabel('Access key ID').fill(stackEnv('S3_ACCESS_KEY'));
+  await page.getByLabel('Secret access key').fill(stackEnv('S3_SECRET_KEY'));
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector('h1:has-text("stack minio")');
+  assert.match(await page.locator('main').innerText(), /isolated local fixtures/, 'plain http is labelled');
+  const html = await page.content();
+  assert.ok(!html.includes(stackEnv('S3_SECRET_KEY')), 'the secret is never rendered');
+
+  await page.getByRole('button', { name: 'Test connection' }).click();
+  await page.waitForSelector('#test-result .state');
+  const result = await page.locator('#test-result').innerText();
+  assert.match(result, /All checks passed/);
+  for (const check of ['bucket', 'write probe', 'read back', 'delete probe']) assert.match(result, new RegExp(check));
+  await screenshot(page, 'connection-tested');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
+test('a viewer sees connections but no edit, test or delete controls', async () => {
+  createUser(app, 'vic', 'viewer');
+  const page = await browser.newPage();
+  await signIn(page, app, 'vic');
+  await page.goto(app.url + '/connections');
+  assert.equal(await page.getByRole('link', { name: 'New connection' }).count(), 0);
+  await page.getByRole('link', { name: 'stack minio' }).click();
+  assert.equal(await page.getByRole('button', { name: 'Test connection' }).count(), 0);
+  assert.equal(await page.getByRole('button', { name: /Delete/ }).count(), 0);
+  const res = await page.goto(app.url + '/connections/new');
+  assert.equal(res.status(), 403);
+  assert.match(await page.locator('main').innerText(), /your role \(viewer\) cannot manage connections/);
+});
+
+test('deleting a connection asks first on a page that says what will be lost', async () => {
+  const page = await browser.newPage();
+  await signIn(page, app, 'ada');
+  await page.goto(app.url + '/connections');
+  await page.getByRole('link', { name: 'stack minio' }).click();
+  await page.getByRole('link', { name: /Delete stack minio/ }).click();
+  assert.match(await page.locator('main').innerText(), /encrypted credentials/);
+  await screenshot(page, 'connection-delete-confirm');
+  await page.getByRole('link', { name: 'Keep it' }).click();
+  await page.getByRole('link', { name: /Delete stack minio/ }).click();
+  await page.getByRole('button', { name: 'Delete stack minio' }).click();
+  await page.waitForURL(app.url + '/connections');
+  assert.match(await page.locator('main').innerText(), /Connection stack minio deleted/);
+});
