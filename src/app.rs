@@ -33,7 +33,8 @@ pub struct AppState {
 
 pub struct StateInner {
     pub version: &'static str,
-    pub secrets: SecretStore,
+    pub secrets: Arc<SecretStore>,
+    pub reconciler: Arc<crate::reconcile::Handle>,
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
     pub login_limiter: LoginLimiter,
@@ -43,7 +44,7 @@ pub struct Application {
     acceptor: TcpAcceptor,
     local_addr: SocketAddr,
     state: AppState,
-    leak_scan_interval: Duration,
+    runtime: crate::config::RuntimeSettings,
 }
 
 impl Application {
@@ -52,7 +53,7 @@ impl Application {
         let pool = open_database(&settings.data).await?;
         let keyring = Keyring::load(&settings.data)?;
         tracing::info!(active_key = keyring.active().fingerprint(), "secret store ready");
-        let secrets = SecretStore::new(pool.clone(), keyring);
+        let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
         let acceptor = TcpListener::bind(settings.listen.to_string())
             .into_acceptor()
             .await
@@ -68,6 +69,7 @@ impl Application {
             inner: Arc::new(StateInner {
                 version: env!("CARGO_PKG_VERSION"),
                 secrets,
+                reconciler: Arc::new(crate::reconcile::Handle::default()),
                 sessions: Lifetimes { idle_secs: settings.session_idle, absolute_secs: settings.session_max },
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),
@@ -82,7 +84,7 @@ impl Application {
                 "no user exists yet: open the setup URL to create the first admin, or run `cluecdc user create --name NAME --role admin`"
             );
         }
-        Ok(Self { acceptor, local_addr, state, leak_scan_interval: Duration::from_secs(settings.leak_scan_interval.max(1) as u64) })
+        Ok(Self { acceptor, local_addr, state, runtime: settings.runtime.clone() })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -97,7 +99,7 @@ impl Application {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         // One shutdown signal: the HTTP server and every background task follow it.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let leak_scan = crate::monitor::leaks::spawn(self.state.pool.clone(), self.state.inner.clone(), self.leak_scan_interval, stop_rx);
+        let tasks = spawn_background(&self.state.pool, &self.state.inner, &self.runtime, "serve", stop_rx);
         let routes = web::routes(self.state.clone());
         let signal = async move {
             shutdown.await;
@@ -107,9 +109,7 @@ impl Application {
             .run_with_graceful_shutdown(routes, signal, Some(SHUTDOWN_GRACE))
             .await
             .context("HTTP server failed")?;
-        if tokio::time::timeout(SHUTDOWN_GRACE, leak_scan).await.is_err() {
-            tracing::warn!(task = "leak scan", "background task did not stop in time");
-        }
+        join_background(tasks).await;
         self.state.pool.close().await;
         tracing::info!("shut down cleanly");
         Ok(())
@@ -143,4 +143,46 @@ pub async fn shutdown_signal() {
         _ = ctrl_c => tracing::info!(signal = "SIGINT", "shutdown requested"),
         _ = terminate => tracing::info!(signal = "SIGTERM", "shutdown requested"),
     }
+}
+
+/// The background tasks `serve` and `worker` both run, by name.
+pub fn spawn_background(pool: &SqlitePool, inner: &Arc<StateInner>, runtime: &crate::config::RuntimeSettings, role: &str, stop: tokio::sync::watch::Receiver<bool>) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
+    let reconciler = crate::reconcile::Reconciler::new(pool.clone(), inner.secrets.clone(), runtime.reconciler(), inner.reconciler.clone(), crate::reconcile::holder_id(role));
+    vec![
+        ("reconciler", reconciler.spawn(stop.clone())),
+        ("leak scan", crate::monitor::leaks::spawn(pool.clone(), inner.clone(), Duration::from_secs(runtime.leak_scan_interval.max(1) as u64), stop)),
+    ]
+}
+
+/// Waits for each task to finish after the shutdown signal, within the deadline.
+pub async fn join_background(tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>) {
+    for (name, task) in tasks {
+        if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+            tracing::warn!(task = name, "background task did not stop in time");
+        }
+    }
+}
+
+/// `cluecdc worker`: the same background tasks as `serve`, without HTTP.
+pub async fn run_worker(settings: &crate::config::WorkerSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let pool = open_database(&settings.data).await?;
+    let keyring = Keyring::load(&settings.data)?;
+    let inner = Arc::new(StateInner {
+        version: env!("CARGO_PKG_VERSION"),
+        secrets: Arc::new(SecretStore::new(pool.clone(), keyring)),
+        reconciler: Arc::new(crate::reconcile::Handle::default()),
+        sessions: Lifetimes { idle_secs: 0, absolute_secs: 0 },
+        secure_cookies: false,
+        login_limiter: LoginLimiter::new(Limits::default()),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tasks = spawn_background(&pool, &inner, &settings.runtime, "worker", stop_rx);
+    tracing::info!("worker running: reconciler and monitors, no HTTP");
+    println!("ClueCDC worker running");
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    join_background(tasks).await;
+    pool.close().await;
+    tracing::info!("shut down cleanly");
+    Ok(())
 }

@@ -59,9 +59,72 @@ pub struct ServeSettings {
     #[arg(long, env = "CLUECDC_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
     pub session_max: i64,
 
+    #[command(flatten)]
+    pub runtime: RuntimeSettings,
+
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+/// Background work shared by `serve` and `worker`: the reconciler and the monitors.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeSettings {
     /// How often Kafka Connect is read back for leaked secrets.
     #[arg(long, env = "CLUECDC_LEAK_SCAN_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub leak_scan_interval: i64,
+
+    /// A reconcile pass at least this often (changes made in ClueCDC trigger one at once).
+    #[arg(long, env = "CLUECDC_RECONCILE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub reconcile_interval: i64,
+
+    /// How long the reconciler lease lasts without renewal (a crashed holder's runs out).
+    #[arg(long, env = "CLUECDC_LEASE_TTL", default_value = "15s", value_parser = parse_duration)]
+    pub lease_ttl: i64,
+
+    /// Restarts of a failing connector before ClueCDC stops and reports it.
+    #[arg(long, env = "CLUECDC_RESTART_MAX", default_value_t = 5)]
+    pub restart_max: u32,
+
+    /// First restart backoff; it doubles per attempt up to --restart-backoff-max, with jitter.
+    #[arg(long, env = "CLUECDC_RESTART_BACKOFF", default_value = "5s", value_parser = parse_duration)]
+    pub restart_backoff: i64,
+
+    #[arg(long, env = "CLUECDC_RESTART_BACKOFF_MAX", default_value = "5m", value_parser = parse_duration)]
+    pub restart_backoff_max: i64,
+
+    /// RUNNING this long without failures resets a connector's restart count.
+    #[arg(long, env = "CLUECDC_HEALTHY_WINDOW", default_value = "2m", value_parser = parse_duration)]
+    pub healthy_window: i64,
+
+    /// How often committed connector offsets are read (one call per connector).
+    #[arg(long, env = "CLUECDC_OFFSETS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub offsets_interval: i64,
+}
+
+impl RuntimeSettings {
+    pub fn reconciler(&self) -> crate::reconcile::Settings {
+        use std::time::Duration;
+        let secs = |s: i64| Duration::from_secs(s.max(1) as u64);
+        crate::reconcile::Settings {
+            interval: secs(self.reconcile_interval),
+            lease_ttl: secs(self.lease_ttl),
+            offsets_interval: secs(self.offsets_interval),
+            policy: crate::reconcile::policy::Policy {
+                max_restarts: self.restart_max,
+                base_backoff: secs(self.restart_backoff),
+                max_backoff: secs(self.restart_backoff_max),
+                healthy_window: secs(self.healthy_window),
+                restarts_per_pass: 5,
+            },
+        }
+    }
+}
+
+/// `cluecdc worker`: the reconciler and monitors without HTTP.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerSettings {
+    #[command(flatten)]
+    pub runtime: RuntimeSettings,
 
     #[command(flatten)]
     pub data: DataSettings,

@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Serve the web pages and the JSON API (the default).
     Serve(ServeSettings),
+    /// Run the reconciler and monitors without HTTP (alongside or instead of `serve`'s).
+    Worker(cluecdc::config::WorkerSettings),
     /// Create or upgrade the database schema and exit.
     Migrate(DataSettings),
     /// Manage users.
@@ -52,6 +54,7 @@ async fn main() -> std::process::ExitCode {
         None => serve(DefaultServe::parse_from(["cluecdc"]).settings).await,
         Some(Command::Serve(settings)) => serve(settings).await,
         Some(Command::Migrate(data)) => migrate(data).await,
+        Some(Command::Worker(settings)) => app::run_worker(&settings, app::shutdown_signal()).await,
         Some(Command::User(cmd)) => cli::user(cmd).await,
         Some(Command::Token(cmd)) => cli::token(cmd).await,
         Some(Command::Keys(cmd)) => cli::keys(cmd).await,

@@ -1,6 +1,6 @@
-//! Kafka Connect clusters ClueCDC talks to, and the per-cluster token its Connect config
-//! provider presents when it resolves `${cluecdc:<secret_ref>:<field>}` references.
-//! (Kafka clusters, health and plugin inventory join this module with the reconciler work.)
+//! Kafka Connect clusters: REST URL, optional basic auth, the Kafka cluster they use, who
+//! manages their connectors, observed health, and the per-cluster token their `cluecdc`
+//! config provider presents when it resolves `${cluecdc:<secret_ref>:<field>}` references.
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -19,6 +19,17 @@ pub struct ConnectCluster {
     pub managed_by: String,
     /// When the current provider token was issued (the token itself is never stored).
     pub provider_token_at: Option<String>,
+    pub basic_auth_user: Option<String>,
+    /// Holds `basic_auth_password` when basic auth is set.
+    pub secret_ref: Option<String>,
+    /// Version, workers and plugins as last observed (JSON).
+    pub health: Option<String>,
+    pub health_at: Option<String>,
+    /// The reconciler's last successful list call.
+    pub observed_at: Option<String>,
+    pub last_error: Option<String>,
+    #[serde(skip)]
+    pub next_attempt_at: Option<i64>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -29,6 +40,9 @@ pub struct ConnectClusterInput {
     pub url: Option<String>,
     pub kafka_cluster_id: Option<String>,
     pub managed_by: Option<String>,
+    pub basic_auth_user: Option<String>,
+    /// Write-only.
+    pub basic_auth_password: Option<crate::secrets::Secret<String>>,
 }
 
 /// The created cluster and its config provider token, shown this once.
@@ -83,7 +97,7 @@ fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
     Ok((name, url, managed_by))
 }
 
-const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, created_at, updated_at FROM connect_clusters";
+const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
     who.require(Role::Viewer, "see Connect clusters")?;
@@ -100,20 +114,33 @@ pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Connect
     sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?.ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
 }
 
-pub async fn create(pool: &SqlitePool, who: &Principal, input: &ConnectClusterInput) -> Result<WithToken> {
+pub async fn create(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, who: &Principal, input: &ConnectClusterInput) -> Result<WithToken> {
     who.require(Role::Admin, "manage clusters")?;
     let (name, url, managed_by) = validate(input)?;
+    if let Some(k) = &input.kafka_cluster_id {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?").bind(k).fetch_one(pool).await?;
+        if n == 0 {
+            return Err(Error::field("kafka_cluster_id", "no Kafka cluster has this id; register the Kafka cluster first"));
+        }
+    }
+    let user = input.basic_auth_user.clone().filter(|u| !u.trim().is_empty());
+    if user.is_some() != input.basic_auth_password.is_some() {
+        return Err(Error::field("basic_auth_password", "basic auth needs both basic_auth_user and basic_auth_password"));
+    }
+    let secret_ref = user.as_ref().map(|_| crate::secrets::store::new_ref());
     let id = format!("cc_{}", uuid::Uuid::new_v4().simple());
     let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.create", target_kind: "connect_cluster", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by}) }).await?;
-    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&name)
         .bind(&url)
         .bind(&input.kafka_cluster_id)
         .bind(&managed_by)
+        .bind(&user)
+        .bind(&secret_ref)
         .bind(token_hash(&token))
         .bind(&now)
         .bind(&now)
@@ -121,6 +148,9 @@ pub async fn create(pool: &SqlitePool, who: &Principal, input: &ConnectClusterIn
         .execute(&mut *tx)
         .await
         .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Connect cluster named {name:?} already exists")) } else { e.into() })?;
+    if let (Some(r), Some(pw)) = (&secret_ref, &input.basic_auth_password) {
+        store.put(&mut tx, r, &[("basic_auth_password".to_string(), pw.clone())].into()).await?;
+    }
     tx.commit().await?;
     let cluster = get(pool, who, &id).await?;
     Ok(WithToken { cluster, provider_token: token })
@@ -147,6 +177,10 @@ pub async fn rotate_provider_token(pool: &SqlitePool, who: &Principal, id: &str)
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
+    let used: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ?").bind(id).fetch_one(pool).await?;
+    if used > 0 {
+        return Err(Error::Conflict(format!("Connect cluster {} still has {used} connector(s) managed by ClueCDC; delete them first", cluster.name)));
+    }
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.delete", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": cluster.name}) }).await?;
     sqlx::query("DELETE FROM connect_clusters WHERE id = ?").bind(id).execute(&mut *tx).await?;
@@ -161,4 +195,45 @@ pub async fn resolve_provider_token(pool: &SqlitePool, token: &str) -> Result<Op
     }
     let row: Option<(String, String)> = sqlx::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = ?").bind(token_hash(token)).fetch_optional(pool).await?;
     Ok(row.map(|(cluster_id, cluster_name)| ProviderIdentity { cluster_id, cluster_name }))
+}
+
+/// What a Connect cluster looks like right now (also stored with its time).
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectHealth {
+    pub reachable: bool,
+    pub version: Option<String>,
+    pub kafka_cluster_id: Option<String>,
+    /// Distinct workers running this cluster's connectors and tasks.
+    pub workers: Vec<String>,
+    pub plugins: Vec<crate::connect::PluginInfo>,
+    pub error: Option<String>,
+}
+
+pub async fn client_for(store: &crate::secrets::store::SecretStore, c: &ConnectCluster) -> Result<crate::connect::ConnectClient> {
+    let auth = match (&c.basic_auth_user, &c.secret_ref) {
+        (Some(user), Some(r)) => store.get(r, "basic_auth_password").await?.map(|p| (user.clone(), p.expose().clone())),
+        _ => None,
+    };
+    Ok(crate::connect::ConnectClient::new(&c.url, auth))
+}
+
+pub async fn check_health(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, who: &Principal, id: &str) -> Result<ConnectHealth> {
+    let c = get(pool, who, id).await?;
+    let client = client_for(store, &c).await?;
+    let health = match client.server_info().await {
+        Err(e) => ConnectHealth { reachable: false, version: None, kafka_cluster_id: None, workers: vec![], plugins: vec![], error: Some(e.to_string()) },
+        Ok(info) => {
+            let plugins = client.plugins().await.unwrap_or_default();
+            let mut workers: Vec<String> = client
+                .list_expanded()
+                .await
+                .map(|m| m.values().filter_map(|e| e.status.as_ref()).flat_map(|s| std::iter::once(s.connector.worker_id.clone()).chain(s.tasks.iter().map(|t| t.worker_id.clone()))).filter(|w| !w.is_empty()).collect())
+                .unwrap_or_default();
+            workers.sort();
+            workers.dedup();
+            ConnectHealth { reachable: true, version: Some(info.version), kafka_cluster_id: Some(info.kafka_cluster_id), workers, plugins, error: None }
+        }
+    };
+    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ?").bind(json!(health).to_string()).bind(crate::time::now()).bind(id).execute(pool).await?;
+    Ok(health)
 }

@@ -105,9 +105,15 @@ pub struct PluginInfo {
 
 impl ConnectClient {
     pub fn new(base: &str, auth: Option<(String, String)>) -> Self {
+        Self::with_agent(base, auth, concat!("cluecdc/", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// `agent` names the caller in Connect's request log (the reconciler adds its lease holder).
+    pub fn with_agent(base: &str, auth: Option<(String, String)>, agent: &str) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(20))
+            .user_agent(agent)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         ConnectClient { base: base.trim_end_matches('/').to_string(), http, auth }
@@ -130,17 +136,19 @@ impl ConnectClient {
             let res = req.send().await.map_err(|e| ConnectError::Unreachable { url: self.base.clone(), reason: short(&e) })?;
             let status = res.status().as_u16();
             let text = res.text().await.unwrap_or_default();
-            if status == 409 && attempt < 4 {
+            let message = || serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or_else(|| text.chars().take(300).collect());
+            // 409 means a rebalance is in progress, except "already exists" on create.
+            let rebalancing = status == 409 && !message().contains("already exists");
+            if rebalancing && attempt < 4 {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(4));
                 continue;
             }
-            if status == 409 {
+            if rebalancing {
                 return Err(ConnectError::Rebalancing);
             }
             if status >= 400 {
-                let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or_else(|| text.chars().take(300).collect());
-                return Err(ConnectError::Status { status, message });
+                return Err(ConnectError::Status { status, message: message() });
             }
             return Ok((status, text));
         }
@@ -179,6 +187,33 @@ impl ConnectClient {
 
     pub async fn put_config(&self, name: &str, config: &BTreeMap<String, String>) -> Result<(), ConnectError> {
         self.send(reqwest::Method::PUT, &format!("/connectors/{}/config", enc(name)), Some(&serde_json::to_value(config).unwrap_or_default())).await.map(|_| ())
+    }
+
+    /// `POST /connectors` with `initial_state` (KIP-980); an existing connector's config is
+    /// replaced instead.
+    pub async fn create(&self, name: &str, config: &BTreeMap<String, String>, initial_state: &str) -> Result<(), ConnectError> {
+        let body = serde_json::json!({"name": name, "config": config, "initial_state": initial_state});
+        match self.send(reqwest::Method::POST, "/connectors", Some(&body)).await {
+            Err(ConnectError::Status { status: 409, .. }) => self.put_config(name, config).await,
+            other => other.map(|_| ()),
+        }
+    }
+
+    pub async fn pause(&self, name: &str) -> Result<(), ConnectError> {
+        self.send(reqwest::Method::PUT, &format!("/connectors/{}/pause", enc(name)), None).await.map(|_| ())
+    }
+
+    pub async fn resume(&self, name: &str) -> Result<(), ConnectError> {
+        self.send(reqwest::Method::PUT, &format!("/connectors/{}/resume", enc(name)), None).await.map(|_| ())
+    }
+
+    pub async fn stop(&self, name: &str) -> Result<(), ConnectError> {
+        self.send(reqwest::Method::PUT, &format!("/connectors/{}/stop", enc(name)), None).await.map(|_| ())
+    }
+
+    /// Committed offsets: for sinks the consumer group's, for sources the connector's own.
+    pub async fn offsets(&self, name: &str) -> Result<Value, ConnectError> {
+        self.get_json(&format!("/connectors/{}/offsets", enc(name))).await
     }
 
     pub async fn delete(&self, name: &str) -> Result<(), ConnectError> {

@@ -20,7 +20,7 @@ pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResul
 
 #[handler]
 pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<ConnectClusterInput>) -> ApiResult<Response> {
-    let created = clusters::create(&state.pool, &who, &input).await?;
+    let created = clusters::create(&state.pool, &state.inner.secrets, &who, &input).await?;
     Ok(Response::builder().status(StatusCode::CREATED).header("cache-control", "no-store").content_type("application/json").body(json!(created).to_string()))
 }
 

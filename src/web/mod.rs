@@ -11,6 +11,7 @@ mod audit;
 mod auth;
 mod clusters;
 mod connections;
+mod connectors;
 pub mod error;
 mod health;
 mod home;
@@ -107,6 +108,16 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/connections/:id/rotate", Admin, "replace a connection's credentials", connections::page_rotate),
         r(M::GET, "/connections/:id/delete", Admin, "confirm deleting a connection", connections::page_delete_confirm),
         r(M::POST, "/connections/:id/delete", Admin, "delete a connection", connections::page_delete),
+        r(M::GET, CONNECTORS, Viewer, "connectors page (rows fragment for htmx)", connectors::page_list),
+        r(M::GET, "/connectors/:id", Viewer, "connector page (status fragment for htmx)", connectors::page_detail),
+        r(M::POST, "/connectors/:id/pause", Operator, "pause a connector", connectors::page_pause),
+        r(M::POST, "/connectors/:id/resume", Operator, "resume a connector", connectors::page_resume),
+        r(M::POST, "/connectors/:id/stop", Operator, "stop a connector", connectors::page_stop),
+        r(M::POST, "/connectors/:id/restart", Operator, "restart a connector and its tasks", connectors::page_restart),
+        r(M::POST, "/connectors/:id/adopt", Admin, "take Connect's live config as the desired one", connectors::page_adopt),
+        r(M::POST, "/connectors/:id/delete", Admin, "delete a connector (confirmed by name)", connectors::page_delete),
+        r(M::GET, CLUSTERS, Viewer, "clusters page", connectors::page_clusters),
+        r(M::GET, TOPICS, Viewer, "topics page", connectors::page_topics),
         // JSON API
         r(M::GET, "/api/v1/openapi.json", Viewer, "this API's OpenAPI document", openapi::document),
         r(M::GET, "/api/v1/me", Viewer, "the caller's name and role", auth::api_me),
@@ -132,6 +143,26 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::DELETE, "/api/v1/connect-clusters/:id", Admin, "forget a Connect cluster", clusters::api_delete),
         r(M::POST, "/api/v1/connect-clusters/:id/provider-token", Admin, "issue a new config provider token (shown once)", clusters::api_provider_token),
         r(M::POST, "/internal/v1/config-provider/resolve", ConnectProvider, "resolve ${cluecdc:ref:field} for a Connect worker", clusters::resolve),
+        r(M::GET, "/api/v1/connect-clusters/:id/plugins", Viewer, "a Connect cluster's plugins, version and workers (live)", connectors::api_connect_plugins),
+        r(M::GET, "/api/v1/kafka-clusters", Viewer, "list Kafka clusters", connectors::api_kafka_list),
+        r(M::POST, "/api/v1/kafka-clusters", Admin, "register a Kafka cluster", connectors::api_kafka_create),
+        r(M::GET, "/api/v1/kafka-clusters/:id", Viewer, "a Kafka cluster with live health", connectors::api_kafka_get),
+        r(M::DELETE, "/api/v1/kafka-clusters/:id", Admin, "forget a Kafka cluster", connectors::api_kafka_delete),
+        r(M::GET, "/api/v1/kafka-clusters/:id/topics", Viewer, "topics with partitions and watermarks", connectors::api_topics),
+        r(M::POST, "/api/v1/kafka-clusters/:id/topics", Operator, "create a topic with explicit settings", connectors::api_topic_create),
+        r(M::GET, "/api/v1/kafka-clusters/:id/topics/:name", Viewer, "a topic with partitions, watermarks and configs", connectors::api_topic_get),
+        r(M::DELETE, "/api/v1/kafka-clusters/:id/topics/:name", Admin, "delete a topic (?confirm=<name>)", connectors::api_topic_delete),
+        r(M::GET, "/api/v1/connectors", Viewer, "connectors, desired and observed, plus unmanaged ones", connectors::api_list),
+        r(M::POST, "/api/v1/connectors", Admin, "add a desired connector by hand", connectors::api_create),
+        r(M::GET, "/api/v1/connectors/:name", Viewer, "a connector with drift and restart history (by id or name)", connectors::api_get),
+        r(M::DELETE, "/api/v1/connectors/:name", Admin, "delete a connector (the reconciler removes it from Connect)", connectors::api_delete),
+        r(M::POST, "/api/v1/connectors/:name/pause", Operator, "pause", connectors::api_pause),
+        r(M::POST, "/api/v1/connectors/:name/resume", Operator, "resume", connectors::api_resume),
+        r(M::POST, "/api/v1/connectors/:name/stop", Operator, "stop", connectors::api_stop),
+        r(M::POST, "/api/v1/connectors/:name/restart", Operator, "restart the connector and its tasks", connectors::api_restart),
+        r(M::POST, "/api/v1/connectors/:name/adopt", Admin, "adopt Connect's live config as desired", connectors::api_adopt),
+        r(M::GET, "/api/v1/drift", Viewer, "drift events across clusters", connectors::api_drift),
+        r(M::GET, "/api/v1/reconciler", Viewer, "the reconciler: lease holder and last pass", connectors::api_reconciler),
         r(M::GET, "/api/v1/alerts", Viewer, "alerts (state=firing for open ones)", alerts::api_list),
         r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
         r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),

@@ -13,3 +13,6 @@ pub const USERS: &str = "/settings/users";
 pub const TOKENS: &str = "/settings/tokens";
 pub const CONNECTIONS: &str = "/connections";
 pub const ALERTS: &str = "/alerts";
+pub const CONNECTORS: &str = "/connectors";
+pub const CLUSTERS: &str = "/clusters";
+pub const TOPICS: &str = "/topics";

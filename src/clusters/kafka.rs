@@ -1,0 +1,301 @@
+//! Kafka clusters: bootstrap servers and security settings (the SASL password in the secret
+//! store), health from broker metadata, and topics managed explicitly through the admin API.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::SqlitePool;
+
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::error::{Error, FieldErrors, Result};
+use crate::kafka::{self, check_topic_name, KafkaAccess, TopicInfo, TopicSpec};
+use crate::secrets::store::{new_ref, SecretStore};
+use crate::secrets::Secret;
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct KafkaCluster {
+    pub id: String,
+    pub name: String,
+    pub bootstrap_servers: String,
+    pub security_protocol: String,
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub tls_ca_certificate: Option<String>,
+    pub secret_ref: String,
+    pub health: Option<String>,
+    pub health_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct KafkaClusterInput {
+    pub name: Option<String>,
+    pub bootstrap_servers: Option<String>,
+    pub security_protocol: Option<String>,
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub tls_ca_certificate: Option<String>,
+    /// Write-only.
+    pub sasl_password: Option<Secret<String>>,
+}
+
+const PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+fn check_bootstrap(s: &str) -> std::result::Result<String, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() {
+        return Err("required: host:port pairs separated by commas, e.g. kafka-1:9092,kafka-2:9092".into());
+    }
+    for p in &parts {
+        let (host, port) = p.rsplit_once(':').ok_or_else(|| format!("{p}: write host:port"))?;
+        crate::connections::settings::check_host(host.trim_start_matches('[').trim_end_matches(']')).map_err(|_| format!("{p}: the host must be a hostname or IP address"))?;
+        port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| format!("{p}: the port must be 1–65535"))?;
+    }
+    Ok(parts.join(","))
+}
+
+fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Option<String>)> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    if let Err(why) = crate::connections::validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let bootstrap = check_bootstrap(input.bootstrap_servers.as_deref().unwrap_or("")).unwrap_or_else(|why| {
+        errors.insert("bootstrap_servers".into(), why);
+        String::new()
+    });
+    let protocol = input.security_protocol.clone().unwrap_or_else(|| "PLAINTEXT".into()).to_ascii_uppercase();
+    if !PROTOCOLS.contains(&protocol.as_str()) {
+        errors.insert("security_protocol".into(), "choose PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL".into());
+    }
+    let sasl = protocol.starts_with("SASL");
+    let mechanism = input.sasl_mechanism.clone().map(|m| m.to_ascii_uppercase()).filter(|m| !m.is_empty());
+    match (&mechanism, sasl) {
+        (None, true) => {
+            errors.insert("sasl_mechanism".into(), "required with SASL: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into());
+        }
+        (Some(m), true) if !MECHANISMS.contains(&m.as_str()) => {
+            errors.insert("sasl_mechanism".into(), "choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into());
+        }
+        (Some(_), false) => {
+            errors.insert("sasl_mechanism".into(), "only SASL_PLAINTEXT and SASL_SSL use a SASL mechanism".into());
+        }
+        _ => {}
+    }
+    if sasl && input.sasl_username.as_deref().is_none_or(|u| u.trim().is_empty()) {
+        errors.insert("sasl_username".into(), "required with SASL".into());
+    }
+    if sasl && input.sasl_password.is_none() {
+        errors.insert("sasl_password".into(), "required with SASL; stored encrypted, never shown".into());
+    }
+    if !sasl && (input.sasl_username.is_some() || input.sasl_password.is_some()) {
+        errors.insert("sasl_username".into(), "only SASL_PLAINTEXT and SASL_SSL take SASL credentials".into());
+    }
+    if protocol == "SASL_PLAINTEXT" && mechanism.as_deref() == Some("PLAIN") {
+        // Allowed (local fixtures use it), but the page warns.
+    }
+    if let Some(pem) = &input.tls_ca_certificate {
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            errors.insert("tls_ca_certificate".into(), "paste a PEM certificate (it starts with -----BEGIN CERTIFICATE-----)".into());
+        }
+    }
+    Error::check(errors)?;
+    Ok((name, bootstrap, protocol, mechanism))
+}
+
+const SELECT: &str = "SELECT id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, health, health_at, created_at, updated_at FROM kafka_clusters";
+
+pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &KafkaClusterInput) -> Result<KafkaCluster> {
+    who.require(Role::Admin, "manage clusters")?;
+    let (name, bootstrap, protocol, mechanism) = validate(input)?;
+    let id = format!("kc_{}", uuid::Uuid::new_v4().simple());
+    let secret_ref = new_ref();
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.create", target_kind: "kafka_cluster", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "bootstrap_servers": bootstrap, "security_protocol": protocol, "sasl_mechanism": mechanism, "secret_fields_set": if input.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }}) }).await?;
+    sqlx::query("INSERT INTO kafka_clusters (id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&name)
+        .bind(&bootstrap)
+        .bind(&protocol)
+        .bind(&mechanism)
+        .bind(input.sasl_username.as_deref().map(str::trim))
+        .bind(&input.tls_ca_certificate)
+        .bind(&secret_ref)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Kafka cluster named {name:?} already exists")) } else { e.into() })?;
+    if let Some(pw) = &input.sasl_password {
+        store.put(&mut tx, &secret_ref, &[("sasl_password".to_string(), pw.clone())].into()).await?;
+    }
+    tx.commit().await?;
+    get(pool, who, &id).await
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<KafkaCluster>> {
+    who.require(Role::Viewer, "see Kafka clusters")?;
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+}
+
+pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<KafkaCluster> {
+    who.require(Role::Viewer, "see Kafka clusters")?;
+    sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?.ok_or_else(|| Error::NotFound(format!("Kafka cluster {id}")))
+}
+
+pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+    who.require(Role::Admin, "manage clusters")?;
+    let c = get(pool, who, id).await?;
+    let users: Vec<String> = sqlx::query_scalar("SELECT name FROM connect_clusters WHERE kafka_cluster_id = ?").bind(id).fetch_all(pool).await?;
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!("Kafka cluster {} is used by Connect cluster(s) {}; change or delete those first", c.name, users.join(", "))));
+    }
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.delete", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": c.name}) }).await?;
+    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?").bind(&c.secret_ref).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM kafka_clusters WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn access(store: &SecretStore, c: &KafkaCluster) -> Result<KafkaAccess> {
+    Ok(KafkaAccess {
+        bootstrap_servers: c.bootstrap_servers.clone(),
+        security_protocol: c.security_protocol.clone(),
+        sasl_mechanism: c.sasl_mechanism.clone(),
+        sasl_username: c.sasl_username.clone(),
+        sasl_password: store.get(&c.secret_ref, "sasl_password").await?,
+        tls_ca_pem: c.tls_ca_certificate.clone(),
+    })
+}
+
+/// Checks the cluster now and stores the result with its time.
+pub async fn check_health(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<kafka::Health> {
+    let c = get(pool, who, id).await?;
+    let h = kafka::health(&access(store, &c).await?).await;
+    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ?").bind(json!(h).to_string()).bind(crate::time::now()).bind(id).execute(pool).await?;
+    Ok(h)
+}
+
+pub async fn topics(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Vec<TopicInfo>> {
+    let c = get(pool, who, id).await?;
+    kafka::topics(&access(store, &c).await?, None).await.map_err(|e| Error::Unavailable(format!("Kafka cluster {}: {e}", c.name)))
+}
+
+pub async fn topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, name: &str) -> Result<TopicInfo> {
+    let c = get(pool, who, id).await?;
+    let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string())).await.map_err(|e| {
+        if e.contains("UnknownTopic") {
+            Error::NotFound(format!("topic {name}"))
+        } else {
+            Error::Unavailable(format!("Kafka cluster {}: {e}", c.name))
+        }
+    })?;
+    found.pop().ok_or_else(|| Error::NotFound(format!("topic {name}")))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NewTopicInput {
+    pub name: Option<String>,
+    pub partitions: Option<i64>,
+    pub replication_factor: Option<i64>,
+    pub retention_ms: Option<i64>,
+    pub cleanup_policy: Option<String>,
+}
+
+/// Validates a topic request; pure, shared with pipelines (which create their topics).
+pub fn topic_spec(input: &NewTopicInput) -> Result<TopicSpec> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default();
+    if let Err(why) = check_topic_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let partitions = input.partitions.unwrap_or(0);
+    if !(1..=1000).contains(&partitions) {
+        errors.insert("partitions".into(), "required: 1 to 1000".into());
+    }
+    let rf = input.replication_factor.unwrap_or(0);
+    if !(1..=10).contains(&rf) {
+        errors.insert("replication_factor".into(), "required: 1 to 10, and at most the number of brokers".into());
+    }
+    let policy = input.cleanup_policy.clone().unwrap_or_else(|| "delete".into());
+    if !["delete", "compact", "compact,delete"].contains(&policy.as_str()) {
+        errors.insert("cleanup_policy".into(), "choose delete, compact or compact,delete".into());
+    }
+    let mut configs = BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), policy);
+    match input.retention_ms {
+        Some(ms) if ms == -1 || ms >= 60_000 => {
+            configs.insert("retention.ms".to_string(), ms.to_string());
+        }
+        Some(_) => {
+            errors.insert("retention_ms".into(), "at least 60000 (one minute), or -1 to keep forever".into());
+        }
+        None => {}
+    }
+    Error::check(errors)?;
+    Ok(TopicSpec { name, partitions: partitions as i32, replication_factor: rf as i32, configs })
+}
+
+pub async fn create_topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, input: &NewTopicInput) -> Result<TopicInfo> {
+    who.require(Role::Operator, "create topics")?;
+    let spec = topic_spec(input)?;
+    let c = get(pool, who, id).await?;
+    let access = access(store, &c).await?;
+    let health = kafka::health(&access).await;
+    if health.reachable && spec.replication_factor as usize > health.brokers.len() {
+        return Err(Error::field("replication_factor", format!("the cluster has {} broker(s); the replication factor cannot exceed that", health.brokers.len())));
+    }
+    kafka::create_topic(&access, &spec).await.map_err(|e| if e.contains("TopicAlreadyExists") { Error::Conflict(format!("topic {} already exists", spec.name)) } else { Error::Unavailable(e) })?;
+    audit::record_alone(pool, Entry { actor: who.into(), action: "topic.create", target_kind: "topic", target_id: &spec.name, outcome: Outcome::Success, summary: json!({"cluster": c.name, "partitions": spec.partitions, "replication_factor": spec.replication_factor, "configs": spec.configs}) }).await?;
+    topic(pool, store, who, id, &spec.name).await
+}
+
+/// Deletes a topic: an explicit, confirmed action (the caller repeats the name) that is audited.
+pub async fn delete_topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, name: &str, confirm: &str) -> Result<()> {
+    who.require(Role::Admin, "delete topics")?;
+    if confirm != name {
+        return Err(Error::field("confirm", format!("type the topic name {name} to confirm: its records are deleted for good")));
+    }
+    let c = get(pool, who, id).await?;
+    let result = kafka::delete_topic(&access(store, &c).await?, name).await;
+    audit::record_alone(pool, Entry { actor: who.into(), action: "topic.delete", target_kind: "topic", target_id: name, outcome: if result.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"cluster": c.name, "error": result.as_ref().err()}) }).await?;
+    result.map_err(|e| if e.contains("UnknownTopic") { Error::NotFound(format!("topic {name}")) } else { Error::Unavailable(e) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_servers_are_host_port_pairs() {
+        assert_eq!(check_bootstrap(" a:9092, b.example:19092 ").unwrap(), "a:9092,b.example:19092");
+        assert!(check_bootstrap("").is_err());
+        assert!(check_bootstrap("kafka").unwrap_err().contains("host:port"));
+        assert!(check_bootstrap("kafka:0").unwrap_err().contains("1–65535"));
+        assert!(check_bootstrap("http://kafka:9092").is_err());
+    }
+
+    #[test]
+    fn sasl_needs_a_mechanism_user_and_password() {
+        let input = KafkaClusterInput { name: Some("k".into()), bootstrap_servers: Some("k:9092".into()), security_protocol: Some("SASL_SSL".into()), ..Default::default() };
+        let Err(Error::Invalid { fields, .. }) = validate(&input) else { panic!() };
+        assert!(fields.contains_key("sasl_mechanism") && fields.contains_key("sasl_username") && fields.contains_key("sasl_password"));
+    }
+
+    #[test]
+    fn topic_specs_are_explicit_and_checked() {
+        let ok = topic_spec(&NewTopicInput { name: Some("cdc.public.orders".into()), partitions: Some(3), replication_factor: Some(1), retention_ms: Some(604_800_000), cleanup_policy: None }).unwrap();
+        assert_eq!(ok.configs["cleanup.policy"], "delete");
+        assert_eq!(ok.configs["retention.ms"], "604800000");
+        let Err(Error::Invalid { fields, .. }) = topic_spec(&NewTopicInput { name: Some("bad name".into()), partitions: Some(0), replication_factor: None, retention_ms: Some(5), cleanup_policy: Some("keep".into()) }) else { panic!() };
+        for f in ["name", "partitions", "replication_factor", "retention_ms", "cleanup_policy"] {
+            assert!(fields.contains_key(f), "{f}");
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Clusters ClueCDC works with: Kafka clusters (topics, health through the admin API) and
+//! Kafka Connect clusters (connectors, through the REST API).
+
+pub mod connect;
+pub mod kafka;
+
+pub use connect::*;

@@ -1,0 +1,407 @@
+//! Connectors: ClueCDC's record of a concrete Kafka Connect resource. The spec (desired config
+//! and state) is written here by people and, later, by pipelines and deliveries; the status is
+//! written only by the reconciler. Views join the two with drift and restart history.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sqlx::SqlitePool;
+
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::error::{Error, FieldErrors, Result};
+use crate::reconcile::plan::{diff, DesiredState};
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ConnectorInput {
+    pub name: Option<String>,
+    pub connect_cluster_id: Option<String>,
+    pub config: Option<serde_json::Map<String, Value>>,
+    pub desired_state: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskView {
+    pub id: i64,
+    pub state: String,
+    pub worker_id: String,
+    pub trace: Option<String>,
+}
+
+/// A connector as the API and pages show it: desired next to observed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectorView {
+    pub id: String,
+    pub name: String,
+    pub connect_cluster_id: String,
+    pub connect_cluster: String,
+    pub pipeline_id: Option<String>,
+    pub delivery_id: Option<String>,
+    pub owner_kind: String,
+    pub config: BTreeMap<String, String>,
+    pub desired_state: String,
+    pub generation: i64,
+    pub observed_generation: i64,
+    /// ClueCDC's vocabulary: Connect's states plus PENDING, DRIFTED and UNKNOWN.
+    pub phase: String,
+    /// Connect's own state at the last observation, e.g. RUNNING.
+    pub observed_state: Option<String>,
+    pub tasks: Vec<TaskView>,
+    pub trace: Option<String>,
+    pub message: Option<String>,
+    pub observed_at: Option<String>,
+    /// Seconds since the last successful observation.
+    pub observed_age_secs: Option<i64>,
+    pub stale: bool,
+    pub restart_attempts: i64,
+    pub offsets: Option<Value>,
+    pub offsets_at: Option<String>,
+    /// Keys where Connect's live config differs from the desired one (empty when in sync).
+    pub drift: Vec<crate::reconcile::plan::DiffLine>,
+    pub restart_requested_by: Option<String>,
+}
+
+/// Observations older than this are marked stale.
+pub const STALE_AFTER_SECS: i64 = 60;
+
+fn age(t: &Option<String>) -> Option<i64> {
+    t.as_deref().and_then(crate::time::parse).map(|t| (chrono::Utc::now() - t).num_seconds().max(0))
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    name: String,
+    cluster_id: String,
+    cluster: String,
+    owner_kind: String,
+    config: String,
+    desired_state: String,
+    generation: i64,
+    owner_id: Option<String>,
+    restart_requested_by: Option<String>,
+    observed_generation: Option<i64>,
+    phase: Option<String>,
+    state: Option<String>,
+    tasks: Option<String>,
+    trace: Option<String>,
+    message: Option<String>,
+    observed_at: Option<String>,
+    live: Option<String>,
+    attempts: Option<i64>,
+    offsets: Option<String>,
+    offsets_at: Option<String>,
+    applied: Option<String>,
+}
+
+const SELECT: &str = "SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, c.owner_kind, c.config, c.desired_state, c.generation, c.owner_id, c.restart_requested_by,
+    s.observed_generation, s.phase, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied
+    FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id";
+
+fn view(r: Row) -> ConnectorView {
+    let Row { id, name, cluster_id, cluster, owner_kind, config, desired_state, generation, owner_id, restart_requested_by, observed_generation, phase, state, tasks, trace, message, observed_at, live, attempts, offsets, offsets_at, applied } = r;
+    let config: BTreeMap<String, String> = serde_json::from_str(&config).unwrap_or_default();
+    let live: Option<BTreeMap<String, String>> = live.and_then(|l| serde_json::from_str(&l).ok());
+    let applied: Option<BTreeMap<String, String>> = applied.and_then(|a| serde_json::from_str(&a).ok());
+    let observed_age_secs = age(&observed_at);
+    let stale = observed_age_secs.is_none_or(|a| a > STALE_AFTER_SECS);
+    let tasks: Vec<TaskView> = tasks
+        .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| TaskView { id: t["id"].as_i64().unwrap_or(0), state: t["state"].as_str().unwrap_or("").into(), worker_id: t["worker_id"].as_str().unwrap_or("").into(), trace: t["trace"].as_str().map(String::from) })
+        .collect();
+    let observed_generation = observed_generation.unwrap_or(0);
+    let mut phase = phase.unwrap_or_else(|| "PENDING".into());
+    if stale && observed_at.is_some() {
+        phase = "UNKNOWN".into();
+    } else if observed_generation < generation && phase != "FAILED" && phase != "DRIFTED" {
+        phase = "PENDING".into();
+    }
+    ConnectorView {
+        drift: live.as_ref().map(|l| diff(&config, applied.as_ref(), l)).unwrap_or_default(),
+        pipeline_id: (owner_kind == "pipeline").then(|| owner_id.clone()).flatten(),
+        delivery_id: (owner_kind == "delivery").then(|| owner_id.clone()).flatten(),
+        id,
+        name,
+        connect_cluster_id: cluster_id,
+        connect_cluster: cluster,
+        owner_kind,
+        config,
+        desired_state,
+        generation,
+        observed_generation,
+        phase,
+        observed_state: state,
+        tasks,
+        trace,
+        message,
+        observed_at,
+        observed_age_secs,
+        stale,
+        restart_attempts: attempts.unwrap_or(0),
+        offsets: offsets.and_then(|o| serde_json::from_str(&o).ok()),
+        offsets_at,
+        restart_requested_by,
+    }
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorView>> {
+    who.require(Role::Viewer, "see connectors")?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name")).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(view).collect())
+}
+
+async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE c.id = ?1 OR c.name = ?1 ORDER BY c.id = ?1 DESC LIMIT 1")).bind(key).fetch_optional(pool).await?;
+    row.map(view).ok_or_else(|| Error::NotFound(format!("connector {key}")))
+}
+
+/// By id or by name.
+pub async fn get(pool: &SqlitePool, who: &Principal, key: &str) -> Result<ConnectorView> {
+    who.require(Role::Viewer, "see connectors")?;
+    load(pool, key).await
+}
+
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > 200 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        return Err("use 1–200 characters: letters, digits, '.', '_' or '-'".into());
+    }
+    Ok(())
+}
+
+/// Keys whose values must be `${…}` references, never plain text.
+fn looks_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "credential", "token", "private.key", "sasl.jaas.config"].iter().any(|m| k.contains(m))
+}
+
+pub fn validate_config(map: &serde_json::Map<String, Value>, errors: &mut FieldErrors) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in map {
+        let s = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            _ => {
+                errors.insert(format!("config.{k}"), "Connect configs are flat: write this value as text".into());
+                continue;
+            }
+        };
+        if looks_secret(k) && !s.is_empty() && !s.starts_with("${") {
+            errors.insert(format!("config.{k}"), "looks like a secret: store it in a connection and write ${cluecdc:<secret_ref>:<field>} here instead".into());
+            continue;
+        }
+        out.insert(k.clone(), s);
+    }
+    if !out.contains_key("connector.class") {
+        errors.insert("config.connector.class".into(), "required: the connector plugin's class".into());
+    }
+    out.remove("name");
+    out
+}
+
+async fn changed(pool: &SqlitePool, wake: &crate::reconcile::Handle) -> Result<()> {
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    Ok(())
+}
+
+pub async fn create(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, input: &ConnectorInput) -> Result<ConnectorView> {
+    who.require(Role::Admin, "add connectors by hand")?;
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default();
+    if let Err(why) = validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let config = validate_config(input.config.as_ref().unwrap_or(&serde_json::Map::new()), &mut errors);
+    let state = DesiredState::parse(input.desired_state.as_deref().unwrap_or("running")).filter(|s| *s != DesiredState::Deleted);
+    if state.is_none() {
+        errors.insert("desired_state".into(), "choose running, paused or stopped".into());
+    }
+    let cluster_id = input.connect_cluster_id.clone().unwrap_or_default();
+    let cluster: Option<(String, String)> = sqlx::query_as("SELECT name, managed_by FROM connect_clusters WHERE id = ?").bind(&cluster_id).fetch_optional(pool).await?;
+    match &cluster {
+        None => {
+            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+        }
+        Some((cname, managed)) if managed == "strimzi" => {
+            errors.insert("connect_cluster_id".into(), format!("{cname} is managed by Strimzi: ClueCDC only observes it; create a KafkaConnector resource instead"));
+        }
+        _ => {}
+    }
+    Error::check(errors)?;
+    let state = state.unwrap_or(DesiredState::Running);
+    let id = format!("cn_{}", uuid::Uuid::new_v4().simple());
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connector.create", target_kind: "connector", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "cluster": cluster.map(|c| c.0), "desired_state": state.as_str(), "config": config}) }).await?;
+    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'manual', ?, ?)")
+        .bind(&id)
+        .bind(&name)
+        .bind(&cluster_id)
+        .bind(json!(config).to_string())
+        .bind(state.as_str())
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a connector named {name} already exists on this Connect cluster")) } else { e.into() })?;
+    tx.commit().await?;
+    changed(pool, wake).await?;
+    load(pool, &id).await
+}
+
+/// Pause, resume, stop or delete: recorded as the desired state; the reconciler acts.
+pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str, state: DesiredState) -> Result<ConnectorView> {
+    let needed = if state == DesiredState::Deleted { Role::Admin } else { Role::Operator };
+    who.require(needed, if state == DesiredState::Deleted { "delete connectors" } else { "pause, resume or stop connectors" })?;
+    let c = load(pool, key).await?;
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: &format!("connector.{}", match state { DesiredState::Running => "resume", DesiredState::Paused => "pause", DesiredState::Stopped => "stop", DesiredState::Deleted => "delete" }), target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name, "from": c.desired_state, "to": state.as_str()}) }).await?;
+    sqlx::query("UPDATE connectors SET desired_state = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(state.as_str()).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    changed(pool, wake).await?;
+    load(pool, &c.id).await.or_else(|_| Ok(c))
+}
+
+/// Asks the reconciler to restart the connector and all its tasks once.
+pub async fn request_restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
+    who.require(Role::Operator, "restart connectors")?;
+    let c = load(pool, key).await?;
+    let by = format!("user:{}", who.user_name);
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connector.restart", target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name}) }).await?;
+    sqlx::query("UPDATE connectors SET restart_requested_by = ? WHERE id = ?").bind(&by).bind(&c.id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    changed(pool, wake).await?;
+    load(pool, &c.id).await
+}
+
+/// Takes the live config from Connect as the desired one (an admin accepting a change made
+/// directly in Connect), instead of letting the reconciler put ClueCDC's back.
+pub async fn adopt_live(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
+    who.require(Role::Admin, "adopt live configs")?;
+    let c = load(pool, key).await?;
+    let live: Option<String> = sqlx::query_scalar("SELECT live_config FROM connector_status WHERE connector_id = ?").bind(&c.id).fetch_optional(pool).await?.flatten();
+    let Some(live) = live else {
+        return Err(Error::Conflict(format!("connector {} has no observed config yet; wait for the reconciler to see it", c.name)));
+    };
+    let live_map: BTreeMap<String, String> = serde_json::from_str(&live).map_err(|e| Error::Unexpected(e.into()))?;
+    let mut errors = FieldErrors::new();
+    validate_config(&serde_json::to_value(&live_map).ok().and_then(|v| v.as_object().cloned()).unwrap_or_default(), &mut errors);
+    if !errors.is_empty() {
+        return Err(Error::Invalid { message: "the live config holds plain-text secrets; fix it in Connect or let ClueCDC restore its own".into(), fields: errors });
+    }
+    let diff = diff(&c.config, None, &live_map);
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connector.adopt", target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name, "diff": diff}) }).await?;
+    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(&live).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
+    // The live config becomes what ClueCDC has applied: no repair, no new drift.
+    sqlx::query("UPDATE connector_status SET applied_config = ? WHERE connector_id = ?").bind(&live).bind(&c.id).execute(&mut *tx).await?;
+    sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES (?, ?, ?, 'config_changed', ?, ?, 'adopted')")
+        .bind(&c.connect_cluster_id)
+        .bind(&c.name)
+        .bind(&c.id)
+        .bind(json!(diff).to_string())
+        .bind(crate::time::now())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    changed(pool, wake).await?;
+    load(pool, &c.id).await
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct DriftEvent {
+    pub id: i64,
+    pub connect_cluster_id: String,
+    pub connector_name: String,
+    pub connector_id: Option<String>,
+    pub kind: String,
+    #[serde(skip)]
+    pub diff: String,
+    pub detected_at: String,
+    pub action: String,
+}
+
+impl DriftEvent {
+    pub fn diff_lines(&self) -> Vec<crate::reconcile::plan::DiffLine> {
+        serde_json::from_str::<Vec<Value>>(&self.diff)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| crate::reconcile::plan::DiffLine { key: v["key"].as_str().unwrap_or("").into(), desired: v["desired"].as_str().map(String::from), applied: v["applied"].as_str().map(String::from), live: v["live"].as_str().map(String::from) })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct RestartRecord {
+    pub at: String,
+    pub reason: String,
+    pub triggered_by: String,
+    pub attempt: i64,
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct History {
+    pub drift: Vec<Value>,
+    pub restarts: Vec<RestartRecord>,
+}
+
+pub async fn history(pool: &SqlitePool, who: &Principal, key: &str) -> Result<(ConnectorView, Vec<DriftEvent>, Vec<RestartRecord>)> {
+    let c = get(pool, who, key).await?;
+    let drift: Vec<DriftEvent> = sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events WHERE connect_cluster_id = ? AND connector_name = ? ORDER BY id DESC LIMIT 50")
+        .bind(&c.connect_cluster_id)
+        .bind(&c.name)
+        .fetch_all(pool)
+        .await?;
+    let restarts: Vec<RestartRecord> = sqlx::query_as("SELECT at, reason, triggered_by, attempt, outcome FROM connector_restarts WHERE connector_id = ? ORDER BY id DESC LIMIT 50").bind(&c.id).fetch_all(pool).await?;
+    Ok((c, drift, restarts))
+}
+
+pub fn drift_json(events: &[DriftEvent]) -> Vec<Value> {
+    events.iter().map(|e| { let mut v = json!(e); v["diff"] = json!(e.diff_lines()); v }).collect()
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Unmanaged {
+    pub connect_cluster_id: String,
+    pub name: String,
+    pub state: Option<String>,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+pub async fn unmanaged(pool: &SqlitePool, who: &Principal) -> Result<Vec<Unmanaged>> {
+    who.require(Role::Viewer, "see connectors")?;
+    Ok(sqlx::query_as("SELECT connect_cluster_id, name, state, first_seen, last_seen FROM unmanaged_connectors ORDER BY name").fetch_all(pool).await?)
+}
+
+pub async fn all_drift(pool: &SqlitePool, who: &Principal) -> Result<Vec<DriftEvent>> {
+    who.require(Role::Viewer, "see drift")?;
+    Ok(sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events ORDER BY id DESC LIMIT 200").fetch_all(pool).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_text_secrets_are_refused_in_connector_configs() {
+        let mut e = FieldErrors::new();
+        let m = serde_json::json!({"connector.class": "x", "database.password": "hunter2", "aws.secret.access.key": "${cluecdc:sec_1:secret_access_key}", "tasks.max": 1})
+            .as_object()
+            .cloned()
+            .unwrap();
+        let c = validate_config(&m, &mut e);
+        assert!(e["config.database.password"].contains("${cluecdc:"));
+        assert_eq!(c["tasks.max"], "1");
+        assert!(!e.contains_key("config.aws.secret.access.key"));
+        let mut e = FieldErrors::new();
+        validate_config(&serde_json::Map::new(), &mut e);
+        assert!(e.contains_key("config.connector.class"));
+    }
+}

@@ -1,0 +1,223 @@
+//! A thin rdkafka admin client: health, topics with broker metadata and watermarks, topic
+//! configs, create and delete. Knows nothing of ClueCDC's tables. librdkafka calls block, so
+//! they run on the blocking pool with timeouts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+use serde::Serialize;
+
+use crate::secrets::Secret;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to reach a cluster. The SASL password is decrypted only to build a client.
+#[derive(Clone, Debug)]
+pub struct KafkaAccess {
+    pub bootstrap_servers: String,
+    pub security_protocol: String,
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub sasl_password: Option<Secret<String>>,
+    pub tls_ca_pem: Option<String>,
+}
+
+impl KafkaAccess {
+    pub fn plain(bootstrap: &str) -> Self {
+        KafkaAccess { bootstrap_servers: bootstrap.into(), security_protocol: "PLAINTEXT".into(), sasl_mechanism: None, sasl_username: None, sasl_password: None, tls_ca_pem: None }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap_servers)
+            .set("security.protocol", self.security_protocol.to_lowercase())
+            .set("socket.connection.setup.timeout.ms", "5000")
+            .set("client.id", "cluecdc")
+            .set("log_level", "3");
+        if let Some(m) = &self.sasl_mechanism {
+            c.set("sasl.mechanism", m);
+        }
+        if let Some(u) = &self.sasl_username {
+            c.set("sasl.username", u);
+        }
+        if let Some(p) = &self.sasl_password {
+            c.set("sasl.password", p.expose());
+        }
+        if let Some(pem) = &self.tls_ca_pem {
+            c.set("ssl.ca.pem", pem);
+        }
+        c
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    pub reachable: bool,
+    pub brokers: Vec<BrokerInfo>,
+    pub topics: usize,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionInfo {
+    pub id: i32,
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub low_watermark: i64,
+    pub high_watermark: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicInfo {
+    pub name: String,
+    pub partitions: Vec<PartitionInfo>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub configs: BTreeMap<String, String>,
+    pub internal: bool,
+}
+
+impl TopicInfo {
+    pub fn replication_factor(&self) -> usize {
+        self.partitions.first().map(|p| p.replicas.len()).unwrap_or(0)
+    }
+
+    pub fn fully_replicated(&self) -> bool {
+        self.partitions.iter().all(|p| p.isr.len() == p.replicas.len())
+    }
+
+    pub fn messages(&self) -> i64 {
+        self.partitions.iter().map(|p| p.high_watermark - p.low_watermark).sum()
+    }
+}
+
+/// A topic to create: everything explicit, nothing left to broker defaults by accident.
+#[derive(Debug, Clone)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+}
+
+fn consumer(access: &KafkaAccess) -> Result<BaseConsumer, String> {
+    access.config().set("group.id", "cluecdc-metadata").set("enable.auto.commit", "false").create().map_err(|e| e.to_string())
+}
+
+pub async fn health(access: &KafkaAccess) -> Health {
+    let access = access.clone();
+    match blocking(move || {
+        let c = consumer(&access)?;
+        let md = c.fetch_metadata(None, TIMEOUT).map_err(|e| e.to_string())?;
+        Ok(Health {
+            reachable: true,
+            brokers: md.brokers().iter().map(|b| BrokerInfo { id: b.id(), host: b.host().to_string(), port: b.port() }).collect(),
+            topics: md.topics().len(),
+            error: None,
+        })
+    })
+    .await
+    {
+        Ok(h) => h,
+        Err(e) => Health { reachable: false, brokers: vec![], topics: 0, error: Some(e) },
+    }
+}
+
+/// Every topic (or one), with partition metadata and watermarks; configs only for a single topic.
+pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<TopicInfo>, String> {
+    let a = access.clone();
+    let single = only.clone();
+    let mut topics = blocking(move || {
+        let c = consumer(&a)?;
+        let md = c.fetch_metadata(single.as_deref(), TIMEOUT).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for t in md.topics() {
+            if let Some(err) = t.error() {
+                if single.is_some() {
+                    return Err(format!("topic {}: {:?}", t.name(), rdkafka::types::RDKafkaRespErr::from(err)));
+                }
+                continue;
+            }
+            let mut partitions = Vec::new();
+            for p in t.partitions() {
+                let (low, high) = c.fetch_watermarks(t.name(), p.id(), TIMEOUT).unwrap_or((-1, -1));
+                partitions.push(PartitionInfo { id: p.id(), leader: p.leader(), replicas: p.replicas().to_vec(), isr: p.isr().to_vec(), low_watermark: low, high_watermark: high });
+            }
+            partitions.sort_by_key(|p| p.id);
+            out.push(TopicInfo { name: t.name().to_string(), internal: t.name().starts_with("__"), partitions, configs: BTreeMap::new() });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    })
+    .await?;
+    if let (Some(name), Some(t)) = (only, topics.first_mut()) {
+        t.configs = topic_configs(access, &name).await?;
+    }
+    Ok(topics)
+}
+
+pub async fn topic_configs(access: &KafkaAccess, name: &str) -> Result<BTreeMap<String, String>, String> {
+    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
+    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
+    let results = admin.describe_configs(&[ResourceSpecifier::Topic(name)], &opts).await.map_err(|e| e.to_string())?;
+    let mut out = BTreeMap::new();
+    for r in results {
+        let r = r.map_err(|e| format!("{e:?}"))?;
+        for e in r.entries {
+            if let Some(v) = e.value {
+                if !e.is_sensitive {
+                    out.insert(e.name, v);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub async fn create_topic(access: &KafkaAccess, spec: &TopicSpec) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
+    let mut t = NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(spec.replication_factor));
+    for (k, v) in &spec.configs {
+        t = t.set(k, v);
+    }
+    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
+    let results = admin.create_topics(&[t], &opts).await.map_err(|e| e.to_string())?;
+    for r in results {
+        r.map_err(|(name, code)| format!("creating topic {name}: {code}"))?;
+    }
+    Ok(())
+}
+
+pub async fn delete_topic(access: &KafkaAccess, name: &str) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
+    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
+    for r in admin.delete_topics(&[name], &opts).await.map_err(|e| e.to_string())? {
+        r.map_err(|(name, code)| format!("deleting topic {name}: {code}"))?;
+    }
+    Ok(())
+}
+
+/// Kafka's rules for topic names.
+pub fn check_topic_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty() && name.len() <= 249 && name != "." && name != ".." && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err("use 1–249 characters: letters, digits, '.', '_' and '-' (not '.' or '..')".into())
+    }
+}

@@ -1,0 +1,450 @@
+//! The reconciler: keeps every Connect cluster in the desired state.
+//!
+//! Level-triggered, like a Kubernetes controller. Each pass reloads desired connectors from
+//! SQLite, lists each cluster's connectors ONCE (`?expand=status&expand=info`), computes a plan
+//! with the pure `plan::compute`, and applies only the differences. Only the holder of the
+//! `reconciler` lease acts, so `serve` and `worker` can run side by side. A cluster that does
+//! not answer is backed off, its last observation kept (and shown with its age).
+
+pub mod lease;
+pub mod plan;
+pub mod policy;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde::Serialize;
+use serde_json::json;
+use sqlx::SqlitePool;
+use tokio::sync::{watch, Notify};
+
+use self::lease::{now_ms, Lease, RECONCILER};
+use self::plan::{Config, Desired, DesiredState, Live, LiveTask, Plan, Step};
+use self::policy::Policy;
+use crate::audit::{self, Actor, Entry, Outcome};
+use crate::clusters::ConnectCluster;
+use crate::connect::{ConnectClient, ConnectError};
+use crate::secrets::store::SecretStore;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// A pass at least this often, even when nothing changed.
+    pub interval: Duration,
+    pub lease_ttl: Duration,
+    pub policy: Policy,
+    /// How often committed offsets are read (one GET per connector, so not every pass).
+    pub offsets_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { interval: Duration::from_secs(10), lease_ttl: Duration::from_secs(15), policy: Policy::default(), offsets_interval: Duration::from_secs(60) }
+    }
+}
+
+/// Shared between the reconciler task and the web layer: wake-ups and counters.
+#[derive(Default)]
+pub struct Handle {
+    wake: Notify,
+    pub passes: AtomicU64,
+    pub actions: AtomicU64,
+}
+
+impl Handle {
+    /// Called after every desired-state change in this process; other processes notice the
+    /// `desired_version` bump within a second.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Records a desired-state change so a reconciler in any process runs soon.
+pub async fn bump_desired_version(pool: &SqlitePool) -> anyhow::Result<()> {
+    sqlx::query("UPDATE instance_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'desired_version'").execute(pool).await?;
+    Ok(())
+}
+
+async fn desired_version(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar::<_, String>("SELECT value FROM instance_meta WHERE key = 'desired_version'").fetch_one(pool).await.ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+pub struct Reconciler {
+    pool: SqlitePool,
+    secrets: Arc<SecretStore>,
+    settings: Settings,
+    lease: Lease,
+    handle: Arc<Handle>,
+    last_offsets: std::sync::Mutex<Option<Instant>>,
+}
+
+pub fn holder_id(role: &str) -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    format!("{role}@{host}:{}:{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+impl Reconciler {
+    pub fn new(pool: SqlitePool, secrets: Arc<SecretStore>, settings: Settings, handle: Arc<Handle>, holder: String) -> Self {
+        let lease = Lease::new(pool.clone(), RECONCILER, holder, settings.lease_ttl.as_millis() as i64);
+        Reconciler { pool, secrets, settings, lease, handle, last_offsets: std::sync::Mutex::new(None) }
+    }
+
+    pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut last_pass: Option<Instant> = None;
+            let mut seen_version = -1;
+            loop {
+                let held = match self.lease.try_hold().await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        tracing::warn!(error = format!("{e:#}"), "cannot read the reconciler lease");
+                        false
+                    }
+                };
+                let version = desired_version(&self.pool).await;
+                let due = last_pass.is_none_or(|t| t.elapsed() >= self.settings.interval) || version != seen_version;
+                if held && due {
+                    seen_version = version;
+                    last_pass = Some(Instant::now());
+                    if let Err(e) = self.pass().await {
+                        tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = self.handle.wake.notified() => { last_pass = None; }
+                    _ = shutdown.changed() => break,
+                }
+            }
+            self.lease.release().await;
+            tracing::debug!("reconciler stopped");
+        })
+    }
+
+    async fn client(&self, cluster: &ConnectCluster) -> ConnectClient {
+        let auth = match (&cluster.basic_auth_user, &cluster.secret_ref) {
+            (Some(user), Some(r)) => self.secrets.get(r, "basic_auth_password").await.ok().flatten().map(|p| (user.clone(), p.expose().clone())),
+            _ => None,
+        };
+        ConnectClient::with_agent(&cluster.url, auth, &format!("cluecdc-reconciler ({})", self.lease.holder))
+    }
+
+    /// One pass over every cluster.
+    pub async fn pass(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let started_at = crate::time::now();
+        let clusters = crate::clusters::all(&self.pool).await?;
+        let read_offsets = {
+            let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= self.settings.offsets_interval);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        let (mut actions, mut errors) = (0i64, 0i64);
+        for cluster in &clusters {
+            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) {
+                continue;
+            }
+            match self.reconcile_cluster(cluster, read_offsets).await {
+                Ok(n) => actions += n as i64,
+                Err(e) => {
+                    errors += 1;
+                    self.record_unreachable(cluster, &e).await?;
+                }
+            }
+        }
+        self.handle.passes.fetch_add(1, Ordering::Relaxed);
+        self.handle.actions.fetch_add(actions as u64, Ordering::Relaxed);
+        sqlx::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES (?, ?, ?, ?, ?, ?)")
+            .bind(&self.lease.holder)
+            .bind(started_at)
+            .bind(started.elapsed().as_millis() as i64)
+            .bind(clusters.len() as i64)
+            .bind(actions)
+            .bind(errors)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Connect did not answer: keep the last observation, back off (capped, jittered).
+    async fn record_unreachable(&self, cluster: &ConnectCluster, e: &ConnectError) -> anyhow::Result<()> {
+        let failures: i64 = sqlx::query_scalar("SELECT failures FROM connect_clusters WHERE id = ?").bind(&cluster.id).fetch_one(&self.pool).await?;
+        let attempt = (failures + 1) as u32;
+        let backoff = Duration::from_secs(1).saturating_mul(1 << attempt.min(6)).min(Duration::from_secs(60)).mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+        tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
+        sqlx::query("UPDATE connect_clusters SET failures = failures + 1, last_error = ?, next_attempt_at = ? WHERE id = ?")
+            .bind(e.to_string())
+            .bind(now_ms() + backoff.as_millis() as i64)
+            .bind(&cluster.id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn load_desired(&self, cluster_id: &str) -> anyhow::Result<Vec<Desired>> {
+        type Row = (String, String, String, String, i64, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<i64>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
+                    s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since
+             FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id
+             WHERE c.connect_cluster_id = ? ORDER BY c.name",
+        )
+        .bind(cluster_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, name, config, state, generation, restart_requested, applied, attempts, next, healthy)| {
+                Some(Desired {
+                    config: serde_json::from_str(&config).ok()?,
+                    state: DesiredState::parse(&state)?,
+                    applied_config: applied.and_then(|a| serde_json::from_str(&a).ok()),
+                    restart_attempts: attempts.unwrap_or(0) as u32,
+                    next_restart_at: next,
+                    healthy_since: healthy,
+                    restart_requested,
+                    id,
+                    name,
+                    generation,
+                })
+            })
+            .collect())
+    }
+
+    async fn reconcile_cluster(&self, cluster: &ConnectCluster, read_offsets: bool) -> Result<usize, ConnectError> {
+        let client = self.client(cluster).await;
+        let desired = self.load_desired(&cluster.id).await.map_err(db_err)?;
+        // The one list call of this pass for this cluster.
+        let expanded = client.list_expanded().await?;
+        let live: BTreeMap<String, Live> = expanded
+            .into_iter()
+            .filter_map(|(name, e)| {
+                let status = e.status?;
+                let info = e.info?;
+                Some((
+                    name,
+                    Live {
+                        config: info.config,
+                        state: status.connector.state,
+                        trace: status.connector.trace,
+                        tasks: status.tasks.into_iter().map(|t| LiveTask { id: t.id, state: t.state, worker_id: t.worker_id, trace: t.trace }).collect(),
+                    },
+                ))
+            })
+            .collect();
+        let observe_only = cluster.managed_by == "strimzi";
+        let plan = {
+            let mut rng = rand::thread_rng();
+            plan::compute(&desired, &live, now_ms(), &self.settings.policy, observe_only, &mut || rng.gen_range(0.5..=1.0))
+        };
+        let applied = self.apply(&client, cluster, &desired, &plan).await.map_err(db_err)?;
+        sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
+            .bind(crate::time::now())
+            .bind(&cluster.id)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_err(e.into()))?;
+        if read_offsets {
+            for d in desired.iter().filter(|d| live.contains_key(&d.name)) {
+                if let Ok(offsets) = client.offsets(&d.name).await {
+                    let _ = sqlx::query("UPDATE connector_status SET offsets = ?, offsets_at = ? WHERE connector_id = ?").bind(offsets.to_string()).bind(crate::time::now()).bind(&d.id).execute(&self.pool).await;
+                }
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Executes the steps (each only while the lease is still ours) and records observations,
+    /// drift, restarts and unknown connectors.
+    async fn apply(&self, client: &ConnectClient, cluster: &ConnectCluster, desired: &[Desired], plan: &Plan) -> anyhow::Result<usize> {
+        let by_id: BTreeMap<&str, &Desired> = desired.iter().map(|d| (d.id.as_str(), d)).collect();
+        let mut applied_configs: BTreeMap<String, Config> = BTreeMap::new();
+        let mut failed_steps: BTreeMap<String, String> = BTreeMap::new();
+        let mut done = 0;
+        for step in &plan.steps {
+            if step.is_mutating() && !self.lease.still_held().await? {
+                tracing::warn!("lease lost mid-pass; stopping before the next change");
+                return Ok(done);
+            }
+            let (id, action, result) = match step {
+                Step::Create { id, name, config, initial_state } => (id, "create", client.create(name, config, initial_state).await.map(|_| {
+                    applied_configs.insert(id.clone(), config.clone());
+                })),
+                Step::UpdateConfig { id, name, config } => (id, "update_config", client.put_config(name, config).await.map(|_| {
+                    applied_configs.insert(id.clone(), config.clone());
+                })),
+                Step::Pause { id, name } => (id, "pause", client.pause(name).await),
+                Step::Resume { id, name } => (id, "resume", client.resume(name).await),
+                Step::Stop { id, name } => (id, "stop", client.stop(name).await),
+                Step::Delete { id, name } => (id, "delete", client.delete(name).await),
+                Step::Restart { id, name, attempt, reason } => {
+                    let r = client.restart(name, true, true).await;
+                    self.record_restart(id, reason, "reconciler", *attempt, &r).await?;
+                    (id, "restart", r)
+                }
+                Step::RequestedRestart { id, name, by } => {
+                    let r = client.restart(name, true, false).await;
+                    self.record_restart(id, "requested", by, 0, &r).await?;
+                    if r.is_ok() {
+                        sqlx::query("UPDATE connectors SET restart_requested_by = NULL WHERE id = ?").bind(id).execute(&self.pool).await?;
+                    }
+                    (id, "restart", r)
+                }
+                Step::Forget { id } => {
+                    sqlx::query("DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'").bind(id).execute(&self.pool).await?;
+                    continue;
+                }
+            };
+            done += 1;
+            let name = by_id.get(id.as_str()).map(|d| d.name.clone()).unwrap_or_default();
+            let outcome = if result.is_ok() { Outcome::Success } else { Outcome::Failure };
+            if let Err(e) = &result {
+                tracing::warn!(connector = %name, action, error = %e, "reconcile step failed");
+                failed_steps.insert(id.clone(), format!("{action} failed: {e}"));
+            } else {
+                tracing::info!(connector = %name, cluster = %cluster.name, action, "reconciled");
+            }
+            audit::record_alone(
+                &self.pool,
+                Entry {
+                    actor: Actor { name: "reconciler".into(), kind: "system" },
+                    action: &format!("connector.{action}"),
+                    target_kind: "connector",
+                    target_id: id,
+                    outcome,
+                    summary: json!({"name": name, "cluster": cluster.name, "error": result.as_ref().err().map(|e| e.to_string())}),
+                },
+            )
+            .await?;
+        }
+        let now = crate::time::now();
+        let mut tx = self.pool.begin().await?;
+        for o in &plan.observations {
+            let Some(d) = by_id.get(o.id.as_str()) else { continue };
+            let acted = plan.steps.iter().any(|s| step_id(s) == Some(o.id.as_str()));
+            let message = failed_steps.get(&o.id).cloned().unwrap_or_else(|| o.message.clone());
+            let applied = applied_configs.get(&o.id).map(|c| json!(c).to_string());
+            sqlx::query(
+                "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                 ON CONFLICT(connector_id) DO UPDATE SET
+                   observed_generation = CASE WHEN ?14 THEN connector_status.observed_generation ELSE excluded.observed_generation END,
+                   applied_config = COALESCE(excluded.applied_config, connector_status.applied_config),
+                   live_config = excluded.live_config, phase = excluded.phase, connector_state = excluded.connector_state,
+                   tasks = excluded.tasks, trace = excluded.trace, message = excluded.message, observed_at = excluded.observed_at,
+                   restart_attempts = excluded.restart_attempts, next_restart_at = excluded.next_restart_at, healthy_since = excluded.healthy_since",
+            )
+            .bind(&o.id)
+            .bind(if acted { 0 } else { d.generation })
+            .bind(applied)
+            .bind(o.live_config.as_ref().map(|c| json!(c).to_string()))
+            .bind(if failed_steps.contains_key(&o.id) { "FAILED" } else { o.phase })
+            .bind(&o.connector_state)
+            .bind(json!(o.tasks).to_string())
+            .bind(&o.trace)
+            .bind(message)
+            .bind(&now)
+            .bind(i64::from(o.restart_attempts))
+            .bind(o.next_restart_at)
+            .bind(o.healthy_since)
+            .bind(acted)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for drift in &plan.drifts {
+            // A drift that persists (observe-only clusters) is recorded once, not every pass.
+            let last: Option<(String, String)> = sqlx::query_as("SELECT kind, diff FROM drift_events WHERE connect_cluster_id = ? AND connector_name = ? ORDER BY id DESC LIMIT 1")
+                .bind(&cluster.id)
+                .bind(&drift.name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let diff = json!(drift.diff).to_string();
+            if drift.action == "reported" && last.as_ref().is_some_and(|(k, d)| k == drift.kind && *d == diff) {
+                continue;
+            }
+            tracing::warn!(connector = %drift.name, kind = drift.kind, action = drift.action, "drift detected");
+            sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES (?, ?, ?, ?, ?, ?, ?)")
+                .bind(&cluster.id)
+                .bind(&drift.name)
+                .bind(&drift.connector_id)
+                .bind(drift.kind)
+                .bind(diff)
+                .bind(&now)
+                .bind(drift.action)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let names: Vec<String> = plan.unknown.iter().map(|u| u.0.clone()).collect();
+        for (name, state, config) in &plan.unknown {
+            let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?)").bind(&cluster.id).bind(name).fetch_one(&mut *tx).await?;
+            if !known {
+                sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, kind, diff, detected_at, action) VALUES (?, ?, 'unknown_added', '[]', ?, 'reported')")
+                    .bind(&cluster.id)
+                    .bind(name)
+                    .bind(&now)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(
+                "INSERT INTO unmanaged_connectors (connect_cluster_id, name, state, config, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT(connect_cluster_id, name) DO UPDATE SET state = excluded.state, config = excluded.config, last_seen = excluded.last_seen",
+            )
+            .bind(&cluster.id)
+            .bind(name)
+            .bind(state)
+            .bind(json!(config).to_string())
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let gone: Vec<String> = sqlx::query_scalar("SELECT name FROM unmanaged_connectors WHERE connect_cluster_id = ?").bind(&cluster.id).fetch_all(&mut *tx).await?;
+        for name in gone.into_iter().filter(|n| !names.contains(n)) {
+            sqlx::query("DELETE FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?").bind(&cluster.id).bind(name).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn record_restart(&self, id: &str, reason: &str, by: &str, attempt: u32, result: &Result<(), ConnectError>) -> anyhow::Result<()> {
+        sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
+            .bind(id)
+            .bind(crate::time::now())
+            .bind(reason)
+            .bind(by)
+            .bind(i64::from(attempt))
+            .bind(match result {
+                Ok(()) => "requested".to_string(),
+                Err(e) => format!("failed: {e}"),
+            })
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+fn step_id(s: &Step) -> Option<&str> {
+    match s {
+        Step::Create { id, .. } | Step::UpdateConfig { id, .. } | Step::Pause { id, .. } | Step::Resume { id, .. } | Step::Stop { id, .. } | Step::Delete { id, .. } | Step::Restart { id, .. } | Step::RequestedRestart { id, .. } => Some(id),
+        Step::Forget { .. } => None,
+    }
+}
+
+fn db_err(e: anyhow::Error) -> ConnectError {
+    ConnectError::Decode(format!("ClueCDC database: {e:#}"))
+}
+
+/// What the API shows about the reconciler.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub holder: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub this_process: String,
+    pub passes_in_this_process: u64,
+    pub last_pass: Option<serde_json::Value>,
+}
