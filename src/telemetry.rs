@@ -6,8 +6,12 @@ use crate::config::{LogFormat, LogSettings};
 
 /// Installs the global subscriber once. Logs go to standard error so that standard output
 /// stays free for what commands print (the URL, a created token).
+/// Libraries whose debug output can carry credentials (signed request dumps, headers): they
+/// stay at warn whatever the filter says, so no log level leaks a secret.
+const QUIET: &str = "aws_sigv4=warn,aws_smithy_runtime=warn,aws_smithy_runtime_api=warn,aws_smithy_http_client=warn,aws_sdk_s3=warn,aws_runtime=warn,aws_config=warn,hyper=warn,hyper_util=warn,h2=warn,reqwest=warn,rustls=warn,sqlx=warn";
+
 pub fn init(settings: &LogSettings) {
-    let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(format!("{},{QUIET}", settings.filter)).unwrap_or_else(|_| EnvFilter::new(format!("info,{QUIET}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

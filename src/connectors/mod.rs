@@ -93,19 +93,21 @@ struct Row {
     offsets: Option<String>,
     offsets_at: Option<String>,
     applied: Option<String>,
+    cluster_error: Option<String>,
 }
 
 const SELECT: &str = "SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, c.owner_kind, c.config, c.desired_state, c.generation, c.owner_id, c.restart_requested_by,
-    s.observed_generation, s.phase, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied
+    s.observed_generation, s.phase, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied, cc.last_error AS cluster_error
     FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id";
 
 fn view(r: Row) -> ConnectorView {
-    let Row { id, name, cluster_id, cluster, owner_kind, config, desired_state, generation, owner_id, restart_requested_by, observed_generation, phase, state, tasks, trace, message, observed_at, live, attempts, offsets, offsets_at, applied } = r;
+    let Row { id, name, cluster_id, cluster, owner_kind, config, desired_state, generation, owner_id, restart_requested_by, observed_generation, phase, state, tasks, trace, message, observed_at, live, attempts, offsets, offsets_at, applied, cluster_error } = r;
     let config: BTreeMap<String, String> = serde_json::from_str(&config).unwrap_or_default();
     let live: Option<BTreeMap<String, String>> = live.and_then(|l| serde_json::from_str(&l).ok());
     let applied: Option<BTreeMap<String, String>> = applied.and_then(|a| serde_json::from_str(&a).ok());
     let observed_age_secs = age(&observed_at);
-    let stale = observed_age_secs.is_none_or(|a| a > STALE_AFTER_SECS);
+    // Stale: the last attempt to observe the cluster failed, or the observation is old.
+    let stale = cluster_error.is_some() || observed_age_secs.is_none_or(|a| a > STALE_AFTER_SECS);
     let tasks: Vec<TaskView> = tasks
         .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
         .unwrap_or_default()
@@ -114,6 +116,10 @@ fn view(r: Row) -> ConnectorView {
         .collect();
     let observed_generation = observed_generation.unwrap_or(0);
     let mut phase = phase.unwrap_or_else(|| "PENDING".into());
+    let message = match (&cluster_error, message) {
+        (Some(e), _) if observed_at.is_some() => Some(format!("last seen {}; now: {e}", phase)),
+        (_, m) => m,
+    };
     if stale && observed_at.is_some() {
         phase = "UNKNOWN".into();
     } else if observed_generation < generation && phase != "FAILED" && phase != "DRIFTED" {

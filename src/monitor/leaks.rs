@@ -82,26 +82,39 @@ pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usiz
                 }
             }
         }
-        let mut subjects = Vec::new();
+        // One alert per connector, naming every secret and every place it was seen.
+        let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> = std::collections::BTreeMap::new();
         for f in &findings {
-            let subject = format!("{scope}{}", f.connector);
-            alerts::fire(
-                pool,
-                KIND_LEAK,
-                &subject,
-                "critical",
-                &format!(
-                    "The {} of connection {} appears in plain text in the {} of connector {} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
-                    f.field, f.connection, f.place, f.connector, cluster.name
-                ),
-            )
-            .await?;
+            let entry = by_connector.entry(f.connector.as_str()).or_default();
+            let what = format!("the {} of connection {}", f.field, f.connection);
+            if !entry.0.contains(&what) {
+                entry.0.push(what);
+            }
+            if !entry.1.contains(&f.place) {
+                entry.1.push(f.place.clone());
+            }
+        }
+        let mut subjects = Vec::new();
+        for (connector, (secrets, places)) in by_connector {
+            let subject = format!("{scope}{connector}");
+            let message = format!(
+                "{} appears in plain text in the {} of connector {connector} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
+                capitalize(&secrets.join(" and ")),
+                places.join(", "),
+                cluster.name
+            );
+            alerts::fire(pool, KIND_LEAK, &subject, "critical", &message).await?;
             subjects.push(subject);
         }
         alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
         total += findings.len();
     }
     Ok(total)
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
 }
 
 /// Runs `scan` every `interval` until shutdown.

@@ -15,11 +15,12 @@ pub struct TestApp {
     pub child: Child,
     pub dir: tempfile::TempDir,
     pub log_path: PathBuf,
+    pub data: PathBuf,
 }
 
 impl TestApp {
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data.clone()
     }
 
     pub fn client(&self) -> reqwest::Client {
@@ -62,6 +63,12 @@ pub fn binary() -> PathBuf {
 /// Starts the binary from `exe` in an empty working directory on 127.0.0.1:0 and waits for the
 /// URL it prints. Logs go to a file in the temp dir, so a failing test can show them.
 pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &str)]) -> TestApp {
+    let data = dir.path().join("data");
+    spawn_app_on(exe, dir, &data, extra_env)
+}
+
+/// Like `spawn_app_from`, with the data directory given (to share it with a `worker`).
+pub fn spawn_app_on(exe: &Path, dir: tempfile::TempDir, data: &Path, extra_env: &[(&str, &str)]) -> TestApp {
     let work = dir.path().join("cwd");
     std::fs::create_dir_all(&work).unwrap();
     let log_path = dir.path().join("cluecdc.log");
@@ -69,7 +76,7 @@ pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &s
     let mut cmd = Command::new(exe);
     cmd.current_dir(&work)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
+        .arg(data)
         .env_remove("CLUECDC_LISTEN")
         .env_remove("CLUECDC_DATA_DIR")
         .env("CLUECDC_LOG", "info")
@@ -89,7 +96,7 @@ pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &s
         }
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(url) => TestApp { url, child, dir, log_path },
+        Ok(url) => TestApp { url, child, dir, log_path, data: data.to_path_buf() },
         Err(_) => {
             let _ = child.kill();
             panic!(
@@ -460,6 +467,112 @@ pub async fn drop_slot(pool: &sqlx::PgPool, slot: &str) {
         let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_replication_slots WHERE slot_name = $1").bind(slot).fetch_one(pool).await.unwrap_or(0);
         if r.is_ok() && left == 0 {
             return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Tests that need the shared Connect worker running hold this (shared); the one test that
+/// stops Connect holds it exclusively.
+pub fn connect_gate() -> &'static tokio::sync::RwLock<()> {
+    static GATE: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
+    GATE.get_or_init(|| tokio::sync::RwLock::new(()))
+}
+
+pub async fn connect_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    connect_gate().read().await
+}
+
+pub async fn connect_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    connect_gate().write().await
+}
+
+/// Runs `scripts/stack` with arguments (for tests that stop and start a component).
+pub fn stack_cmd(args: &[&str]) {
+    let out = Command::new(format!("{}/scripts/stack", env!("CARGO_MANIFEST_DIR"))).args(args).output().unwrap();
+    assert!(out.status.success(), "scripts/stack {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// One request ClueCDC made to Connect through the proxy.
+#[derive(Debug, Clone)]
+pub struct ProxiedCall {
+    pub method: String,
+    pub path: String,
+    pub agent: String,
+}
+
+/// A transparent HTTP proxy in front of the real Connect that records every call, so tests
+/// can count what ClueCDC asks of Connect.
+pub struct ConnectProxy {
+    pub url: String,
+    pub calls: std::sync::Arc<std::sync::Mutex<Vec<ProxiedCall>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ConnectProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ConnectProxy {
+    pub async fn start(target: &str) -> ConnectProxy {
+        use poem::listener::{Acceptor, Listener};
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+        let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
+        let target = target.trim_end_matches('/').to_string();
+        let record = calls.clone();
+        let http = reqwest::Client::new();
+        let endpoint = poem::endpoint::make(move |req: poem::Request| {
+            let target = target.clone();
+            let record = record.clone();
+            let http = http.clone();
+            async move {
+                let method = req.method().clone();
+                let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+                let agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let ctype = req.headers().get("content-type").cloned();
+                let body = req.into_body().into_bytes().await.unwrap_or_default();
+                record.lock().unwrap().push(ProxiedCall { method: method.to_string(), path: path.clone(), agent });
+                let mut out = http.request(reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap(), format!("{target}{path}")).body(body.to_vec());
+                if let Some(ct) = ctype {
+                    out = out.header("content-type", ct.to_str().unwrap_or("application/json"));
+                }
+                match out.send().await {
+                    Ok(res) => {
+                        let status = res.status().as_u16();
+                        let bytes = res.bytes().await.unwrap_or_default();
+                        poem::Response::builder().status(poem::http::StatusCode::from_u16(status).unwrap()).content_type("application/json").body(bytes.to_vec())
+                    }
+                    Err(_) => poem::Response::builder().status(poem::http::StatusCode::BAD_GATEWAY).body("proxy: Connect unreachable"),
+                }
+            }
+        });
+        let task = tokio::spawn(async move {
+            let _ = poem::Server::new_with_acceptor(acceptor).run(endpoint).await;
+        });
+        ConnectProxy { url: format!("http://{addr}"), calls, task }
+    }
+
+    pub fn snapshot(&self) -> Vec<ProxiedCall> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+/// Polls `f` every half second until it returns Some, or panics with `what` after `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("timed out after {within:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

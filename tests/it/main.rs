@@ -6,5 +6,6 @@ mod helpers;
 mod access;
 mod app_smoke;
 mod connections;
+mod reconciler;
 mod secrets;
 mod stack_smoke;

@@ -88,6 +88,7 @@ async fn put_connector(s: &Stack, name: &str, config: &Value) {
 #[tokio::test]
 async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives_rotation() {
     let s = stack();
+    let _c = connect_shared().await;
     let _guard = provider_lock().await;
     let api = admin_api();
     point_connect_provider_at(&api).await;
@@ -180,6 +181,7 @@ async fn a_wrong_provider_token_or_unknown_reference_is_refused_and_audited() {
 #[tokio::test]
 async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_row_or_connect_config() {
     let s = stack();
+    let _c = connect_shared().await;
     let _guard = provider_lock().await;
     let api = admin_api_with(&[("CLUECDC_LOG", "debug")]);
     point_connect_provider_at(&api).await;
@@ -318,6 +320,7 @@ async fn read_topic(bootstrap: &str, topic: &str) -> String {
 #[tokio::test]
 async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolves_when_removed() {
     let s = stack();
+    let _c = connect_shared().await;
     let api = admin_api_with(&[("CLUECDC_LEAK_SCAN_INTERVAL", "1s")]);
     let (status, _) = api.post("/api/v1/connect-clusters", json!({"name": "stack", "url": s.connect_url})).await;
     assert_eq!(status, 201);
@@ -343,7 +346,7 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     delete_connector(&s.connect_url, &name).await;
     let alert = alert.expect("a secret_leak alert fires");
     let message = alert["message"].as_str().unwrap();
-    assert!(message.contains("secret_access_key of connection leaky") && message.contains("connector config"), "{message}");
+    assert!(message.contains("The secret_access_key of connection leaky") && message.contains("connector config") && message.contains("task configs"), "{message}");
     assert!(!alert.to_string().contains(&secret), "the alert never holds the value");
     let page = sign_in(&api.app, "ada", PASSWORD).await.client.get(format!("{}/alerts/badge", api.app.url)).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("alert"), "the header badge shows it: {page}");

@@ -19,6 +19,7 @@ fn down(component: &str, addr: &str, err: impl std::fmt::Display) -> String {
 #[tokio::test]
 async fn kafka_connect_lists_every_plugin_the_product_needs() {
     let s = stack();
+    let _c = crate::helpers::connect_shared().await;
     let url = format!("{}/connector-plugins?connectorsOnly=true", s.connect_url);
     let res = reqwest::Client::new()
         .get(&url)
