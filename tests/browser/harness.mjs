@@ -90,3 +90,23 @@ export async function signIn(page, app, name) {
   await page.getByLabel('Password').fill(PASSWORD);
   await Promise.all([page.waitForURL(app.url + '/'), page.getByRole('button', { name: 'Sign in' }).click()]);
 }
+
+/** `cluecdc token create` for a user: the bearer token for API calls from a test. */
+export function createToken(app, user) {
+  const out = spawnSync(binaryPath(), ['token', 'create', '--user', user, '--data-dir', join(app.dir, 'data')], { encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(`token create failed: ${out.stderr}`);
+  return out.stdout.trim();
+}
+
+/** Calls ClueCDC's JSON API; returns [status, body]. */
+export async function api(app, token, method, path, body) {
+  const res = await fetch(app.url + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json;
+  try { json = JSON.parse(text); } catch { json = text; }
+  return [res.status, json];
+}
