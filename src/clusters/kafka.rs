@@ -190,7 +190,7 @@ pub async fn topics(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
 pub async fn topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, name: &str) -> Result<TopicInfo> {
     let c = get(pool, who, id).await?;
     let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string())).await.map_err(|e| {
-        if e.contains("UnknownTopic") {
+        if unknown_topic(&e) {
             Error::NotFound(format!("topic {name}"))
         } else {
             Error::Unavailable(format!("Kafka cluster {}: {e}", c.name))
@@ -265,7 +265,13 @@ pub async fn delete_topic(pool: &SqlitePool, store: &SecretStore, who: &Principa
     let c = get(pool, who, id).await?;
     let result = kafka::delete_topic(&access(store, &c).await?, name).await;
     audit::record_alone(pool, Entry { actor: who.into(), action: "topic.delete", target_kind: "topic", target_id: name, outcome: if result.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"cluster": c.name, "error": result.as_ref().err()}) }).await?;
-    result.map_err(|e| if e.contains("UnknownTopic") { Error::NotFound(format!("topic {name}")) } else { Error::Unavailable(e) })
+    result.map_err(|e| if unknown_topic(&e) { Error::NotFound(format!("topic {name}")) } else { Error::Unavailable(e) })
+}
+
+/// librdkafka names it UnknownTopicOrPartition or RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART.
+fn unknown_topic(e: &str) -> bool {
+    let e = e.to_ascii_lowercase().replace('_', "");
+    e.contains("unknowntopic")
 }
 
 #[cfg(test)]

@@ -271,3 +271,63 @@ mod tests {
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
     }
 }
+
+#[cfg(test)]
+mod client_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use poem::listener::{Acceptor, Listener};
+
+    use super::*;
+
+    /// A stand-in Connect that answers 409 (rebalancing) `busy` times, then 200.
+    async fn flaky(busy: usize, message: &'static str) -> (String, Arc<AtomicUsize>) {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+        let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
+        let ep = poem::endpoint::make(move |_req: poem::Request| {
+            let n = h.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < busy {
+                    poem::Response::builder().status(poem::http::StatusCode::CONFLICT).body(format!("{{\"error_code\":409,\"message\":\"{message}\"}}"))
+                } else {
+                    poem::Response::builder().body("{\"version\":\"4.3.1\",\"commit\":\"c\",\"kafka_cluster_id\":\"k\"}")
+                }
+            }
+        });
+        tokio::spawn(async move { poem::Server::new_with_acceptor(acceptor).run(ep).await });
+        (format!("http://{addr}"), hits)
+    }
+
+    #[tokio::test]
+    async fn a_rebalance_409_is_retried_with_backoff_until_it_clears() {
+        let (url, hits) = flaky(2, "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)").await;
+        let info = ConnectClient::new(&url, None).server_info().await.unwrap();
+        assert_eq!(info.version, "4.3.1");
+        assert_eq!(hits.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_rebalance_that_does_not_clear_is_reported_as_such() {
+        let (url, hits) = flaky(100, "rebalance in progress").await;
+        let err = ConnectClient::new(&url, None).server_info().await.unwrap_err();
+        assert!(matches!(err, ConnectError::Rebalancing), "{err}");
+        assert_eq!(hits.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn already_exists_is_not_mistaken_for_a_rebalance() {
+        let (url, hits) = flaky(1, "Connector x already exists").await;
+        let err = ConnectClient::new(&url, None).server_info().await.unwrap_err();
+        assert!(matches!(err, ConnectError::Status { status: 409, .. }));
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_connect_is_named_with_its_url() {
+        let err = ConnectClient::new("http://127.0.0.1:9", None).server_info().await.unwrap_err();
+        assert!(err.to_string().contains("Kafka Connect at http://127.0.0.1:9 is unreachable"), "{err}");
+    }
+}

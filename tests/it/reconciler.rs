@@ -321,3 +321,132 @@ async fn a_pass_over_fifty_unchanged_connectors_makes_one_list_call_and_no_chang
         std::panic::resume_unwind(p);
     }
 }
+
+#[tokio::test]
+async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_live_config() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"), ("CLUECDC_OFFSETS_INTERVAL", "1s")]);
+    let name = format!("adopt-{}", tag());
+    // Managed by ClueCDC first: it creates the connector and reads its offsets.
+    let cluster = register(&api, &s.connect_url).await;
+    desire(&api, &cluster, &name, source_config(&name)).await;
+    let result = async {
+        let running = eventually(Duration::from_secs(60), "RUNNING with offsets read", || async {
+            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+            (c["phase"] == "RUNNING" && c["offsets_at"].is_string()).then_some(c)
+        })
+        .await;
+        assert!(running["offsets"]["offsets"].is_array(), "committed offsets are stored: {running}");
+
+        // Someone changes it in Connect; an admin adopts the change instead of a repair.
+        let mut changed = source_config(&name);
+        changed["batch.size"] = json!("100");
+        let res = reqwest::Client::new().put(format!("{}/connectors/{name}/config", s.connect_url)).json(&changed).send().await.unwrap();
+        assert!(res.status().is_success());
+        // Race the reconciler: adopt as soon as the live config shows the change, then check
+        // that Connect keeps it.
+        let adopted = eventually(Duration::from_secs(30), "the adopted config", || async {
+            let (status, c) = api.post(&format!("/api/v1/connectors/{name}/adopt"), json!({})).await;
+            (status == 200 && c["config"]["batch.size"] == "100").then_some(c)
+        })
+        .await;
+        assert_eq!(adopted["config"]["batch.size"], "100");
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let live = connect_config(&s, &name).await.unwrap();
+        assert_eq!(live["batch.size"], "100", "after adoption ClueCDC keeps the live config");
+        let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+        assert!(c["drift_events"].as_array().unwrap().iter().any(|e| e["action"] == "adopted"), "{c}");
+    };
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
+    delete_connector(&s.connect_url, &name).await;
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+
+    // A Strimzi-managed cluster: ClueCDC observes and reports, and changes nothing.
+    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let (status, strimzi) = api.post("/api/v1/connect-clusters", json!({"name": "strimzi", "url": s.connect_url, "managed_by": "strimzi"})).await;
+    assert_eq!(status, 201);
+    let (status, err) = api.post("/api/v1/connectors", json!({"name": "x", "connect_cluster_id": strimzi["id"], "config": source_config("x")})).await;
+    assert_eq!(status, 422, "ClueCDC does not deploy to a Strimzi-managed cluster: {err}");
+    assert!(err["error"]["fields"]["connect_cluster_id"].as_str().unwrap().contains("KafkaConnector"));
+    let outsider = format!("strimzi-owned-{}", tag());
+    let res = reqwest::Client::new().put(format!("{}/connectors/{outsider}/config", s.connect_url)).json(&source_config(&outsider)).send().await.unwrap();
+    assert!(res.status().is_success());
+    eventually(Duration::from_secs(30), "the Strimzi cluster's connector listed", || async {
+        let (_, list) = api.get("/api/v1/connectors").await;
+        list["unmanaged"].as_array().unwrap().iter().any(|u| u["name"] == outsider.as_str()).then_some(())
+    })
+    .await;
+    assert!(connect_config(&s, &outsider).await.is_some());
+    delete_connector(&s.connect_url, &outsider).await;
+}
+
+#[tokio::test]
+async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_deleted_only_when_confirmed() {
+    let s = stack();
+    let api = admin_api();
+    let (status, bad) = api.post("/api/v1/kafka-clusters", json!({"name": "k", "bootstrap_servers": "kafka", "security_protocol": "SASL_SSL"})).await;
+    assert_eq!(status, 422);
+    for f in ["bootstrap_servers", "sasl_mechanism", "sasl_username", "sasl_password"] {
+        assert!(bad["error"]["fields"][f].is_string(), "{f}: {bad}");
+    }
+    let (status, k) = api.post("/api/v1/kafka-clusters", json!({"name": "stack", "bootstrap_servers": s.kafka_bootstrap})).await;
+    assert_eq!(status, 201, "{k}");
+    let id = k["id"].as_str().unwrap();
+    let (_, got) = api.get(&format!("/api/v1/kafka-clusters/{id}")).await;
+    assert_eq!(got["health"]["reachable"], true, "{got}");
+    assert_eq!(got["health"]["brokers"].as_array().unwrap().len(), 1);
+
+    let topic = format!("cluecdc-topic-{}", tag());
+    let (status, err) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 2, "replication_factor": 3})).await;
+    assert_eq!(status, 422, "more replicas than brokers is refused: {err}");
+    assert!(err["error"]["fields"]["replication_factor"].as_str().unwrap().contains("1 broker"));
+    let (status, t) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 2, "replication_factor": 1, "retention_ms": 3_600_000, "cleanup_policy": "delete"})).await;
+    assert_eq!(status, 201, "{t}");
+    assert_eq!(t["partitions"].as_array().unwrap().len(), 2);
+    let p0 = &t["partitions"][0];
+    assert_eq!(p0["leader"], 1);
+    assert_eq!(p0["replicas"], json!([1]));
+    assert_eq!(p0["isr"], json!([1]));
+    assert_eq!(p0["low_watermark"], 0);
+    assert_eq!(p0["high_watermark"], 0);
+    assert_eq!(t["configs"]["retention.ms"], "3600000");
+    assert_eq!(t["configs"]["cleanup.policy"], "delete");
+    let (status, _) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 1, "replication_factor": 1})).await;
+    assert_eq!(status, 409);
+    let (_, list) = api.get(&format!("/api/v1/kafka-clusters/{id}/topics")).await;
+    assert!(list["items"].as_array().unwrap().iter().any(|i| i["name"] == topic.as_str()));
+
+    let (status, err) = api.delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await;
+    assert_eq!(status, 422, "deleting needs the name repeated: {err}");
+    assert_eq!(api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await.0, 200, "still there");
+    let (status, _) = api.delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}?confirm={topic}")).await;
+    assert_eq!(status, 204);
+    let (_, audit) = api.get(&format!("/api/v1/audit?action=topic.&target={topic}")).await;
+    let actions: Vec<&str> = audit["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, vec!["topic.delete", "topic.create"]);
+    eventually(Duration::from_secs(20), "the topic gone", || async { (api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await.0 == 404).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_connect_cluster_reports_its_version_workers_and_plugins() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let api = admin_api();
+    let id = register(&api, &s.connect_url).await;
+    let (status, p) = api.get(&format!("/api/v1/connect-clusters/{id}/plugins")).await;
+    assert_eq!(status, 200, "{p}");
+    assert!(p["version"].as_str().unwrap().starts_with("4."));
+    let classes: Vec<&str> = p["items"].as_array().unwrap().iter().map(|i| i["class"].as_str().unwrap()).collect();
+    assert!(classes.contains(&"io.debezium.connector.postgresql.PostgresConnector"));
+    assert!(p["items"][0]["version"].is_string());
+    let (status, bad) = api.post("/api/v1/connect-clusters", json!({"name": "x", "url": "http://user:pw@connect:8083"})).await;
+    assert_eq!(status, 422);
+    assert!(bad["error"]["fields"]["url"].as_str().unwrap().contains("basic auth"));
+    let (_, down) = api.post("/api/v1/connect-clusters", json!({"name": "nowhere", "url": "http://127.0.0.1:9"})).await;
+    let (status, err) = api.get(&format!("/api/v1/connect-clusters/{}/plugins", down["id"].as_str().unwrap())).await;
+    assert_eq!(status, 502, "an unreachable cluster is a clear provider error: {err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("unreachable"));
+}
