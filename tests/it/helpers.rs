@@ -577,3 +577,13 @@ where
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Runs `body`, then `cleanup` whether or not `body` panicked, then re-raises the panic: tests
+/// that create things in the shared stack always remove them.
+pub async fn with_cleanup(body: impl std::future::Future<Output = ()>, cleanup: impl std::future::Future<Output = ()>) {
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body)).await;
+    cleanup.await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -108,11 +108,10 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
         })
         .await;
     };
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
-    delete_connector(&s.connect_url, &name).await;
-    if let Err(p) = outcome {
-        std::panic::resume_unwind(p);
-    }
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -151,11 +150,10 @@ async fn a_failing_task_is_restarted_with_growing_backoff_then_reported_with_its
         })
         .await;
     };
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
-    delete_connector(&s.connect_url, &name).await;
-    if let Err(p) = outcome {
-        std::panic::resume_unwind(p);
-    }
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -358,11 +356,10 @@ async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_l
         let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
         assert!(c["drift_events"].as_array().unwrap().iter().any(|e| e["action"] == "adopted"), "{c}");
     };
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
-    delete_connector(&s.connect_url, &name).await;
-    if let Err(p) = outcome {
-        std::panic::resume_unwind(p);
-    }
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
+    })
+    .await;
 
     // A Strimzi-managed cluster: ClueCDC observes and reports, and changes nothing.
     let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);

@@ -132,11 +132,10 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
         assert!(!audit.to_string().contains(&pw1) && !audit.to_string().contains(&pw2));
     };
     // Clean up even when an assertion fails.
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
-    f.cleanup(&s.connect_url, &name).await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    with_cleanup(result, async {
+        f.cleanup(&s.connect_url, &name).await;
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -273,11 +272,10 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         }
         assert!(seen.len() > 40, "checked {} surfaces", seen.len());
     };
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
-    f.cleanup(&s.connect_url, &name).await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    with_cleanup(result, async {
+        f.cleanup(&s.connect_url, &name).await;
+    })
+    .await;
 }
 
 /// Every record of a topic as text (keys and values), read from the beginning.
