@@ -17,6 +17,7 @@ pub mod db;
 pub mod error;
 pub mod kafka;
 pub mod monitor;
+pub mod pipelines;
 pub mod reconcile;
 pub mod secrets;
 pub mod telemetry;

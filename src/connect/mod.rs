@@ -227,6 +227,22 @@ impl ConnectClient {
         self.send(reqwest::Method::POST, &format!("/connectors/{}/restart?includeTasks={include_tasks}&onlyFailed={only_failed}", enc(name)), None).await.map(|_| ())
     }
 
+    /// Validates a config with the plugin itself (`PUT /connector-plugins/{class}/config/validate`).
+    /// Returns each key's errors; empty when valid. Config providers are resolved first.
+    pub async fn validate(&self, class: &str, config: &BTreeMap<String, String>) -> Result<BTreeMap<String, Vec<String>>, ConnectError> {
+        let short = class.rsplit('.').next().unwrap_or(class);
+        let (_, text) = self.send(reqwest::Method::PUT, &format!("/connector-plugins/{}/config/validate", enc(short)), Some(&serde_json::to_value(config).unwrap_or_default())).await?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
+        let mut errors = BTreeMap::new();
+        for c in v["configs"].as_array().cloned().unwrap_or_default() {
+            let errs: Vec<String> = c["value"]["errors"].as_array().cloned().unwrap_or_default().into_iter().filter_map(|e| e.as_str().map(String::from)).collect();
+            if !errs.is_empty() {
+                errors.insert(c["value"]["name"].as_str().unwrap_or("?").to_string(), errs);
+            }
+        }
+        Ok(errors)
+    }
+
     /// `true` when the deprecated `tasks-config` endpoint answers for this connector.
     pub async fn has_tasks_config_endpoint(&self, name: &str) -> bool {
         matches!(self.send(reqwest::Method::GET, &format!("/connectors/{}/tasks-config", enc(name)), None).await, Ok((200, _)))

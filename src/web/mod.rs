@@ -19,6 +19,7 @@ mod middleware;
 mod openapi;
 mod pages;
 pub mod paths;
+mod pipelines;
 mod tokens;
 mod users;
 
@@ -116,6 +117,13 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/connectors/:id/restart", Operator, "restart a connector and its tasks", connectors::page_restart),
         r(M::POST, "/connectors/:id/adopt", Admin, "take Connect's live config as the desired one", connectors::page_adopt),
         r(M::POST, "/connectors/:id/delete", Admin, "delete a connector (confirmed by name)", connectors::page_delete),
+        r(M::GET, PIPELINES, Viewer, "pipelines page", pipelines::page_list),
+        r(M::GET, "/pipelines/new", Operator, "create pipeline wizard", pipelines::page_new),
+        r(M::POST, PIPELINES, Operator, "review or create a pipeline (step=review|create)", pipelines::page_submit),
+        r(M::GET, "/pipelines/:id", Viewer, "pipeline page", pipelines::page_detail),
+        r(M::POST, "/pipelines/:id/pause", Operator, "pause a pipeline", pipelines::page_pause),
+        r(M::POST, "/pipelines/:id/resume", Operator, "resume a pipeline", pipelines::page_resume),
+        r(M::POST, "/pipelines/:id/restart", Operator, "restart a pipeline's connector", pipelines::page_restart),
         r(M::GET, CLUSTERS, Viewer, "clusters page", connectors::page_clusters),
         r(M::GET, TOPICS, Viewer, "topics page", connectors::page_topics),
         // JSON API
@@ -163,6 +171,15 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/api/v1/connectors/:name/adopt", Admin, "adopt Connect's live config as desired", connectors::api_adopt),
         r(M::GET, "/api/v1/drift", Viewer, "drift events across clusters", connectors::api_drift),
         r(M::GET, "/api/v1/reconciler", Viewer, "the reconciler: lease holder and last pass", connectors::api_reconciler),
+        r(M::GET, "/api/v1/pipelines", Viewer, "list pipelines", pipelines::api_list),
+        r(M::POST, "/api/v1/pipelines", Operator, "create a pipeline (validated by the plugin first)", pipelines::api_create),
+        r(M::POST, "/api/v1/pipelines/preview", Operator, "the exact connector config, topics and plugin verdict; creates nothing", pipelines::api_preview),
+        r(M::GET, "/api/v1/pipelines/:id", Viewer, "a pipeline with connector, topics, slot and snapshot state", pipelines::api_get),
+        r(M::PATCH, "/api/v1/pipelines/:id", Operator, "change the captured tables (added ones get an incremental snapshot)", pipelines::api_patch),
+        r(M::DELETE, "/api/v1/pipelines/:id", Operator, "delete a pipeline (?drop_slot=true also drops the replication slot)", pipelines::api_delete),
+        r(M::POST, "/api/v1/pipelines/:id/pause", Operator, "pause", pipelines::api_pause),
+        r(M::POST, "/api/v1/pipelines/:id/resume", Operator, "resume", pipelines::api_resume),
+        r(M::POST, "/api/v1/pipelines/:id/restart", Operator, "restart", pipelines::api_restart),
         r(M::GET, "/api/v1/alerts", Viewer, "alerts (state=firing for open ones)", alerts::api_list),
         r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
         r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),

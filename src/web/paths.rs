@@ -16,3 +16,4 @@ pub const ALERTS: &str = "/alerts";
 pub const CONNECTORS: &str = "/connectors";
 pub const CLUSTERS: &str = "/clusters";
 pub const TOPICS: &str = "/topics";
+pub const PIPELINES: &str = "/pipelines";

@@ -1,0 +1,250 @@
+//! Connector config builders: pure functions from a pipeline and its source connection to the
+//! Debezium connector config. Secrets appear only as `${cluecdc:<secret_ref>:<field>}`.
+//! Golden files in `tests/golden/` pin the output; integration tests send it to the real
+//! plugin's validate endpoint, so no key is invented.
+
+use std::collections::BTreeMap;
+
+use crate::connections::settings::{DatabaseSettings, TlsMode};
+use crate::connections::{Connection, Provider};
+
+pub type Config = BTreeMap<String, String>;
+
+/// What a builder needs besides the connection.
+#[derive(Debug, Clone)]
+pub struct CaptureSpec {
+    pub tables: Vec<String>,
+    pub topic_prefix: String,
+    pub snapshot_mode: String,
+    pub publication_mode: String,
+    pub kafka_bootstrap: String,
+    /// Extra Debezium keys chosen by the user; they cannot replace the keys ClueCDC manages.
+    pub options: Config,
+}
+
+/// The table Debezium reads signals from (incremental snapshots), in the source database.
+pub const SIGNAL_TABLE: &str = "cluecdc_signal";
+pub const HEARTBEAT_MS: &str = "10000";
+
+pub fn connector_class(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Postgresql => "io.debezium.connector.postgresql.PostgresConnector",
+        Provider::Mysql => "io.debezium.connector.mysql.MySqlConnector",
+        _ => "io.debezium.connector.mariadb.MariaDbConnector",
+    }
+}
+
+/// `schema.table` → a Debezium include-list regex matching exactly that table.
+pub fn escape_table(t: &str) -> String {
+    let mut out = String::new();
+    for c in t.chars() {
+        if "\\.[]{}()*+?^$|".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn reference(c: &Connection, field: &str) -> String {
+    format!("${{cluecdc:{}:{field}}}", c.secret_ref)
+}
+
+/// The schema (PostgreSQL) or database (MySQL) holding the signal table.
+pub fn signal_collection(provider: Provider, d: &DatabaseSettings, tables: &[String]) -> String {
+    match provider {
+        Provider::Postgresql => {
+            let schema = tables.first().and_then(|t| t.split_once('.')).map(|(s, _)| s.to_string()).unwrap_or_else(|| "public".into());
+            format!("{schema}.{SIGNAL_TABLE}")
+        }
+        _ => format!("{}.{SIGNAL_TABLE}", d.database),
+    }
+}
+
+/// Keys ClueCDC sets itself; options may not override them.
+pub fn managed_keys() -> &'static [&'static str] {
+    &[
+        "connector.class", "tasks.max", "topic.prefix", "table.include.list", "database.hostname", "database.port", "database.user", "database.password",
+        "database.dbname", "database.server.id", "database.include.list", "slot.name", "publication.name", "plugin.name", "signal.data.collection",
+        "schema.history.internal.kafka.bootstrap.servers", "schema.history.internal.kafka.topic", "key.converter", "value.converter",
+        "key.converter.schemas.enable", "value.converter.schemas.enable", "name",
+    ]
+}
+
+/// Only database connections capture; anything else yields an empty config (which the
+/// plugin's validation then refuses).
+pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
+    let mut c = Config::new();
+    let Some(d) = conn.database().cloned() else { return c };
+    let mut set = |k: &str, v: String| {
+        c.insert(k.to_string(), v);
+    };
+    set("connector.class", connector_class(conn.provider).into());
+    set("tasks.max", "1".into());
+    set("database.hostname", d.host.clone());
+    set("database.port", d.port.to_string());
+    set("database.user", d.user.clone());
+    set("database.password", reference(conn, "password"));
+    set("topic.prefix", spec.topic_prefix.clone());
+    set("snapshot.mode", spec.snapshot_mode.clone());
+    // JSON with schemas: what the JDBC sink and the object-storage delivery consume.
+    set("key.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set("key.converter.schemas.enable", "true".into());
+    set("value.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set("value.converter.schemas.enable", "true".into());
+    set("heartbeat.interval.ms", HEARTBEAT_MS.into());
+    let signal = signal_collection(conn.provider, &d, &spec.tables);
+    set("signal.data.collection", signal.clone());
+    // The signal table is captured too, so its rows (incremental snapshot requests) reach the connector.
+    let mut include: Vec<String> = spec.tables.iter().map(|t| escape_table(t)).collect();
+    include.push(escape_table(&signal));
+    set("table.include.list", include.join(","));
+    match conn.provider {
+        Provider::Postgresql => {
+            set("plugin.name", "pgoutput".into());
+            set("database.dbname", d.database.clone());
+            set("slot.name", d.slot_name.clone().unwrap_or_default());
+            set("publication.name", d.publication_name.clone().unwrap_or_default());
+            set("publication.autocreate.mode", spec.publication_mode.clone());
+            set("database.sslmode", d.tls_mode.as_str().into());
+        }
+        _ => {
+            set("database.server.id", d.server_id.unwrap_or(0).to_string());
+            set("database.include.list", d.database.clone());
+            set("schema.history.internal.kafka.bootstrap.servers", spec.kafka_bootstrap.clone());
+            set("schema.history.internal.kafka.topic", schema_history_topic(&spec.topic_prefix));
+            set("include.schema.changes", "false".into());
+            set(
+                "database.ssl.mode",
+                match d.tls_mode {
+                    TlsMode::Disable => "disabled",
+                    TlsMode::Require => "required",
+                    TlsMode::VerifyCa => "verify_ca",
+                    TlsMode::VerifyFull => "verify_identity",
+                }
+                .into(),
+            );
+        }
+    }
+    for (k, v) in &spec.options {
+        if !managed_keys().contains(&k.as_str()) {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    c
+}
+
+pub fn schema_history_topic(prefix: &str) -> String {
+    format!("{prefix}.schema-history")
+}
+
+pub fn heartbeat_topic(prefix: &str) -> String {
+    format!("__debezium-heartbeat.{prefix}")
+}
+
+/// The data topic Debezium writes a table's changes to: `<prefix>.<schema or db>.<table>`.
+pub fn table_topic(prefix: &str, table: &str) -> String {
+    format!("{prefix}.{table}")
+}
+
+/// The statement a table owner runs when ClueCDC may not create the publication itself.
+pub fn publication_sql(publication: &str, tables: &[String], signal: &str) -> String {
+    let mut all: Vec<String> = tables.iter().map(|t| quote_pg(t)).collect();
+    all.push(quote_pg(signal));
+    format!("CREATE PUBLICATION {} FOR TABLE {};", quote_ident(publication), all.join(", "))
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+fn quote_pg(t: &str) -> String {
+    match t.split_once('.') {
+        Some((s, n)) => format!("{}.{}", quote_ident(s), quote_ident(n)),
+        None => quote_ident(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connections::settings::Settings;
+    use crate::connections::Capability;
+
+    fn conn(provider: Provider) -> Connection {
+        let pg = provider == Provider::Postgresql;
+        Connection {
+            id: "con_1".into(),
+            name: "orders db".into(),
+            provider,
+            capabilities: vec![Capability::Source],
+            settings: Settings::Database(DatabaseSettings {
+                host: "db.internal".into(),
+                port: if pg { 5432 } else { 3306 },
+                database: "orders".into(),
+                user: "cdc".into(),
+                tls_mode: TlsMode::VerifyFull,
+                ca_certificate: None,
+                slot_name: pg.then(|| "cluecdc_orders_db".into()),
+                publication_name: pg.then(|| "cluecdc_orders_db".into()),
+                server_id: (!pg).then_some(184_054),
+            }),
+            secret_ref: "sec_abc".into(),
+            generation: 1,
+            created_at: String::new(),
+            updated_at: String::new(),
+            last_test: None,
+        }
+    }
+
+    fn spec(tables: &[&str]) -> CaptureSpec {
+        CaptureSpec {
+            tables: tables.iter().map(|t| t.to_string()).collect(),
+            topic_prefix: "orders".into(),
+            snapshot_mode: "initial".into(),
+            publication_mode: "filtered".into(),
+            kafka_bootstrap: "kafka:9092".into(),
+            options: [("max.batch.size".to_string(), "4096".to_string()), ("connector.class".to_string(), "evil".to_string())].into(),
+        }
+    }
+
+    /// Compares with `tests/golden/<name>.json`; `UPDATE_GOLDEN=1` rewrites it.
+    fn golden(name: &str, config: &Config) {
+        let path = format!("{}/tests/golden/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let text = serde_json::to_string_pretty(config).unwrap() + "\n";
+        if std::env::var("UPDATE_GOLDEN").is_ok() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden file {path}; run with UPDATE_GOLDEN=1"));
+        assert_eq!(text, want, "{name} differs from its golden file");
+    }
+
+    #[test]
+    fn postgres_config_matches_its_golden_file() {
+        golden("postgres", &build(&conn(Provider::Postgresql), &spec(&["public.orders", "public.order_items"])));
+    }
+
+    #[test]
+    fn mariadb_config_matches_its_golden_file() {
+        golden("mariadb", &build(&conn(Provider::Mariadb), &spec(&["orders.orders", "orders.order_items"])));
+    }
+
+    #[test]
+    fn mysql_uses_its_own_connector_class() {
+        assert_eq!(build(&conn(Provider::Mysql), &spec(&["orders.t"]))["connector.class"], "io.debezium.connector.mysql.MySqlConnector");
+    }
+
+    #[test]
+    fn table_names_are_regex_escaped_and_managed_keys_cannot_be_overridden() {
+        let c = build(&conn(Provider::Postgresql), &spec(&["public.a$b"]));
+        assert_eq!(c["table.include.list"], "public\\.a\\$b,public\\.cluecdc_signal");
+        assert_eq!(c["connector.class"], "io.debezium.connector.postgresql.PostgresConnector");
+        assert_eq!(c["max.batch.size"], "4096");
+        assert!(!c.values().any(|v| v.contains("secret") && !v.starts_with("${cluecdc:")));
+    }
+
+    #[test]
+    fn the_publication_statement_quotes_every_name() {
+        assert_eq!(publication_sql("pub", &["public.orders".into()], "public.cluecdc_signal"), r#"CREATE PUBLICATION "pub" FOR TABLE "public"."orders", "public"."cluecdc_signal";"#);
+    }
+}

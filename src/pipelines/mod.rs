@@ -1,0 +1,562 @@
+//! Pipelines: a Debezium source connector capturing selected tables of a source connection
+//! into topics ClueCDC creates first. The pipeline owns its connector (through the
+//! reconciler) and never deletes its topics silently.
+
+pub mod config;
+pub mod source;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sqlx::SqlitePool;
+
+use self::config::{build, schema_history_topic, signal_collection, table_topic, CaptureSpec};
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::clusters::kafka as kclusters;
+use crate::connections::{self, Connection, Provider};
+use crate::connectors::{self, ConnectorView};
+use crate::error::{Error, FieldErrors, Result};
+use crate::kafka::TopicSpec;
+use crate::reconcile::plan::DesiredState;
+use crate::secrets::store::SecretStore;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PipelineInput {
+    pub name: Option<String>,
+    pub source_connection_id: Option<String>,
+    pub kafka_cluster_id: Option<String>,
+    pub connect_cluster_id: Option<String>,
+    pub tables: Option<Vec<String>>,
+    pub topic_prefix: Option<String>,
+    pub partitions: Option<i64>,
+    pub replication_factor: Option<i64>,
+    pub retention_ms: Option<i64>,
+    pub snapshot_mode: Option<String>,
+    pub publication_mode: Option<String>,
+    pub options: Option<Map<String, Value>>,
+}
+
+/// Everything checked and derived, before anything is created.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    pub connector_name: String,
+    pub connector_class: String,
+    /// The exact config; secrets only as `${cluecdc:…}` references.
+    pub config: BTreeMap<String, String>,
+    /// Errors from the plugin's own validation, by config key (empty when valid).
+    pub validation_errors: BTreeMap<String, Vec<String>>,
+    pub topics: Vec<String>,
+    /// PostgreSQL with publication_mode=disabled: what the table owner must run.
+    pub publication_sql: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+struct Checked {
+    name: String,
+    source: Connection,
+    kafka: kclusters::KafkaCluster,
+    connect: crate::clusters::ConnectCluster,
+    tables: Vec<String>,
+    prefix: String,
+    partitions: i32,
+    rf: i32,
+    retention_ms: Option<i64>,
+    snapshot_mode: String,
+    publication_mode: String,
+    options: BTreeMap<String, String>,
+}
+
+const SNAPSHOT_MODES: [&str; 5] = ["initial", "no_data", "when_needed", "always", "initial_only"];
+
+fn check_prefix(p: &str) -> std::result::Result<(), String> {
+    if p.is_empty() || p.len() > 100 || !p.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        return Err("1–100 characters: letters, digits, '.', '_' and '-' (it starts every topic name)".into());
+    }
+    Ok(())
+}
+
+async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &PipelineInput, existing_id: Option<&str>) -> Result<Checked> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    if let Err(why) = connections::validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let source = match connections::load(pool, input.source_connection_id.as_deref().unwrap_or("")).await {
+        Ok(c) if !c.is_source() => {
+            errors.insert("source_connection_id".into(), format!("{} is not a SOURCE connection", c.name));
+            None
+        }
+        Ok(c) if c.database().is_none() => {
+            errors.insert("source_connection_id".into(), "object storage cannot be a capture source".into());
+            None
+        }
+        Ok(c) => Some(c),
+        Err(_) => {
+            errors.insert("source_connection_id".into(), "no connection has this id".into());
+            None
+        }
+    };
+    let kafka = kclusters::get(pool, who, input.kafka_cluster_id.as_deref().unwrap_or("")).await.ok();
+    if kafka.is_none() {
+        errors.insert("kafka_cluster_id".into(), "no Kafka cluster has this id".into());
+    }
+    let connect = crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or("")).await.ok();
+    match &connect {
+        None => {
+            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+        }
+        Some(c) if c.managed_by == "strimzi" => {
+            errors.insert("connect_cluster_id".into(), format!("{} is managed by Strimzi; ClueCDC only observes it", c.name));
+        }
+        _ => {}
+    }
+    let mut tables: Vec<String> = input.tables.clone().unwrap_or_default().into_iter().map(|t| t.trim().to_string()).collect();
+    tables.dedup();
+    if tables.is_empty() {
+        errors.insert("tables".into(), "choose at least one table, as schema.table".into());
+    } else if let Some(bad) = tables.iter().find(|t| t.split('.').count() != 2 || t.split('.').any(str::is_empty)) {
+        errors.insert("tables".into(), format!("{bad:?}: write schema.table (for MySQL and MariaDB: database.table)"));
+    } else if tables.iter().any(|t| t.ends_with(&format!(".{}", config::SIGNAL_TABLE))) {
+        errors.insert("tables".into(), "the signal table is captured automatically; leave it out".into());
+    }
+    let prefix = input.topic_prefix.clone().unwrap_or_else(|| connections::settings::slug(&name).replace('_', "-"));
+    if let Err(why) = check_prefix(&prefix) {
+        errors.insert("topic_prefix".into(), why);
+    }
+    let taken: Option<String> = sqlx::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = ? AND id <> ?").bind(&prefix).bind(existing_id.unwrap_or("")).fetch_optional(pool).await?;
+    if let Some(other) = taken {
+        errors.insert("topic_prefix".into(), format!("pipeline {other} uses this prefix; topics would collide"));
+    }
+    let partitions = input.partitions.unwrap_or(1);
+    if !(1..=1000).contains(&partitions) {
+        errors.insert("partitions".into(), "1 to 1000".into());
+    }
+    let rf = input.replication_factor.unwrap_or(1);
+    if !(1..=10).contains(&rf) {
+        errors.insert("replication_factor".into(), "1 to 10, at most the number of brokers".into());
+    }
+    let retention_ms = Some(input.retention_ms.unwrap_or(7 * 24 * 3_600_000));
+    if retention_ms.is_some_and(|r| r != -1 && r < 60_000) {
+        errors.insert("retention_ms".into(), "at least 60000 (one minute), or -1 to keep forever".into());
+    }
+    let snapshot_mode = input.snapshot_mode.clone().unwrap_or_else(|| "initial".into());
+    if !SNAPSHOT_MODES.contains(&snapshot_mode.as_str()) {
+        errors.insert("snapshot_mode".into(), format!("choose one of {}", SNAPSHOT_MODES.join(", ")));
+    }
+    let publication_mode = input.publication_mode.clone().unwrap_or_else(|| "filtered".into());
+    if !["filtered", "disabled"].contains(&publication_mode.as_str()) {
+        errors.insert("publication_mode".into(), "filtered (ClueCDC's connector creates and updates the publication) or disabled (a table owner creates it)".into());
+    }
+    let mut option_errors = FieldErrors::new();
+    let options = connectors::validate_config(&input.options.clone().unwrap_or_default().into_iter().chain([("connector.class".to_string(), json!("x"))]).collect(), &mut option_errors);
+    for (k, v) in option_errors {
+        errors.insert(k.replacen("config.", "options.", 1), v);
+    }
+    let mut options = options;
+    options.remove("connector.class");
+    for k in options.keys() {
+        if config::managed_keys().contains(&k.as_str()) {
+            errors.insert(format!("options.{k}"), "ClueCDC sets this key itself; use the pipeline's own field".into());
+        }
+    }
+    // The tables must exist in the source (discovery, bounded).
+    if let (Some(src), true) = (&source, errors.get("tables").is_none() && !tables.is_empty()) {
+        match connections::discover(pool, store, who, &src.id).await {
+            Ok(found) => {
+                let known: BTreeSet<String> = found.items.iter().map(|t| format!("{}.{}", t.schema, t.name)).collect();
+                let missing: Vec<&String> = tables.iter().filter(|t| !known.contains(*t)).collect();
+                if !missing.is_empty() {
+                    errors.insert("tables".into(), format!("not found in {}: {}", src.name, missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                }
+            }
+            Err(e) => {
+                errors.insert("source_connection_id".into(), format!("cannot list its tables: {e}"));
+            }
+        }
+    }
+    Error::check(errors)?;
+    let (Some(source), Some(kafka), Some(connect)) = (source, kafka, connect) else { return Err(Error::Unexpected(anyhow::anyhow!("checked input lost a reference"))) };
+    Ok(Checked { name, source, kafka, connect, tables, prefix, partitions: partitions as i32, rf: rf as i32, retention_ms, snapshot_mode, publication_mode, options })
+}
+
+pub fn connector_name(prefix: &str) -> String {
+    format!("cluecdc-capture-{prefix}")
+}
+
+fn spec_of(c: &Checked) -> CaptureSpec {
+    CaptureSpec { tables: c.tables.clone(), topic_prefix: c.prefix.clone(), snapshot_mode: c.snapshot_mode.clone(), publication_mode: c.publication_mode.clone(), kafka_bootstrap: c.kafka.bootstrap_servers.clone(), options: c.options.clone() }
+}
+
+fn topics_of(c: &Checked) -> Vec<TopicSpec> {
+    let d = c.source.database().cloned();
+    let signal = d.as_ref().map(|d| signal_collection(c.source.provider, d, &c.tables)).unwrap_or_default();
+    let data = |name: String| TopicSpec {
+        name,
+        partitions: c.partitions,
+        replication_factor: c.rf,
+        configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), c.retention_ms.unwrap_or(-1).to_string())].into(),
+    };
+    let mut out: Vec<TopicSpec> = c.tables.iter().map(|t| data(table_topic(&c.prefix, t))).collect();
+    out.push(data(table_topic(&c.prefix, &signal)));
+    out.push(TopicSpec { name: config::heartbeat_topic(&c.prefix), partitions: 1, replication_factor: c.rf, configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "86400000".to_string())].into() });
+    if c.source.provider != Provider::Postgresql {
+        // Debezium needs the whole schema history: one partition, kept forever.
+        out.push(TopicSpec { name: schema_history_topic(&c.prefix), partitions: 1, replication_factor: c.rf, configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "-1".to_string())].into() });
+    }
+    out
+}
+
+async fn validate_with_plugin(store: &SecretStore, c: &Checked, name: &str, config: &BTreeMap<String, String>) -> Result<BTreeMap<String, Vec<String>>> {
+    let client = crate::clusters::connect::client_for(store, &c.connect).await?;
+    let mut with_name = config.clone();
+    with_name.insert("name".into(), name.into());
+    client.validate(&config["connector.class"], &with_name).await.map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))
+}
+
+async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
+    let spec = spec_of(c);
+    let config = build(&c.source, &spec);
+    let name = connector_name(&c.prefix);
+    let validation_errors = validate_with_plugin(store, c, &name, &config).await?;
+    let d = c.source.database().cloned();
+    let publication_sql = match (&d, c.source.provider, c.publication_mode.as_str()) {
+        (Some(d), Provider::Postgresql, "disabled") => Some(config::publication_sql(d.publication_name.as_deref().unwrap_or(""), &c.tables, &signal_collection(c.source.provider, d, &c.tables))),
+        _ => None,
+    };
+    let mut warnings = Vec::new();
+    if c.source.provider == Provider::Postgresql && c.publication_mode == "filtered" {
+        warnings.push("The connector creates and updates the publication; its user must own the captured tables.".to_string());
+    }
+    Ok(Preview { connector_class: config["connector.class"].clone(), connector_name: name, config, validation_errors, topics: topics_of(c).into_iter().map(|t| t.name).collect(), publication_sql, warnings })
+}
+
+/// Checks everything (including the plugin's own validation) and creates nothing.
+pub async fn preview(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &PipelineInput) -> Result<Preview> {
+    who.require(Role::Operator, "create pipelines")?;
+    let c = check(pool, store, who, input, None).await?;
+    preview_of(store, &c).await
+}
+
+fn plugin_errors(errors: &BTreeMap<String, Vec<String>>) -> Error {
+    let fields: FieldErrors = errors.iter().map(|(k, v)| (format!("config.{k}"), v.join("; "))).collect();
+    Error::Invalid { message: format!("the connector plugin refused the config: {}", fields.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")), fields }
+}
+
+async fn create_topics(store: &SecretStore, kafka: &kclusters::KafkaCluster, topics: &[TopicSpec]) -> Result<()> {
+    let access = kclusters::access(store, kafka).await?;
+    for t in topics {
+        if let Err(e) = crate::kafka::create_topic(&access, t).await {
+            if !e.contains("TopicAlreadyExists") && !e.to_lowercase().contains("already exists") {
+                return Err(Error::Unavailable(format!("creating topic {}: {e}", t.name)));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Pipeline {
+    pub id: String,
+    pub name: String,
+    pub source_connection_id: String,
+    pub kafka_cluster_id: String,
+    pub connect_cluster_id: String,
+    pub tables: Vec<String>,
+    pub topic_prefix: String,
+    pub partitions: i64,
+    pub replication_factor: i64,
+    pub retention_ms: Option<i64>,
+    pub snapshot_mode: String,
+    pub publication_mode: String,
+    pub options: BTreeMap<String, String>,
+    pub connector_id: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    name: String,
+    source_connection_id: String,
+    kafka_cluster_id: String,
+    connect_cluster_id: String,
+    tables: String,
+    topic_prefix: String,
+    partitions: i64,
+    replication_factor: i64,
+    retention_ms: Option<i64>,
+    snapshot_mode: String,
+    publication_mode: String,
+    options: String,
+    connector_id: String,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<Row> for Pipeline {
+    fn from(r: Row) -> Self {
+        Pipeline {
+            tables: serde_json::from_str(&r.tables).unwrap_or_default(),
+            options: serde_json::from_str(&r.options).unwrap_or_default(),
+            id: r.id,
+            name: r.name,
+            source_connection_id: r.source_connection_id,
+            kafka_cluster_id: r.kafka_cluster_id,
+            connect_cluster_id: r.connect_cluster_id,
+            topic_prefix: r.topic_prefix,
+            partitions: r.partitions,
+            replication_factor: r.replication_factor,
+            retention_ms: r.retention_ms,
+            snapshot_mode: r.snapshot_mode,
+            publication_mode: r.publication_mode,
+            connector_id: r.connector_id,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+pub async fn load(pool: &SqlitePool, id: &str) -> Result<Pipeline> {
+    let row: Option<Row> = sqlx::query_as("SELECT * FROM pipelines WHERE id = ?1 OR name = ?1").bind(id).fetch_optional(pool).await?;
+    row.map(Pipeline::from).ok_or_else(|| Error::NotFound(format!("pipeline {id}")))
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Pipeline>> {
+    who.require(Role::Viewer, "see pipelines")?;
+    let rows: Vec<Row> = sqlx::query_as("SELECT * FROM pipelines ORDER BY name").fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Pipeline::from).collect())
+}
+
+/// Creates a pipeline: plugin validation first (nothing is created when it fails), then the
+/// signal table and every topic, then the desired connector the reconciler deploys.
+pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, input: &PipelineInput) -> Result<Pipeline> {
+    who.require(Role::Operator, "create pipelines")?;
+    let c = check(pool, store, who, input, None).await?;
+    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?").bind(&c.name).fetch_one(pool).await? > 0 {
+        return Err(Error::Conflict(format!("a pipeline named {:?} already exists", c.name)));
+    }
+    let preview = preview_of(store, &c).await?;
+    if !preview.validation_errors.is_empty() {
+        return Err(plugin_errors(&preview.validation_errors));
+    }
+    let d = c.source.database().cloned().ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
+    if let Some(sql) = &preview.publication_sql {
+        if !source::publication_exists(store, &c.source, d.publication_name.as_deref().unwrap_or("")).await? {
+            return Err(Error::field("publication_mode", format!("the publication does not exist yet; a table owner must run: {sql}")));
+        }
+    }
+    source::ensure_signal_table(store, &c.source, &signal_collection(c.source.provider, &d, &c.tables)).await?;
+    create_topics(store, &c.kafka, &topics_of(&c)).await?;
+    let id = format!("pl_{}", uuid::Uuid::new_v4().simple());
+    let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.create", target_kind: "pipeline", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "source": c.source.name, "tables": c.tables, "topic_prefix": c.prefix, "topics": preview.topics}) }).await?;
+    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, 'running', 'pipeline', ?, ?, ?)")
+        .bind(&connector_id)
+        .bind(&preview.connector_name)
+        .bind(&c.connect.id)
+        .bind(json!(preview.config).to_string())
+        .bind(&id)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("connector {} already exists on {}", preview.connector_name, c.connect.name)) } else { e.into() })?;
+    sqlx::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&c.name)
+        .bind(&c.source.id)
+        .bind(&c.kafka.id)
+        .bind(&c.connect.id)
+        .bind(json!(c.tables).to_string())
+        .bind(&c.prefix)
+        .bind(i64::from(c.partitions))
+        .bind(i64::from(c.rf))
+        .bind(c.retention_ms)
+        .bind(&c.snapshot_mode)
+        .bind(&c.publication_mode)
+        .bind(json!(c.options).to_string())
+        .bind(&connector_id)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    load(pool, &id).await
+}
+
+/// Adds and removes tables on a running pipeline as one action: topics for added tables, the
+/// new include list (the connector updates its filtered publication when it restarts), and
+/// an incremental snapshot of only the added tables, signalled once the new config runs.
+pub async fn set_tables(pool: &SqlitePool, store: &Arc<SecretStore>, wake: &Arc<crate::reconcile::Handle>, who: &Principal, id: &str, tables: Vec<String>) -> Result<(Pipeline, Vec<String>)> {
+    who.require(Role::Operator, "change pipelines")?;
+    let p = load(pool, id).await?;
+    let input = PipelineInput {
+        name: Some(p.name.clone()),
+        source_connection_id: Some(p.source_connection_id.clone()),
+        kafka_cluster_id: Some(p.kafka_cluster_id.clone()),
+        connect_cluster_id: Some(p.connect_cluster_id.clone()),
+        tables: Some(tables),
+        topic_prefix: Some(p.topic_prefix.clone()),
+        partitions: Some(p.partitions),
+        replication_factor: Some(p.replication_factor),
+        retention_ms: p.retention_ms,
+        snapshot_mode: Some(p.snapshot_mode.clone()),
+        publication_mode: Some(p.publication_mode.clone()),
+        options: Some(p.options.iter().map(|(k, v)| (k.clone(), json!(v))).collect()),
+    };
+    let c = check(pool, store, who, &input, Some(&p.id)).await?;
+    let added: Vec<String> = c.tables.iter().filter(|t| !p.tables.contains(t)).cloned().collect();
+    let removed: Vec<String> = p.tables.iter().filter(|t| !c.tables.contains(t)).cloned().collect();
+    let preview = preview_of(store, &c).await?;
+    if !preview.validation_errors.is_empty() {
+        return Err(plugin_errors(&preview.validation_errors));
+    }
+    create_topics(store, &c.kafka, &topics_of(&c)).await?;
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.tables", target_kind: "pipeline", target_id: &p.id, outcome: Outcome::Success, summary: json!({"name": p.name, "added": added, "removed": removed}) }).await?;
+    sqlx::query("UPDATE pipelines SET tables = ?, updated_at = ? WHERE id = ?").bind(json!(c.tables).to_string()).bind(crate::time::now()).bind(&p.id).execute(&mut *tx).await?;
+    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&p.connector_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    if !added.is_empty() {
+        let d = c.source.database().cloned().ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
+        let signal = signal_collection(c.source.provider, &d, &c.tables);
+        spawn_snapshot_signal(pool.clone(), store.clone(), c.source.clone(), p.connector_id.clone(), signal, added.clone());
+    }
+    Ok((load(pool, &p.id).await?, added))
+}
+
+/// Waits until the reconciler has applied the new config and the connector runs, then sends
+/// the incremental snapshot signal, so the connector that reads it already includes the tables.
+fn spawn_snapshot_signal(pool: SqlitePool, store: Arc<SecretStore>, source: Connection, connector_id: String, signal: String, tables: Vec<String>) {
+    tokio::spawn(async move {
+        for _ in 0..240 {
+            let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
+                .bind(&connector_id)
+                .fetch_optional(&pool)
+                .await
+                .ok()
+                .flatten();
+            if let Some((generation, Some(observed), Some(phase))) = row {
+                if observed >= generation && phase == "RUNNING" {
+                    match source::signal_incremental_snapshot(&store, &source, &signal, &tables).await {
+                        Ok(id) => tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested"),
+                        Err(e) => tracing::warn!(error = %e, "could not request the incremental snapshot"),
+                    }
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tracing::warn!(tables = ?tables, "the new pipeline config never ran; no incremental snapshot requested");
+    });
+}
+
+pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str, state: DesiredState) -> Result<ConnectorView> {
+    who.require(Role::Operator, "pause or resume pipelines")?;
+    let p = load(pool, id).await?;
+    connectors::set_state(pool, wake, who, &p.connector_id, state).await
+}
+
+pub async fn restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<ConnectorView> {
+    who.require(Role::Operator, "restart pipelines")?;
+    let p = load(pool, id).await?;
+    connectors::request_restart(pool, wake, who, &p.connector_id).await
+}
+
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    pub connector_removed: bool,
+    pub slot_dropped: bool,
+    /// Topics are kept; deleting them is a separate, explicit action.
+    pub topics_kept: Vec<String>,
+}
+
+/// Deletes the pipeline's connector; drops the replication slot only when asked (a dropped
+/// slot loses the stream's position); never deletes topics.
+pub async fn delete(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, id: &str, drop_slot: bool) -> Result<Deleted> {
+    who.require(Role::Operator, "delete pipelines")?;
+    let p = load(pool, id).await?;
+    let source = connections::load(pool, &p.source_connection_id).await?;
+    connectors::set_state(pool, wake, who, &p.connector_id, DesiredState::Deleted).await?;
+    // The reconciler removes the connector and then forgets its row.
+    let mut removed = false;
+    for _ in 0..120 {
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?").bind(&p.connector_id).fetch_one(pool).await?;
+        if left == 0 {
+            removed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let slot_dropped = if drop_slot && removed {
+        match source.database().and_then(|d| d.slot_name.clone()) {
+            Some(slot) if source.provider == Provider::Postgresql => source::drop_slot(store, &source, &slot).await?,
+            _ => false,
+        }
+    } else {
+        false
+    };
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.delete", target_kind: "pipeline", target_id: &p.id, outcome: if removed { Outcome::Success } else { Outcome::Failure }, summary: json!({"name": p.name, "connector_removed": removed, "drop_slot": drop_slot, "slot_dropped": slot_dropped}) }).await?;
+    if removed {
+        sqlx::query("DELETE FROM pipelines WHERE id = ?").bind(&p.id).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    if !removed {
+        return Err(Error::Unavailable("the connector was not removed from Connect within 60 s; the pipeline is kept, try again".into()));
+    }
+    let topics_kept = p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect();
+    Ok(Deleted { connector_removed: removed, slot_dropped, topics_kept })
+}
+
+/// The pipeline page's live facts.
+#[derive(Debug, Serialize)]
+pub struct Detail {
+    pub pipeline: Pipeline,
+    pub connector: Option<ConnectorView>,
+    pub topics: Vec<TopicSize>,
+    pub slot: Option<source::SlotInfo>,
+    /// From the connector's offsets: an incremental snapshot in progress, and for which tables.
+    pub snapshot: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopicSize {
+    pub name: String,
+    pub records: i64,
+    pub partitions: usize,
+}
+
+pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Detail> {
+    who.require(Role::Viewer, "see pipelines")?;
+    let p = load(pool, id).await?;
+    let connector = connectors::get(pool, who, &p.connector_id).await.ok();
+    let source = connections::load(pool, &p.source_connection_id).await?;
+    let slot = match (source.provider, source.database().and_then(|d| d.slot_name.clone())) {
+        (Provider::Postgresql, Some(s)) => source::slot(store, &source, &s).await.ok(),
+        _ => None,
+    };
+    let mut topics = Vec::new();
+    if let Ok(kafka) = kclusters::get(pool, who, &p.kafka_cluster_id).await {
+        if let Ok(all) = crate::kafka::topics(&kclusters::access(store, &kafka).await?, None).await {
+            let wanted: BTreeSet<String> = p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect();
+            topics = all.into_iter().filter(|t| wanted.contains(&t.name)).map(|t| TopicSize { records: t.messages(), partitions: t.partitions.len(), name: t.name }).collect();
+        }
+    }
+    let snapshot = connector.as_ref().and_then(|c| c.offsets.as_ref()).and_then(|o| {
+        let text = o.to_string();
+        text.contains("incremental_snapshot_collections").then(|| "an incremental snapshot is in progress".to_string())
+    });
+    Ok(Detail { pipeline: p, connector, topics, slot, snapshot })
+}

@@ -1,0 +1,267 @@
+//! Pipelines: `/api/v1/pipelines` and the pages (list, create wizard, detail).
+
+use askama::Template;
+use poem::http::StatusCode;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Json, Path, Query};
+use poem::{handler, Body, Request, Response};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::error::{ApiResult, PageResult};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
+use super::paths;
+use crate::app::AppState;
+use crate::auth::{Principal, Role};
+use crate::error::Error;
+use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
+use crate::reconcile::plan::DesiredState;
+
+#[handler]
+pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": pipelines::list(&state.pool, &who).await?})))
+}
+
+#[handler]
+pub async fn api_preview(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<PipelineInput>) -> ApiResult<Json<Preview>> {
+    Ok(Json(pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await?))
+}
+
+#[handler]
+pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<PipelineInput>) -> ApiResult<Response> {
+    let p = pipelines::create(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &input).await?;
+    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(p).to_string()))
+}
+
+#[handler]
+pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
+    Ok(Json(pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?))
+}
+
+#[derive(Deserialize)]
+pub struct Patch {
+    tables: Option<Vec<String>>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[handler]
+pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(patch): Json<Patch>) -> ApiResult<Json<Value>> {
+    who.require(Role::Operator, "change pipelines")?;
+    if let Some(key) = patch.rest.keys().next() {
+        return Err(Error::field(key, "only tables can change on a running pipeline; create a new pipeline for other settings").into());
+    }
+    let tables = patch.tables.ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
+    let (p, added) = pipelines::set_tables(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, tables).await?;
+    Ok(Json(json!({"pipeline": p, "incremental_snapshot": added})))
+}
+
+#[derive(Deserialize)]
+pub struct DeleteQuery {
+    #[serde(default)]
+    drop_slot: bool,
+}
+
+#[handler]
+pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Query(q): Query<DeleteQuery>) -> ApiResult<Json<pipelines::Deleted>> {
+    Ok(Json(pipelines::delete(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, q.drop_slot).await?))
+}
+
+async fn act(state: &AppState, who: &Principal, id: &str, action: &str) -> crate::error::Result<crate::connectors::ConnectorView> {
+    match action {
+        "pause" => pipelines::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Paused).await,
+        "resume" => pipelines::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Running).await,
+        _ => pipelines::restart(&state.pool, &state.inner.reconciler, who, id).await,
+    }
+}
+
+macro_rules! pipeline_actions {
+    ($($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
+        #[handler]
+        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
+            Ok(Json(act(&state, &who, &id, $action).await?))
+        }
+        #[handler]
+        pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+            act(&state, &who, &id, $action).await?;
+            set_flash(jar, concat!($action, " requested; the reconciler applies it within seconds."));
+            Ok(redirect(req, &format!("/pipelines/{id}")))
+        }
+    )*};
+}
+
+pipeline_actions! {
+    api_pause, page_pause, "pause";
+    api_resume, page_resume, "resume";
+    api_restart, page_restart, "restart";
+}
+
+// ---- pages ----------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "pipelines/index.html")]
+struct ListPage {
+    layout: Layout,
+    items: Vec<(Pipeline, Option<crate::connectors::ConnectorView>)>,
+    can_create: bool,
+}
+
+#[handler]
+pub async fn page_list(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+    let mut items = Vec::new();
+    for p in pipelines::list(&state.pool, &who).await? {
+        let c = crate::connectors::get(&state.pool, &who, &p.connector_id).await.ok();
+        items.push((p, c));
+    }
+    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Pipelines", paths::PIPELINES, &who, jar), items, can_create: who.role >= Role::Operator })
+}
+
+#[derive(Template)]
+#[template(path = "pipelines/detail.html")]
+struct DetailPage {
+    layout: Layout,
+    d: Detail,
+    can_operate: bool,
+}
+
+#[handler]
+pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    page_with_status(StatusCode::OK, &DetailPage { layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar), can_operate: who.role >= Role::Operator, d })
+}
+
+/// The create wizard is one page whose sections fill in as choices are made: source → tables
+/// (from discovery) → clusters and topics → review (the exact config and the plugin's verdict).
+#[derive(Template)]
+#[template(path = "pipelines/new.html")]
+struct NewPage {
+    layout: Layout,
+    sources: Vec<crate::connections::ConnectionView>,
+    kafka: Vec<crate::clusters::kafka::KafkaCluster>,
+    connect: Vec<crate::clusters::ConnectCluster>,
+    form: Form,
+    tables: Vec<crate::connections::TableInfo>,
+    table_error: Option<String>,
+    preview: Option<Preview>,
+    errors: crate::error::FieldErrors,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Form {
+    pub name: String,
+    pub source: String,
+    pub kafka: String,
+    pub connect: String,
+    pub tables: Vec<String>,
+    pub prefix: String,
+    pub partitions: String,
+    pub replication_factor: String,
+    pub snapshot_mode: String,
+    pub publication_mode: String,
+    pub step: String,
+}
+
+impl Form {
+    fn parse(body: &[u8]) -> Form {
+        let mut f = Form::default();
+        for (k, v) in url::form_urlencoded::parse(body) {
+            let v = v.into_owned();
+            match k.as_ref() {
+                "name" => f.name = v,
+                "source_connection_id" => f.source = v,
+                "kafka_cluster_id" => f.kafka = v,
+                "connect_cluster_id" => f.connect = v,
+                "tables" => f.tables.push(v),
+                "topic_prefix" => f.prefix = v,
+                "partitions" => f.partitions = v,
+                "replication_factor" => f.replication_factor = v,
+                "snapshot_mode" => f.snapshot_mode = v,
+                "publication_mode" => f.publication_mode = v,
+                "step" => f.step = v,
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn input(&self) -> PipelineInput {
+        let opt = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+        PipelineInput {
+            name: opt(&self.name),
+            source_connection_id: opt(&self.source),
+            kafka_cluster_id: opt(&self.kafka),
+            connect_cluster_id: opt(&self.connect),
+            tables: Some(self.tables.clone()),
+            topic_prefix: opt(&self.prefix),
+            partitions: self.partitions.trim().parse().ok(),
+            replication_factor: self.replication_factor.trim().parse().ok(),
+            retention_ms: None,
+            snapshot_mode: opt(&self.snapshot_mode),
+            publication_mode: opt(&self.publication_mode),
+            options: None,
+        }
+    }
+
+    pub fn selected(&self, table: &str) -> bool {
+        self.tables.iter().any(|t| t == table)
+    }
+}
+
+async fn new_page(state: &AppState, who: &Principal, jar: &CookieJar, form: Form, preview: Option<Preview>, errors: crate::error::FieldErrors) -> PageResult<NewPage> {
+    let sources: Vec<_> = crate::connections::list(&state.pool, &state.inner.secrets, who).await?.into_iter().filter(|c| c.connection.is_source() && c.connection.database().is_some()).collect();
+    let (tables, table_error) = if form.source.is_empty() {
+        (vec![], None)
+    } else {
+        match crate::connections::discover(&state.pool, &state.inner.secrets, who, &form.source).await {
+            Ok(d) => (d.items.into_iter().filter(|t| t.name != crate::pipelines::config::SIGNAL_TABLE).collect(), None),
+            Err(e) => (vec![], Some(e.to_string())),
+        }
+    };
+    Ok(NewPage {
+        layout: Layout::new("New pipeline", paths::PIPELINES, who, jar),
+        sources,
+        kafka: crate::clusters::kafka::list(&state.pool, who).await?,
+        connect: crate::clusters::list(&state.pool, who).await?,
+        form,
+        tables,
+        table_error,
+        preview,
+        errors,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct NewQuery {
+    source: Option<String>,
+}
+
+#[handler]
+pub async fn page_new(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Query(q): Query<NewQuery>) -> PageResult<Response> {
+    who.require(Role::Operator, "create pipelines")?;
+    let form = Form { source: q.source.unwrap_or_default(), partitions: "1".into(), replication_factor: "1".into(), snapshot_mode: "initial".into(), publication_mode: "filtered".into(), ..Default::default() };
+    page_with_status(StatusCode::OK, &new_page(&state, &who, jar, form, None, Default::default()).await?)
+}
+
+/// `step=review` previews (plugin validation included); `step=create` creates.
+#[handler]
+pub async fn page_submit(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, body: Body) -> PageResult<Response> {
+    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+    let form = Form::parse(&bytes);
+    let input = form.input();
+    if form.step == "create" {
+        match pipelines::create(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &input).await {
+            Ok(p) => {
+                set_flash(jar, &format!("Pipeline {} created: topics are ready and the connector is being deployed.", p.name));
+                return Ok(redirect(req, &format!("/pipelines/{}", p.id)));
+            }
+            Err(Error::Invalid { fields, .. }) => return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, fields).await?),
+            Err(Error::Conflict(m)) => return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, [("name".to_string(), m)].into()).await?),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await {
+        Ok(p) => page_with_status(StatusCode::OK, &new_page(&state, &who, jar, form, Some(p), Default::default()).await?),
+        Err(Error::Invalid { fields, .. }) => page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, fields).await?),
+        Err(e) => Err(e.into()),
+    }
+}
