@@ -67,7 +67,7 @@ pub fn managed_keys() -> &'static [&'static str] {
         "connector.class", "tasks.max", "topic.prefix", "table.include.list", "database.hostname", "database.port", "database.user", "database.password",
         "database.dbname", "database.server.id", "database.include.list", "slot.name", "publication.name", "plugin.name", "signal.data.collection",
         "schema.history.internal.kafka.bootstrap.servers", "schema.history.internal.kafka.topic", "key.converter", "value.converter",
-        "key.converter.schemas.enable", "value.converter.schemas.enable", "name",
+        "key.converter.schemas.enable", "value.converter.schemas.enable", "name", "snapshot.mode", "publication.autocreate.mode",
     ]
 }
 
@@ -114,16 +114,18 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
             set("schema.history.internal.kafka.bootstrap.servers", spec.kafka_bootstrap.clone());
             set("schema.history.internal.kafka.topic", schema_history_topic(&spec.topic_prefix));
             set("include.schema.changes", "false".into());
-            set(
-                "database.ssl.mode",
-                match d.tls_mode {
-                    TlsMode::Disable => "disabled",
-                    TlsMode::Require => "required",
-                    TlsMode::VerifyCa => "verify_ca",
-                    TlsMode::VerifyFull => "verify_identity",
-                }
-                .into(),
-            );
+            // The two connectors name the same modes differently (their validators say so).
+            let ssl = match (conn.provider, d.tls_mode) {
+                (Provider::Mariadb, TlsMode::Disable) => "disable",
+                (Provider::Mariadb, TlsMode::Require) => "trust",
+                (Provider::Mariadb, TlsMode::VerifyCa) => "verify-ca",
+                (Provider::Mariadb, TlsMode::VerifyFull) => "verify-full",
+                (_, TlsMode::Disable) => "disabled",
+                (_, TlsMode::Require) => "required",
+                (_, TlsMode::VerifyCa) => "verify_ca",
+                (_, TlsMode::VerifyFull) => "verify_identity",
+            };
+            set("database.ssl.mode", ssl.into());
         }
     }
     for (k, v) in &spec.options {

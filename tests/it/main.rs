@@ -6,6 +6,7 @@ mod helpers;
 mod access;
 mod app_smoke;
 mod connections;
+mod pipelines;
 mod reconciler;
 mod secrets;
 mod stack_smoke;
