@@ -124,6 +124,8 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/pipelines/:id/pause", Operator, "pause a pipeline", pipelines::page_pause),
         r(M::POST, "/pipelines/:id/resume", Operator, "resume a pipeline", pipelines::page_resume),
         r(M::POST, "/pipelines/:id/restart", Operator, "restart a pipeline's connector", pipelines::page_restart),
+        r(M::GET, "/pipelines/:id/delete", Operator, "confirm deleting a pipeline", pipelines::page_delete_confirm),
+        r(M::POST, "/pipelines/:id/delete", Operator, "delete a pipeline (drop_slot=true also drops the slot)", pipelines::page_delete),
         r(M::GET, CLUSTERS, Viewer, "clusters page", connectors::page_clusters),
         r(M::GET, TOPICS, Viewer, "topics page", connectors::page_topics),
         // JSON API

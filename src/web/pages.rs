@@ -45,7 +45,11 @@ impl Layout {
     pub fn new(title: impl Into<String>, current: &str, who: &Principal, jar: &CookieJar) -> Self {
         let flash = jar.get(FLASH_COOKIE).map(|c| c.value_str().to_string()).filter(|s| !s.is_empty());
         if flash.is_some() {
-            jar.remove(FLASH_COOKIE);
+            // Expire it on the same path it was set on, or the browser keeps it.
+            let mut gone = Cookie::new_with_str(FLASH_COOKIE, "");
+            gone.set_path("/");
+            gone.set_max_age(std::time::Duration::ZERO);
+            jar.add(gone);
         }
         Layout {
             title: title.into(),

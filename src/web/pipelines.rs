@@ -265,3 +265,26 @@ pub async fn page_submit(req: &Request, state: Data<&AppState>, who: Data<&Princ
         Err(e) => Err(e.into()),
     }
 }
+
+#[derive(Template)]
+#[template(path = "pipelines/delete.html")]
+struct DeletePage {
+    layout: Layout,
+    d: Detail,
+}
+
+#[handler]
+pub async fn page_delete_confirm(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+    who.require(Role::Operator, "delete pipelines")?;
+    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    page_with_status(StatusCode::OK, &DeletePage { layout: Layout::new(format!("Delete {}", d.pipeline.name), paths::PIPELINES, &who, jar), d })
+}
+
+#[handler]
+pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
+    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+    let drop_slot = url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
+    let deleted = pipelines::delete(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, drop_slot).await?;
+    set_flash(jar, &format!("Pipeline deleted; {} topic(s) kept{}.", deleted.topics_kept.len(), if deleted.slot_dropped { "; replication slot dropped" } else { "" }));
+    Ok(redirect(req, paths::PIPELINES))
+}

@@ -1,0 +1,78 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { renameSync, writeFileSync } from 'node:fs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
+
+const env = process.env;
+const schema = `bw_${process.pid}`;
+const prefix = `bw-${process.pid}`;
+let app, browser, token;
+
+function psql(sql) {
+  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', env.PG_SOURCE_DB, '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(out.stderr);
+}
+
+before(async () => {
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h' } });
+  createUser(app, 'ada', 'admin');
+  token = createToken(app, 'ada');
+  browser = await launchBrowser();
+  psql(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total numeric); CREATE TABLE ${schema}.notes (body text); INSERT INTO ${schema}.orders VALUES (1, 9.5);`);
+});
+after(async () => {
+  await browser?.close();
+  await app?.stop();
+  await fetch(`${env.CONNECT_URL}/connectors/cluecdc-capture-${prefix}`, { method: 'DELETE' }).catch(() => {});
+  for (let i = 0; i < 20; i++) {
+    try { psql(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'bw_${process.pid}' AND NOT active; DROP PUBLICATION IF EXISTS bw_${process.pid}; DROP SCHEMA ${schema} CASCADE;`); break; } catch { await new Promise((r) => setTimeout(r, 500)); }
+  }
+});
+
+test('an operator creates a pipeline through the wizard: tables from discovery, review with the plugin verdict, then create', async () => {
+  // Clusters and the source connection come from the API (their pages are covered elsewhere).
+  const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
+  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
+  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
+  const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
+    name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
+    settings: { host: env.PG_HOST, port: Number(env.PG_PORT), database: env.PG_SOURCE_DB, user: env.PG_USER, tls_mode: 'disable', slot_name: `bw_${process.pid}`, publication_name: `bw_${process.pid}` },
+    secrets: { password: env.PG_PASSWORD },
+  });
+  assert.equal(s1, 201, JSON.stringify(src));
+
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'ada');
+  await page.getByRole('link', { name: 'Pipelines' }).click();
+  await page.getByRole('link', { name: 'Create pipeline' }).click();
+  await page.getByLabel('1. Source connection').selectOption(src.id);
+  await page.getByLabel(`${schema}.orders`).check();
+  assert.match(await page.locator(`tr:has-text("${schema}.notes")`).innerText(), /no key/, 'a keyless table is flagged');
+  await page.getByLabel('Pipeline name').fill('shop orders');
+  await page.getByLabel('Topic prefix').fill(prefix);
+  await page.getByRole('button', { name: '4. Review' }).click();
+  await page.getByText('plugin accepts this config').waitFor({ timeout: 30_000 });
+  const review = await page.locator('main').innerText();
+  assert.match(review, new RegExp(`${prefix}\\.${schema}\\.orders`), 'the topics to create are listed');
+  assert.match(review, /\$\{cluecdc:sec_[0-9a-f]+:password\}/, 'the password appears only as a reference');
+  assert.ok(!review.includes(env.PG_PASSWORD));
+  await screenshot(page, 'pipeline-review');
+  await page.getByRole('button', { name: '5. Create pipeline' }).click();
+  await page.waitForURL(/\/pipelines\/pl_/);
+  // The status section refreshes itself: no reload.
+  await page.locator('#pipeline-status .state-running').first().waitFor({ timeout: 90_000 });
+  await page.locator('#pipeline-status .state-running:has-text("active")').waitFor({ timeout: 60_000 });
+  await screenshot(page, 'pipeline-detail');
+  await page.getByRole('link', { name: 'Delete pipeline…' }).click();
+  assert.match(await page.locator('main').innerText(), /the source's disk fills/);
+  assert.doesNotMatch(await page.locator('main').innerText(), /Pipeline shop orders created/, 'a flash message shows once');
+  await page.getByLabel(/Also drop the replication slot/).check();
+  await screenshot(page, 'pipeline-delete-confirm');
+  await page.getByRole('button', { name: 'Delete shop orders' }).click();
+  await page.waitForURL(app.url + '/pipelines');
+  assert.match(await page.locator('main').innerText(), /replication slot dropped/);
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
