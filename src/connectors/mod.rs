@@ -289,16 +289,21 @@ pub async fn request_restart(pool: &SqlitePool, wake: &crate::reconcile::Handle,
     load(pool, &c.id).await
 }
 
-/// Takes the live config from Connect as the desired one (an admin accepting a change made
-/// directly in Connect), instead of letting the reconciler put ClueCDC's back.
-pub async fn adopt_live(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
+/// Takes the live config from Connect, read now, as the desired one (an admin accepting a
+/// change made directly in Connect), instead of letting the reconciler put ClueCDC's back.
+pub async fn adopt_live(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
     who.require(Role::Admin, "adopt live configs")?;
     let c = load(pool, key).await?;
-    let live: Option<String> = sqlx::query_scalar("SELECT live_config FROM connector_status WHERE connector_id = ?").bind(&c.id).fetch_optional(pool).await?.flatten();
-    let Some(live) = live else {
-        return Err(Error::Conflict(format!("connector {} has no observed config yet; wait for the reconciler to see it", c.name)));
-    };
-    let live_map: BTreeMap<String, String> = serde_json::from_str(&live).map_err(|e| Error::Unexpected(e.into()))?;
+    let cluster = crate::clusters::all(pool).await?.into_iter().find(|k| k.id == c.connect_cluster_id).ok_or_else(|| Error::NotFound(format!("Connect cluster {}", c.connect_cluster_id)))?;
+    let client = crate::clusters::connect::client_for(store, &cluster).await?;
+    let live_map = crate::reconcile::plan::normalize(client.connector_config(&c.name).await.map_err(|e| {
+        if e.is_not_found() {
+            Error::Conflict(format!("connector {} is not in Connect; there is no live config to adopt", c.name))
+        } else {
+            Error::Unavailable(e.to_string())
+        }
+    })?);
+    let live = json!(live_map).to_string();
     let mut errors = FieldErrors::new();
     validate_config(&serde_json::to_value(&live_map).ok().and_then(|v| v.as_object().cloned()).unwrap_or_default(), &mut errors);
     if !errors.is_empty() {

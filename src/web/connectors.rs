@@ -59,7 +59,7 @@ fn action_state(action: &str) -> Option<DesiredState> {
 async fn act(state: &AppState, who: &Principal, key: &str, action: &str) -> crate::error::Result<ConnectorView> {
     match action {
         "restart" => connectors::request_restart(&state.pool, &state.inner.reconciler, who, key).await,
-        "adopt" => connectors::adopt_live(&state.pool, &state.inner.reconciler, who, key).await,
+        "adopt" => connectors::adopt_live(&state.pool, &state.inner.secrets, &state.inner.reconciler, who, key).await,
         other => match action_state(other) {
             Some(s) => connectors::set_state(&state.pool, &state.inner.reconciler, who, key, s).await,
             None => Err(crate::error::Error::NotFound(format!("action {other}"))),
@@ -108,6 +108,15 @@ pub async fn api_reconciler(state: Data<&AppState>, who: Data<&Principal>) -> Ap
         "passes_in_this_process": state.inner.reconciler.passes.load(std::sync::atomic::Ordering::Relaxed),
         "last_pass": last.map(|(holder, started_at, duration_ms, clusters, actions, errors)| json!({"holder": holder, "started_at": started_at, "duration_ms": duration_ms, "clusters": clusters, "actions": actions, "errors": errors})),
     })))
+}
+
+/// "Reconcile now": a pass at once, in whichever process holds the lease.
+#[handler]
+pub async fn api_reconcile_now(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<StatusCode> {
+    who.require(Role::Operator, "trigger a reconcile pass")?;
+    crate::reconcile::bump_desired_version(&state.pool).await.map_err(crate::error::Error::Unexpected)?;
+    state.inner.reconciler.wake();
+    Ok(StatusCode::ACCEPTED)
 }
 
 // ---- Kafka clusters and topics API ----------------------------------------------------------

@@ -173,6 +173,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/api/v1/connectors/:name/adopt", Admin, "adopt Connect's live config as desired", connectors::api_adopt),
         r(M::GET, "/api/v1/drift", Viewer, "drift events across clusters", connectors::api_drift),
         r(M::GET, "/api/v1/reconciler", Viewer, "the reconciler: lease holder and last pass", connectors::api_reconciler),
+        r(M::POST, "/api/v1/reconciler/pass", Operator, "reconcile now (in whichever process holds the lease)", connectors::api_reconcile_now),
         r(M::GET, "/api/v1/pipelines", Viewer, "list pipelines", pipelines::api_list),
         r(M::POST, "/api/v1/pipelines", Operator, "create a pipeline (validated by the plugin first)", pipelines::api_create),
         r(M::POST, "/api/v1/pipelines/preview", Operator, "the exact connector config, topics and plugin verdict; creates nothing", pipelines::api_preview),

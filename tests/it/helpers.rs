@@ -587,3 +587,9 @@ pub async fn with_cleanup(body: impl std::future::Future<Output = ()>, cleanup: 
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Asks for a reconcile pass now (`POST /api/v1/reconciler/pass`).
+pub async fn bump(api: &Api) {
+    let (status, body) = api.post("/api/v1/reconciler/pass", serde_json::json!({})).await;
+    assert_eq!(status, 202, "{body}");
+}
