@@ -38,10 +38,18 @@ async fn phase_is(api: &Api, name: &str, phase: &str) -> Option<Value> {
     (c["phase"] == phase).then_some(c)
 }
 
+/// Connect's stored config for a connector; None when it does not exist. Retries while Connect
+/// answers 409 (a rebalance in progress) or 5xx.
 async fn connect_config(s: &Stack, name: &str) -> Option<Value> {
-    let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url)).await.ok()?;
-    res.status().is_success().then_some(())?;
-    res.json().await.ok()
+    for _ in 0..40 {
+        let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url)).await.ok()?;
+        match res.status().as_u16() {
+            200 => return res.json().await.ok(),
+            404 => return None,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    None
 }
 
 #[tokio::test]
