@@ -14,6 +14,7 @@ pub mod connect;
 pub mod connections;
 pub mod connectors;
 pub mod db;
+pub mod deliveries;
 pub mod error;
 pub mod kafka;
 pub mod monitor;

@@ -472,8 +472,9 @@ pub async fn rotate(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
 
 /// What uses a connection; deleting it is refused while this is not empty.
 pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
-    let pipelines: Vec<String> = sqlx::query_scalar("SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?;
-    Ok(pipelines)
+    let mut users: Vec<String> = sqlx::query_scalar("SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?;
+    users.extend(sqlx::query_scalar::<_, String>("SELECT 'delivery ' || name FROM deliveries WHERE destination_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?);
+    Ok(users)
 }
 
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {

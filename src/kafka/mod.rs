@@ -221,3 +221,44 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
         Err("use 1–249 characters: letters, digits, '.', '_' and '-' (not '.' or '..')".into())
     }
 }
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    /// The group's committed offset (None: nothing committed yet).
+    pub committed: Option<i64>,
+    pub end_offset: i64,
+    pub lag: i64,
+}
+
+/// A consumer group's lag per partition of the given topics, without joining the group.
+pub async fn group_lag(access: &KafkaAccess, group: &str, topics: &[String]) -> Result<Vec<PartitionLag>, String> {
+    let access = access.clone();
+    let group = group.to_string();
+    let topics = topics.to_vec();
+    blocking(move || {
+        let c: BaseConsumer = access.config().set("group.id", &group).set("enable.auto.commit", "false").create().map_err(|e| e.to_string())?;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        let md = c.fetch_metadata(None, TIMEOUT).map_err(|e| e.to_string())?;
+        for t in md.topics().iter().filter(|t| topics.iter().any(|w| w == t.name())) {
+            for p in t.partitions() {
+                tpl.add_partition(t.name(), p.id());
+            }
+        }
+        let committed = c.committed_offsets(tpl, TIMEOUT).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for e in committed.elements() {
+            let (low, high) = c.fetch_watermarks(e.topic(), e.partition(), TIMEOUT).map_err(|e| e.to_string())?;
+            let committed = match e.offset() {
+                rdkafka::Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            let lag = high - committed.unwrap_or(low);
+            out.push(PartitionLag { topic: e.topic().to_string(), partition: e.partition(), committed, end_offset: high, lag: lag.max(0) });
+        }
+        out.sort_by(|a, b| (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition)));
+        Ok(out)
+    })
+    .await
+}

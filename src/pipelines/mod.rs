@@ -487,6 +487,10 @@ pub struct Deleted {
 pub async fn delete(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, id: &str, drop_slot: bool) -> Result<Deleted> {
     who.require(Role::Operator, "delete pipelines")?;
     let p = load(pool, id).await?;
+    let users = crate::deliveries::of_pipeline(pool, &p.id).await?;
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!("pipeline {} is read by delivery {}; delete those first", p.name, users.join(", "))));
+    }
     let source = connections::load(pool, &p.source_connection_id).await?;
     connectors::set_state(pool, wake, who, &p.connector_id, DesiredState::Deleted).await?;
     // The reconciler removes the connector and then forgets its row.

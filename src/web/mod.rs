@@ -12,6 +12,7 @@ mod auth;
 mod clusters;
 mod connections;
 mod connectors;
+mod deliveries;
 pub mod error;
 mod health;
 mod home;
@@ -126,6 +127,11 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/pipelines/:id/restart", Operator, "restart a pipeline's connector", pipelines::page_restart),
         r(M::GET, "/pipelines/:id/delete", Operator, "confirm deleting a pipeline", pipelines::page_delete_confirm),
         r(M::POST, "/pipelines/:id/delete", Operator, "delete a pipeline (drop_slot=true also drops the slot)", pipelines::page_delete),
+        r(M::GET, DELIVERIES, Viewer, "deliveries page", deliveries::page_list),
+        r(M::GET, "/deliveries/:id", Viewer, "delivery page with lag", deliveries::page_detail),
+        r(M::POST, "/deliveries/:id/pause", Operator, "pause a delivery", deliveries::page_pause),
+        r(M::POST, "/deliveries/:id/resume", Operator, "resume a delivery", deliveries::page_resume),
+        r(M::POST, "/deliveries/:id/restart", Operator, "restart a delivery's connector", deliveries::page_restart),
         r(M::GET, CLUSTERS, Viewer, "clusters page", connectors::page_clusters),
         r(M::GET, TOPICS, Viewer, "topics page", connectors::page_topics),
         // JSON API
@@ -183,6 +189,14 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/api/v1/pipelines/:id/pause", Operator, "pause", pipelines::api_pause),
         r(M::POST, "/api/v1/pipelines/:id/resume", Operator, "resume", pipelines::api_resume),
         r(M::POST, "/api/v1/pipelines/:id/restart", Operator, "restart", pipelines::api_restart),
+        r(M::GET, "/api/v1/deliveries", Viewer, "list deliveries", deliveries::api_list),
+        r(M::POST, "/api/v1/deliveries", Operator, "create a delivery (destination and plugin checked first)", deliveries::api_create),
+        r(M::POST, "/api/v1/deliveries/preview", Operator, "the exact sink config and the plugin's verdict; creates nothing", deliveries::api_preview),
+        r(M::GET, "/api/v1/deliveries/:id", Viewer, "a delivery with connector state and lag per partition", deliveries::api_get),
+        r(M::DELETE, "/api/v1/deliveries/:id", Operator, "delete a delivery's connector", deliveries::api_delete),
+        r(M::POST, "/api/v1/deliveries/:id/pause", Operator, "pause", deliveries::api_pause),
+        r(M::POST, "/api/v1/deliveries/:id/resume", Operator, "resume", deliveries::api_resume),
+        r(M::POST, "/api/v1/deliveries/:id/restart", Operator, "restart", deliveries::api_restart),
         r(M::GET, "/api/v1/alerts", Viewer, "alerts (state=firing for open ones)", alerts::api_list),
         r(M::GET, "/api/v1/audit", Viewer, "audit rows, newest first, filtered and paged", audit::api_list),
         r(M::GET, "/api/v1/audit/export", Viewer, "audit rows as CSV or JSON", audit::api_export),

@@ -17,3 +17,4 @@ pub const CONNECTORS: &str = "/connectors";
 pub const CLUSTERS: &str = "/clusters";
 pub const TOPICS: &str = "/topics";
 pub const PIPELINES: &str = "/pipelines";
+pub const DELIVERIES: &str = "/deliveries";

@@ -1,0 +1,343 @@
+//! Deliveries: a pipeline's topics written to a destination by one sink connector with its
+//! own consumer group. Database deliveries use the Debezium JDBC sink (upsert by primary key,
+//! deletes applied). Object-storage deliveries (the Aiven S3 sink) are not built yet.
+
+pub mod config;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::SqlitePool;
+
+use self::config::{jdbc, JdbcOptions, JDBC_SINK};
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::connections::{self, Capability, CheckStatus};
+use crate::connectors::{self, ConnectorView};
+use crate::error::{Error, FieldErrors, Result};
+use crate::pipelines::{self, config::table_topic};
+use crate::reconcile::plan::DesiredState;
+use crate::secrets::store::SecretStore;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DeliveryInput {
+    pub name: Option<String>,
+    pub pipeline_id: Option<String>,
+    pub destination_connection_id: Option<String>,
+    /// Defaults to the pipeline's Connect cluster.
+    pub connect_cluster_id: Option<String>,
+    /// Defaults to every table topic of the pipeline.
+    pub topics: Option<Vec<String>>,
+    pub insert_mode: Option<String>,
+    pub delete_enabled: Option<bool>,
+    pub table_name_format: Option<String>,
+    pub schema_evolution: Option<String>,
+    pub error_policy: Option<String>,
+    pub dead_letter_topic: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivery {
+    pub id: String,
+    pub name: String,
+    pub pipeline_id: String,
+    pub destination_connection_id: String,
+    pub connect_cluster_id: String,
+    pub kind: String,
+    pub topics: Vec<String>,
+    pub options: serde_json::Value,
+    pub connector_id: String,
+    /// The sink's consumer group: Connect names it after the connector.
+    pub consumer_group: String,
+    pub created_at: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    name: String,
+    pipeline_id: String,
+    destination_connection_id: String,
+    connect_cluster_id: String,
+    kind: String,
+    topics: String,
+    options: String,
+    connector_id: String,
+    created_at: String,
+}
+
+pub fn connector_name(delivery_name: &str) -> String {
+    format!("cluecdc-deliver-{}", connections::settings::slug(delivery_name).replace('_', "-"))
+}
+
+impl From<Row> for Delivery {
+    fn from(r: Row) -> Self {
+        Delivery {
+            topics: serde_json::from_str(&r.topics).unwrap_or_default(),
+            options: serde_json::from_str(&r.options).unwrap_or_default(),
+            consumer_group: format!("connect-{}", connector_name(&r.name)),
+            id: r.id,
+            name: r.name,
+            pipeline_id: r.pipeline_id,
+            destination_connection_id: r.destination_connection_id,
+            connect_cluster_id: r.connect_cluster_id,
+            kind: r.kind,
+            connector_id: r.connector_id,
+            created_at: r.created_at,
+        }
+    }
+}
+
+const SELECT: &str = "SELECT id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at FROM deliveries";
+
+pub async fn load(pool: &SqlitePool, id: &str) -> Result<Delivery> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1")).bind(id).fetch_optional(pool).await?;
+    row.map(Delivery::from).ok_or_else(|| Error::NotFound(format!("delivery {id}")))
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
+    who.require(Role::Viewer, "see deliveries")?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Delivery::from).collect())
+}
+
+/// Everything checked; what would be deployed. Creates nothing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    pub connector_name: String,
+    pub connector_class: String,
+    pub config: std::collections::BTreeMap<String, String>,
+    pub validation_errors: std::collections::BTreeMap<String, Vec<String>>,
+    pub topics: Vec<String>,
+}
+
+struct Checked {
+    name: String,
+    pipeline: pipelines::Pipeline,
+    cluster: crate::clusters::ConnectCluster,
+    dest: connections::Connection,
+    topics: Vec<String>,
+    options: JdbcOptions,
+}
+
+async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Result<Checked> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    if let Err(why) = connections::validate_name(&name) {
+        errors.insert("name".into(), why);
+    }
+    let pipeline = pipelines::load(pool, input.pipeline_id.as_deref().unwrap_or("")).await.ok();
+    if pipeline.is_none() {
+        errors.insert("pipeline_id".into(), "no pipeline has this id".into());
+    }
+    let dest = match connections::load(pool, input.destination_connection_id.as_deref().unwrap_or("")).await {
+        Ok(c) if !c.capabilities.contains(&Capability::Destination) => {
+            errors.insert("destination_connection_id".into(), format!("{} is not a DESTINATION connection", c.name));
+            None
+        }
+        Ok(c) if c.provider.is_object_storage() => {
+            errors.insert("destination_connection_id".into(), "object-storage deliveries (Aiven S3 sink) are not available in this version yet; choose a database destination".into());
+            None
+        }
+        Ok(c) => Some(c),
+        Err(_) => {
+            errors.insert("destination_connection_id".into(), "no connection has this id".into());
+            None
+        }
+    };
+    let cluster_id = input.connect_cluster_id.clone().or_else(|| pipeline.as_ref().map(|p| p.connect_cluster_id.clone())).unwrap_or_default();
+    let cluster = crate::clusters::get(pool, who, &cluster_id).await.ok();
+    match &cluster {
+        None => {
+            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+        }
+        Some(c) if c.managed_by == "strimzi" => {
+            errors.insert("connect_cluster_id".into(), format!("{} is managed by Strimzi; ClueCDC only observes it", c.name));
+        }
+        _ => {}
+    }
+    let available: Vec<String> = pipeline.as_ref().map(|p| p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect()).unwrap_or_default();
+    let topics = input.topics.clone().unwrap_or_else(|| available.clone());
+    if topics.is_empty() {
+        errors.insert("topics".into(), "choose at least one of the pipeline's topics".into());
+    } else if let Some(t) = topics.iter().find(|t| !available.contains(t)) {
+        errors.insert("topics".into(), format!("{t} is not a table topic of this pipeline; choose from {}", available.join(", ")));
+    }
+    let d = JdbcOptions::default();
+    let options = JdbcOptions {
+        insert_mode: input.insert_mode.clone().unwrap_or(d.insert_mode),
+        delete_enabled: input.delete_enabled.unwrap_or(d.delete_enabled),
+        table_name_format: input.table_name_format.clone().unwrap_or(d.table_name_format),
+        schema_evolution: input.schema_evolution.clone().unwrap_or(d.schema_evolution),
+        error_policy: input.error_policy.clone().unwrap_or(d.error_policy),
+        dead_letter_topic: input.dead_letter_topic.clone().filter(|t| !t.is_empty()),
+    };
+    if !["insert", "upsert", "update"].contains(&options.insert_mode.as_str()) {
+        errors.insert("insert_mode".into(), "choose insert, upsert (default: replays are harmless) or update".into());
+    }
+    if !["none", "basic"].contains(&options.schema_evolution.as_str()) {
+        errors.insert("schema_evolution".into(), "basic (create missing tables and columns) or none (tables must exist)".into());
+    }
+    if options.table_name_format.trim().is_empty() || options.table_name_format.len() > 200 {
+        errors.insert("table_name_format".into(), "e.g. ${source.table}, or a literal name; at most 200 characters".into());
+    }
+    if !["fail", "continue"].contains(&options.error_policy.as_str()) {
+        errors.insert("error_policy".into(), "fail (default: stop at a bad record) or continue (skip it, an explicit choice)".into());
+    }
+    if let Some(dlq) = &options.dead_letter_topic {
+        if options.error_policy != "continue" {
+            errors.insert("dead_letter_topic".into(), "only with error_policy continue: with fail, nothing is skipped".into());
+        } else if let Err(why) = crate::kafka::check_topic_name(dlq) {
+            errors.insert("dead_letter_topic".into(), why);
+        }
+    }
+    Error::check(errors)?;
+    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else { return Err(Error::Unexpected(anyhow::anyhow!("checked input lost a reference"))) };
+    Ok(Checked { name, pipeline, cluster, dest, topics, options })
+}
+
+async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
+    let config = jdbc(&c.dest, &c.topics, &c.options);
+    let name = connector_name(&c.name);
+    let client = crate::clusters::connect::client_for(store, &c.cluster).await?;
+    let plugins = client.plugins().await.map_err(|e| Error::Unavailable(format!("cannot read Connect's plugins: {e}")))?;
+    if !plugins.iter().any(|p| p.class == JDBC_SINK) {
+        return Err(Error::field("connect_cluster_id", format!("the Debezium JDBC sink plugin is not installed on {}; install it on every worker", c.cluster.name)));
+    }
+    let mut with_name = config.clone();
+    with_name.insert("name".into(), name.clone());
+    let validation_errors = client.validate(JDBC_SINK, &with_name).await.map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
+    Ok(Preview { connector_name: name, connector_class: JDBC_SINK.into(), config, validation_errors, topics: c.topics.clone() })
+}
+
+pub async fn preview(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &DeliveryInput) -> Result<Preview> {
+    who.require(Role::Operator, "create deliveries")?;
+    let c = check(pool, who, input).await?;
+    preview_of(store, &c).await
+}
+
+/// Checks the destination (reachable, may create and alter tables) and the config with the
+/// plugin, then records the desired sink connector. Nothing is deployed when a check fails.
+pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, input: &DeliveryInput) -> Result<Delivery> {
+    who.require(Role::Operator, "create deliveries")?;
+    let c = check(pool, who, input).await?;
+    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM deliveries WHERE name = ?").bind(&c.name).fetch_one(pool).await? > 0 {
+        return Err(Error::Conflict(format!("a delivery named {:?} already exists", c.name)));
+    }
+    let report = connections::test(pool, store, who, &c.dest.id).await?;
+    if !report.ok {
+        let failed: Vec<String> = report.checks.iter().filter(|k| k.status == CheckStatus::Fail).map(|k| format!("{}: {}{}", k.name, k.message, k.hint.as_deref().map(|h| format!(" (fix: {h})")).unwrap_or_default())).collect();
+        return Err(Error::field("destination_connection_id", format!("the destination check failed: {}", failed.join("; "))));
+    }
+    let preview = preview_of(store, &c).await?;
+    if !preview.validation_errors.is_empty() {
+        let fields: FieldErrors = preview.validation_errors.iter().map(|(k, v)| (format!("config.{k}"), v.join("; "))).collect();
+        return Err(Error::Invalid { message: "the sink plugin refused the config".into(), fields });
+    }
+    if let Some(dlq) = &c.options.dead_letter_topic {
+        let kafka = crate::clusters::kafka::get(pool, who, &c.pipeline.kafka_cluster_id).await?;
+        let access = crate::clusters::kafka::access(store, &kafka).await?;
+        let spec = crate::kafka::TopicSpec { name: dlq.clone(), partitions: 1, replication_factor: c.pipeline.replication_factor as i32, configs: [("cleanup.policy".to_string(), "delete".to_string())].into() };
+        if let Err(e) = crate::kafka::create_topic(&access, &spec).await {
+            if !e.contains("TopicAlreadyExists") {
+                return Err(Error::Unavailable(format!("creating the dead-letter topic {dlq}: {e}")));
+            }
+        }
+    }
+    let id = format!("dl_{}", uuid::Uuid::new_v4().simple());
+    let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.create", target_kind: "delivery", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "pipeline": c.pipeline.name, "destination": c.dest.name, "topics": c.topics, "options": c.options}) }).await?;
+    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, 'running', 'delivery', ?, ?, ?)")
+        .bind(&connector_id)
+        .bind(&preview.connector_name)
+        .bind(&c.cluster.id)
+        .bind(json!(preview.config).to_string())
+        .bind(&id)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("connector {} already exists", preview.connector_name)) } else { e.into() })?;
+    sqlx::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'jdbc', ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&c.name)
+        .bind(&c.pipeline.id)
+        .bind(&c.dest.id)
+        .bind(&c.cluster.id)
+        .bind(json!(c.topics).to_string())
+        .bind(json!(c.options).to_string())
+        .bind(&connector_id)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    load(pool, &id).await
+}
+
+pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str, state: DesiredState) -> Result<ConnectorView> {
+    who.require(Role::Operator, "pause or resume deliveries")?;
+    let d = load(pool, id).await?;
+    connectors::set_state(pool, wake, who, &d.connector_id, state).await
+}
+
+pub async fn restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<ConnectorView> {
+    who.require(Role::Operator, "restart deliveries")?;
+    let d = load(pool, id).await?;
+    connectors::request_restart(pool, wake, who, &d.connector_id).await
+}
+
+pub async fn delete(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<()> {
+    who.require(Role::Operator, "delete deliveries")?;
+    let d = load(pool, id).await?;
+    connectors::set_state(pool, wake, who, &d.connector_id, DesiredState::Deleted).await?;
+    for _ in 0..120 {
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?").bind(&d.connector_id).fetch_one(pool).await?;
+        if left == 0 {
+            let mut tx = pool.begin().await?;
+            audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.delete", target_kind: "delivery", target_id: &d.id, outcome: Outcome::Success, summary: json!({"name": d.name}) }).await?;
+            sqlx::query("DELETE FROM deliveries WHERE id = ?").bind(&d.id).execute(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(Error::Unavailable("the sink connector was not removed from Connect within 60 s; try again".into()))
+}
+
+#[derive(Debug, Serialize)]
+pub struct Detail {
+    pub delivery: Delivery,
+    pub connector: Option<ConnectorView>,
+    /// Consumer-group lag per partition: end offset minus the group's committed offset.
+    pub lag: Vec<crate::kafka::PartitionLag>,
+    pub lag_error: Option<String>,
+    /// Plain words about what this delivery promises.
+    pub semantics: &'static str,
+}
+
+pub const SEMANTICS: &str = "At-least-once: after a restart or a retry some records are written again. Upserts by primary key make replays harmless for rows; deletes are applied by key.";
+
+pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Detail> {
+    who.require(Role::Viewer, "see deliveries")?;
+    let d = load(pool, id).await?;
+    let connector = connectors::get(pool, who, &d.connector_id).await.ok();
+    let pipeline = pipelines::load(pool, &d.pipeline_id).await?;
+    let kafka = crate::clusters::kafka::get(pool, who, &pipeline.kafka_cluster_id).await?;
+    let access = crate::clusters::kafka::access(store, &kafka).await?;
+    let (lag, lag_error) = match crate::kafka::group_lag(&access, &d.consumer_group, &d.topics).await {
+        Ok(l) => (l, None),
+        Err(e) => (vec![], Some(e)),
+    };
+    Ok(Detail { delivery: d, connector, lag, lag_error, semantics: SEMANTICS })
+}
+
+/// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).
+pub async fn of_pipeline(pool: &SqlitePool, pipeline_id: &str) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = ? ORDER BY name").bind(pipeline_id).fetch_all(pool).await?)
+}
