@@ -188,10 +188,10 @@ impl Reconciler {
     }
 
     async fn load_desired(&self, cluster_id: &str) -> anyhow::Result<Vec<Desired>> {
-        type Row = (String, String, String, String, i64, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<i64>);
+        type Row = (String, String, String, String, i64, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
-                    s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since
+                    s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at
              FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id
              WHERE c.connect_cluster_id = ? ORDER BY c.name",
         )
@@ -200,7 +200,7 @@ impl Reconciler {
         .await?;
         Ok(rows
             .into_iter()
-            .filter_map(|(id, name, config, state, generation, restart_requested, applied, attempts, next, healthy)| {
+            .filter_map(|(id, name, config, state, generation, restart_requested, applied, attempts, next, healthy, applied_at)| {
                 Some(Desired {
                     config: serde_json::from_str(&config).ok()?,
                     state: DesiredState::parse(&state)?,
@@ -209,6 +209,7 @@ impl Reconciler {
                     next_restart_at: next,
                     healthy_since: healthy,
                     restart_requested,
+                    applied_at,
                     id,
                     name,
                     generation,
@@ -331,11 +332,12 @@ impl Reconciler {
             let message = failed_steps.get(&o.id).cloned().unwrap_or_else(|| o.message.clone());
             let applied = applied_configs.get(&o.id).map(|c| json!(c).to_string());
             sqlx::query(
-                "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since, applied_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, CASE WHEN ?3 IS NULL THEN NULL ELSE ?15 END)
                  ON CONFLICT(connector_id) DO UPDATE SET
                    observed_generation = CASE WHEN ?14 THEN connector_status.observed_generation ELSE excluded.observed_generation END,
                    applied_config = COALESCE(excluded.applied_config, connector_status.applied_config),
+                   applied_at = CASE WHEN excluded.applied_config IS NOT NULL THEN ?15 ELSE connector_status.applied_at END,
                    live_config = excluded.live_config, phase = excluded.phase, connector_state = excluded.connector_state,
                    tasks = excluded.tasks, trace = excluded.trace, message = excluded.message, observed_at = excluded.observed_at,
                    restart_attempts = excluded.restart_attempts, next_restart_at = excluded.next_restart_at, healthy_since = excluded.healthy_since",
@@ -354,6 +356,7 @@ impl Reconciler {
             .bind(o.next_restart_at)
             .bind(o.healthy_since)
             .bind(acted)
+            .bind(now_ms())
             .execute(&mut *tx)
             .await?;
         }

@@ -61,7 +61,13 @@ pub struct Desired {
     pub healthy_since: Option<i64>,
     /// Set when a person asked for a restart (who); the next pass restarts it once.
     pub restart_requested: Option<String>,
+    /// When ClueCDC last wrote its config to Connect (unix ms).
+    pub applied_at: Option<i64>,
 }
+
+/// A connector written this recently may not be in Connect's list yet (distributed workers
+/// read their config topic asynchronously): missing then is not drift.
+pub const REGISTRATION_GRACE_MS: i64 = 20_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveTask {
@@ -181,6 +187,11 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
         let Some(l) = live.get(&d.name) else {
             if d.state == DesiredState::Deleted {
                 plan.steps.push(Step::Forget { id: d.id.clone() });
+                continue;
+            }
+            if d.applied_config.is_some() && d.applied_at.is_some_and(|t| now_ms - t < REGISTRATION_GRACE_MS) {
+                obs.message = "created; waiting for Connect to list it".into();
+                plan.observations.push(obs);
                 continue;
             }
             if d.applied_config.is_some() {
@@ -339,7 +350,7 @@ mod tests {
     }
 
     fn desired(name: &str, config: Config, state: DesiredState, applied: Option<Config>) -> Desired {
-        Desired { id: format!("id-{name}"), name: name.into(), config, state, generation: 1, applied_config: applied, restart_attempts: 0, next_restart_at: None, healthy_since: None, restart_requested: None }
+        Desired { id: format!("id-{name}"), name: name.into(), config, state, generation: 1, applied_config: applied, restart_attempts: 0, next_restart_at: None, healthy_since: None, restart_requested: None, applied_at: None }
     }
 
     fn live(config: Config, state: &str, tasks: &[&str]) -> Live {
@@ -375,6 +386,17 @@ mod tests {
         assert!(matches!(p.steps[0], Step::Create { .. }));
         assert_eq!(p.drifts[0].kind, "deleted");
         assert_eq!(p.drifts[0].action, "repaired");
+    }
+
+    #[test]
+    fn a_connector_created_a_moment_ago_and_not_listed_yet_is_not_drift() {
+        let c = cfg(&[("a", "1")]);
+        let mut d = desired("x", c.clone(), DesiredState::Running, Some(c));
+        d.applied_at = Some(1_000_000 - 5_000);
+        let p = run(&[d.clone()], &[], false);
+        assert!(p.steps.is_empty() && p.drifts.is_empty());
+        d.applied_at = Some(1_000_000 - REGISTRATION_GRACE_MS - 1);
+        assert_eq!(run(&[d], &[], false).drifts.len(), 1, "after the grace period it is drift");
     }
 
     #[test]

@@ -57,6 +57,7 @@ const PERMANENT: &[(&str, &str, &str)] = &[
     ("missing required configuration", "invalid configuration", "fix the connector configuration; Connect's validation message is in the trace"),
     ("invalid value", "invalid configuration", "fix the connector configuration; Connect's validation message is in the trace"),
     ("classnotfoundexception", "plugin missing", "install the connector plugin on every worker of the Connect cluster"),
+    ("failed due to serialization error", "unreadable record", "a record in the topic cannot be read by the converter: fix its producer, or choose error_policy continue with a dead-letter topic to skip such records"),
     ("publication", "publication missing", "create the publication (the pipeline page shows the statement) or let ClueCDC create it"),
 ];
 

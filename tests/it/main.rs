@@ -6,6 +6,7 @@ mod helpers;
 mod access;
 mod app_smoke;
 mod connections;
+mod deliveries;
 mod pipelines;
 mod reconciler;
 mod secrets;
