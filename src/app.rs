@@ -35,6 +35,7 @@ pub struct StateInner {
     pub version: &'static str,
     pub secrets: Arc<SecretStore>,
     pub reconciler: Arc<crate::reconcile::Handle>,
+    pub http_metrics: crate::monitor::metrics::HttpMetrics,
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
     pub login_limiter: LoginLimiter,
@@ -70,6 +71,7 @@ impl Application {
                 version: env!("CARGO_PKG_VERSION"),
                 secrets,
                 reconciler: Arc::new(crate::reconcile::Handle::default()),
+                http_metrics: Default::default(),
                 sessions: Lifetimes { idle_secs: settings.session_idle, absolute_secs: settings.session_max },
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),
@@ -148,8 +150,16 @@ pub async fn shutdown_signal() {
 /// The background tasks `serve` and `worker` both run, by name.
 pub fn spawn_background(pool: &SqlitePool, inner: &Arc<StateInner>, runtime: &crate::config::RuntimeSettings, role: &str, stop: tokio::sync::watch::Receiver<bool>) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
     let reconciler = crate::reconcile::Reconciler::new(pool.clone(), inner.secrets.clone(), runtime.reconciler(), inner.reconciler.clone(), crate::reconcile::holder_id(role));
+    let monitor = crate::monitor::signals::Monitor {
+        pool: pool.clone(),
+        store: inner.secrets.clone(),
+        interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
+        retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
+        lease: crate::reconcile::lease::Lease::new(pool.clone(), "monitor", crate::reconcile::holder_id(role), runtime.lease_ttl.max(1) * 1000),
+    };
     vec![
         ("reconciler", reconciler.spawn(stop.clone())),
+        ("monitor", monitor.spawn(stop.clone())),
         ("leak scan", crate::monitor::leaks::spawn(pool.clone(), inner.clone(), Duration::from_secs(runtime.leak_scan_interval.max(1) as u64), stop)),
     ]
 }
@@ -171,6 +181,7 @@ pub async fn run_worker(settings: &crate::config::WorkerSettings, shutdown: impl
         version: env!("CARGO_PKG_VERSION"),
         secrets: Arc::new(SecretStore::new(pool.clone(), keyring)),
         reconciler: Arc::new(crate::reconcile::Handle::default()),
+        http_metrics: Default::default(),
         sessions: Lifetimes { idle_secs: 0, absolute_secs: 0 },
         secure_cookies: false,
         login_limiter: LoginLimiter::new(Limits::default()),

@@ -96,6 +96,14 @@ pub struct RuntimeSettings {
     #[arg(long, env = "CLUECDC_HEALTHY_WINDOW", default_value = "2m", value_parser = parse_duration)]
     pub healthy_window: i64,
 
+    /// How often the monitor collects lag, slot WAL and failures and evaluates alert rules.
+    #[arg(long, env = "CLUECDC_MONITOR_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub monitor_interval: i64,
+
+    /// How long monitoring samples (the history behind charts) are kept.
+    #[arg(long, env = "CLUECDC_SAMPLE_RETENTION", default_value = "7d", value_parser = parse_duration)]
+    pub sample_retention: i64,
+
     /// How often committed connector offsets are read (one call per connector).
     #[arg(long, env = "CLUECDC_OFFSETS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub offsets_interval: i64,

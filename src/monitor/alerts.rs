@@ -17,6 +17,8 @@ pub struct Alert {
     pub first_seen: String,
     pub last_seen: String,
     pub resolved_at: Option<String>,
+    pub acknowledged_by: Option<String>,
+    pub acknowledged_at: Option<String>,
 }
 
 /// Opens an alert, or refreshes the open one for the same kind and subject.
@@ -59,6 +61,39 @@ pub async fn resolve_absent(pool: &SqlitePool, kind: &str, scope: &str, still: &
             sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?").bind(crate::time::now()).bind(id).execute(pool).await?;
         }
     }
+    Ok(())
+}
+
+/// Like `fire`, and returns the alert when this call opened it (a transition to notify).
+pub async fn fire_returning(pool: &SqlitePool, kind: &str, subject: &str, severity: &str, message: &str) -> Result<Option<Alert>> {
+    let open: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing')").bind(kind).bind(subject).fetch_one(pool).await?;
+    fire(pool, kind, subject, severity, message).await?;
+    if open {
+        return Ok(None);
+    }
+    Ok(sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'").bind(kind).bind(subject).fetch_optional(pool).await?)
+}
+
+/// Resolves the open alert for (kind, subject); returns it when there was one.
+pub async fn resolve(pool: &SqlitePool, kind: &str, subject: &str) -> Result<Option<Alert>> {
+    let open: Option<Alert> = sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'").bind(kind).bind(subject).fetch_optional(pool).await?;
+    let Some(mut a) = open else { return Ok(None) };
+    let now = crate::time::now();
+    tracing::info!(kind, subject, "alert resolved");
+    sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?").bind(&now).bind(a.id).execute(pool).await?;
+    a.state = "resolved".into();
+    a.resolved_at = Some(now);
+    Ok(Some(a))
+}
+
+/// A person says they have seen it; it stays firing until its cause goes away.
+pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: i64) -> Result<()> {
+    who.require(Role::Operator, "acknowledge alerts")?;
+    let n = sqlx::query("UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ? WHERE id = ? AND state = 'firing'").bind(&who.user_name).bind(crate::time::now()).bind(id).execute(pool).await?.rows_affected();
+    if n == 0 {
+        return Err(crate::error::Error::NotFound(format!("firing alert {id}")));
+    }
+    crate::audit::record_alone(pool, crate::audit::Entry { actor: who.into(), action: "alert.acknowledge", target_kind: "alert", target_id: &id.to_string(), outcome: crate::audit::Outcome::Success, summary: serde_json::json!({}) }).await?;
     Ok(())
 }
 

@@ -3,3 +3,6 @@
 
 pub mod alerts;
 pub mod leaks;
+pub mod metrics;
+pub mod signals;
+pub mod webhooks;

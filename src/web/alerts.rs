@@ -51,3 +51,66 @@ pub async fn badge(state: Data<&AppState>) -> PageResult<Response> {
     let firing = alerts::firing_count(&state.pool).await?;
     page_with_status(StatusCode::OK, &Badge { firing })
 }
+
+// ---- rules, acknowledgement, webhooks, samples, /metrics -------------------------------------
+
+use poem::web::Path;
+
+use crate::monitor::signals::{self, RulePatch};
+use crate::monitor::webhooks::{self, WebhookInput};
+
+#[handler]
+pub async fn api_rules(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": signals::rules(&state.pool, &who).await?})))
+}
+
+#[handler]
+pub async fn api_rule_patch(state: Data<&AppState>, who: Data<&Principal>, Path(kind): Path<String>, Json(p): Json<RulePatch>) -> ApiResult<Json<signals::Rule>> {
+    Ok(Json(signals::set_rule(&state.pool, &who, &kind, &p).await?))
+}
+
+#[handler]
+pub async fn api_ack(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    who.require(crate::auth::Role::Operator, "acknowledge alerts")?;
+    let id: i64 = id.parse().map_err(|_| crate::error::Error::NotFound(format!("alert {id}")))?;
+    alerts::acknowledge(&state.pool, &who, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[handler]
+pub async fn api_webhooks(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": webhooks::list(&state.pool, &who).await?})))
+}
+
+#[handler]
+pub async fn api_webhook_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<WebhookInput>) -> ApiResult<Response> {
+    let w = webhooks::create(&state.pool, &state.inner.secrets, &who, &input).await?;
+    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(w).to_string()))
+}
+
+#[handler]
+pub async fn api_webhook_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    webhooks::delete(&state.pool, &who, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+pub struct SampleQuery {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    subject: String,
+    limit: Option<i64>,
+}
+
+#[handler]
+pub async fn api_samples(state: Data<&AppState>, who: Data<&Principal>, Query(q): Query<SampleQuery>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": signals::history(&state.pool, &who, &q.kind, &q.subject, q.limit.unwrap_or(500).clamp(1, 10_000)).await?})))
+}
+
+#[handler]
+pub async fn metrics(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Response> {
+    who.require(crate::auth::Role::Viewer, "read metrics")?;
+    let body = crate::monitor::metrics::render(&state.pool, &state.inner.http_metrics, &state.inner.reconciler).await.map_err(crate::error::Error::Unexpected)?;
+    Ok(Response::builder().content_type("text/plain; version=0.0.4; charset=utf-8").body(body))
+}

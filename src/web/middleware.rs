@@ -18,6 +18,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 pub async fn request_context<E: Endpoint>(next: Arc<E>, mut req: Request) -> poem::Result<Response> {
     let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
+    let state = req.data::<crate::app::AppState>().cloned();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = Instant::now();
@@ -42,6 +43,9 @@ pub async fn request_context<E: Endpoint>(next: Arc<E>, mut req: Request) -> poe
         }
     };
     let status = response.status().as_u16();
+    if let Some(state) = state.as_ref() {
+        state.inner.http_metrics.observe(method.as_str(), status, started.elapsed().as_secs_f64());
+    }
     span.in_scope(|| {
         tracing::info!(status, elapsed_ms = started.elapsed().as_millis() as u64, "handled");
     });

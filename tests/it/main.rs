@@ -7,6 +7,7 @@ mod access;
 mod app_smoke;
 mod connections;
 mod deliveries;
+mod monitoring;
 mod pipelines;
 mod reconciler;
 mod secrets;

@@ -1,0 +1,188 @@
+//! Monitoring against the real stack: a delivery's lag alert fires when its connector stops
+//! and resolves after resume, a paused pipeline's slot retains growing WAL and fires the WAL
+//! alert, a webhook receives signed firing and resolved notifications, and `/metrics` parses
+//! with the official Prometheus parser.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use poem::listener::{Acceptor, Listener};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use sqlx::{Connection, Row};
+
+use crate::helpers::*;
+
+const SECRET: &str = "webhook-shared-secret-0123";
+
+/// A webhook receiver that keeps (signature valid?, body) of every call.
+async fn receiver() -> (String, Arc<Mutex<Vec<(bool, Value)>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+    let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
+    let ep = poem::endpoint::make(move |req: poem::Request| {
+        let g = g.clone();
+        async move {
+            let sig = req.headers().get("x-cluecdc-signature").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let body = req.into_body().into_bytes().await.unwrap_or_default();
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(SECRET.as_bytes()).unwrap();
+            mac.update(&body);
+            let valid = sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+            g.lock().unwrap().push((valid, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+            "ok"
+        }
+    });
+    tokio::spawn(async move { poem::Server::new_with_acceptor(acceptor).run(ep).await });
+    (format!("http://{addr}/hook"), got)
+}
+
+async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Value> {
+    let (_, list) = api.get("/api/v1/alerts").await;
+    list["items"].as_array().unwrap().iter().find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state).cloned()
+}
+
+fn tag() -> String {
+    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    format!("{}_{}", std::process::id(), n % 1_000_000)
+}
+
+#[tokio::test]
+async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_parse() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let connect = point_connect_provider_at(&api).await;
+    let (_, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let (hook_url, hooks) = receiver().await;
+    let (status, w) = api.post("/api/v1/webhooks", json!({"url": hook_url, "secret": SECRET})).await;
+    assert_eq!(status, 201, "{w}");
+    assert!(!w.to_string().contains(SECRET));
+    let tag = tag();
+    let schema = format!("mo_{tag}");
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db)).await.unwrap();
+    for sql in [format!("CREATE SCHEMA {schema}"), format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name varchar(50) NOT NULL, qty int NOT NULL)"), format!("INSERT INTO {schema}.items VALUES (1, 'a', 1)")] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api.connection(json!({"name": "pg src", "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": format!("mo_{tag}"), "publication_name": format!("mo_{tag}")}, "secrets": {"password": s.pg_password}})).await;
+    let dest = api.connection(json!({"name": "maria dest", "provider": "MARIADB", "capabilities": ["DESTINATION"], "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": std::env::var("MARIADB_DEST_DB").unwrap(), "user": s.mariadb_user, "tls_mode": "disable"}, "secrets": {"password": s.mariadb_password}})).await;
+    let prefix = format!("mo-{}", tag.replace('_', "-"));
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": "monitored", "source_connection_id": src["id"], "kafka_cluster_id": kafka["id"], "connect_cluster_id": connect["id"], "tables": [format!("{schema}.items")], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{p}");
+    let (status, d) = api.post("/api/v1/deliveries", json!({"name": "watched", "pipeline_id": p["id"], "destination_connection_id": dest["id"], "table_name_format": format!("mo_{tag}_${{source.table}}")})).await;
+    assert_eq!(status, 201, "{d}");
+    let dest_url = s.mariadb_url(&std::env::var("MARIADB_DEST_DB").unwrap());
+    let result = async {
+        let count_dest = || async {
+            let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
+            sqlx::query(&format!("SELECT COUNT(*) FROM mo_{tag}_items")).fetch_one(&mut m).await.map(|r| r.get::<i64, _>(0)).unwrap_or(-1)
+        };
+        eventually(Duration::from_secs(120), "the snapshot delivered", || async { (count_dest().await == 1).then_some(()) }).await;
+        assert_eq!(api.patch("/api/v1/alert-rules/delivery_lag_records", json!({"threshold": 0, "for_secs": 0})).await.0, 200);
+
+        // Stop the delivery: changes pile up, the lag alert fires, a signed webhook says so.
+        let (status, _) = api.post(&format!("/api/v1/deliveries/{}/pause", d["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 200);
+        eventually(Duration::from_secs(30), "the delivery PAUSED", || async { connect_status(&s.connect_url, "cluecdc-deliver-watched").await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
+        sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, 'n', 1 FROM generate_series(2, 40) g")).execute(&mut db).await.unwrap();
+        let firing = eventually(Duration::from_secs(60), "the lag alert firing", || alert(&api, "delivery_lag_records", "watched", "firing")).await;
+        assert!(firing["message"].as_str().unwrap().contains("records behind"), "{firing}");
+        eventually(Duration::from_secs(30), "a signed firing webhook", || async {
+            hooks.lock().unwrap().iter().find(|(_, b)| b["state"] == "firing" && b["alert"]["kind"] == "delivery_lag_records").map(|(valid, _)| assert!(*valid, "the signature verifies"))
+        })
+        .await;
+        let (status, _) = api.post(&format!("/api/v1/alerts/{}/ack", firing["id"]), json!({})).await;
+        assert_eq!(status, 204);
+        assert_eq!(alert(&api, "delivery_lag_records", "watched", "firing").await.unwrap()["acknowledged_by"], "ada");
+
+        // Resume: the lag drains, the alert resolves, the webhook says so.
+        let (status, _) = api.post(&format!("/api/v1/deliveries/{}/resume", d["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 200);
+        eventually(Duration::from_secs(90), "the lag alert resolved", || alert(&api, "delivery_lag_records", "watched", "resolved")).await;
+        eventually(Duration::from_secs(30), "a signed resolved webhook", || async {
+            hooks.lock().unwrap().iter().find(|(_, b)| b["state"] == "resolved" && b["alert"]["kind"] == "delivery_lag_records").map(|(valid, _)| assert!(*valid))
+        })
+        .await;
+        assert_eq!(count_dest().await, 40);
+
+        // Pause the pipeline while writes go on: the slot's retained WAL grows and the alert fires.
+        let (status, _) = api.post(&format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 200);
+        eventually(Duration::from_secs(30), "the pipeline PAUSED", || async { connect_status(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (_, before) = api.get(&format!("/api/v1/pipelines/{}", p["id"].as_str().unwrap())).await;
+        let base = before["slot"]["retained_wal_bytes"].as_i64().unwrap();
+        assert_eq!(api.patch("/api/v1/alert-rules/slot_retained_wal_bytes", json!({"threshold": base + 2_000_000, "for_secs": 0})).await.0, 200);
+        for _ in 0..4 {
+            sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, repeat('x', 40), 1 FROM generate_series((SELECT max(id) + 1 FROM {schema}.items), (SELECT max(id) + 10000 FROM {schema}.items)) g")).execute(&mut db).await.unwrap();
+        }
+        let wal = eventually(Duration::from_secs(60), "the WAL alert firing", || alert(&api, "slot_retained_wal_bytes", "monitored", "firing")).await;
+        assert!(wal["message"].as_str().unwrap().contains("fills the source's disk"), "{wal}");
+        let (_, samples) = api.get("/api/v1/samples?kind=slot_retained_wal_bytes&subject=monitored").await;
+        let values: Vec<f64> = samples["items"].as_array().unwrap().iter().map(|s| s["value"].as_f64().unwrap()).collect();
+        assert!(values.len() >= 2 && values.last().unwrap() > values.first().unwrap(), "retained WAL grows: {values:?}");
+
+        // /metrics: valid Prometheus text, with these signals in it.
+        let text = api.http.get(format!("{}/metrics", api.app.url)).bearer_auth(&api.token).send().await.unwrap().text().await.unwrap();
+        let parsed = parse_metrics(&text);
+        assert_eq!(parsed["cluecdc_http_requests"]["type"], "counter", "{parsed}");
+        assert_eq!(parsed["cluecdc_http_request_duration_seconds"]["type"], "histogram");
+        assert_eq!(parsed["cluecdc_reconcile_passes"]["type"], "counter");
+        let lag = &parsed["cluecdc_delivery_lag_records"]["samples"];
+        assert!(lag.as_array().unwrap().iter().any(|s| s[1]["delivery"] == "watched"), "{lag}");
+        let wal = &parsed["cluecdc_slot_retained_wal_bytes"]["samples"];
+        assert!(wal.as_array().unwrap().iter().any(|s| s[1]["pipeline"] == "monitored" && s[2].as_f64().unwrap() > base as f64));
+        assert!(parsed["cluecdc_alerts_firing"]["samples"].as_array().unwrap().iter().any(|s| s[1]["kind"] == "slot_retained_wal_bytes"));
+        assert!(parsed["cluecdc_connector_state"]["samples"].as_array().unwrap().len() >= 2);
+    };
+    with_cleanup(result, async {
+        let _ = api.delete(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap())).await;
+        let _ = api.post(&format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()), json!({})).await;
+        let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
+        delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
+        delete_connector(&s.connect_url, "cluecdc-deliver-watched").await;
+        let su = pg_superuser(&s).await;
+        drop_slot(&su, &format!("mo_{tag}")).await;
+        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS mo_{tag}")).execute(&su).await;
+        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS mo_{tag}_items")).execute(&mut m).await;
+    })
+    .await;
+}
+
+/// Runs the official parser (Python's prometheus_client) over the text.
+fn parse_metrics(text: &str) -> Value {
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .arg(format!("{}/tests/metrics_parse.py", env!("CARGO_MANIFEST_DIR")))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "prometheus_client could not parse /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn rules_and_webhooks_validate_their_input() {
+    let api = admin_api();
+    let (status, err) = api.patch("/api/v1/alert-rules/delivery_lag_records", json!({"threshold": -1, "for_secs": 999999})).await;
+    assert_eq!(status, 422);
+    assert!(err["error"]["fields"]["threshold"].is_string() && err["error"]["fields"]["for_secs"].is_string());
+    assert_eq!(api.patch("/api/v1/alert-rules/nope", json!({"threshold": 1})).await.0, 404);
+    let (status, err) = api.post("/api/v1/webhooks", json!({"url": "ftp://x", "secret": "short"})).await;
+    assert_eq!(status, 422, "{err}");
+    assert!(err["error"]["fields"]["url"].is_string());
+    let (status, err) = api.post("/api/v1/webhooks", json!({"url": "http://127.0.0.1:9/h", "secret": "short"})).await;
+    assert_eq!(status, 422);
+    assert!(err["error"]["fields"]["secret"].as_str().unwrap().contains("16"));
+    let (_, rules) = api.get("/api/v1/alert-rules").await;
+    let kinds: Vec<&str> = rules["items"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_lag_records", "slot_inactive", "slot_retained_wal_bytes"]);
+}
