@@ -15,6 +15,65 @@ use crate::auth::Principal;
 struct HomePage {
     layout: Layout,
     status: SystemStatus,
+    rows: Vec<OverviewRow>,
+    alerts: Vec<crate::monitor::alerts::Alert>,
+}
+
+/// One line of the overview: a pipeline or a delivery, its state and its main number.
+pub struct OverviewRow {
+    pub kind: &'static str,
+    pub name: String,
+    pub href: String,
+    pub phase: String,
+    pub figure: String,
+    pub chart: String,
+    pub alerts: usize,
+}
+
+async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<(Vec<OverviewRow>, Vec<crate::monitor::alerts::Alert>)> {
+    let alerts = crate::monitor::alerts::list(&state.pool, who, true).await?;
+    let open = |subject: &str| alerts.iter().filter(|a| a.subject == subject).count();
+    let mut rows = Vec::new();
+    for p in crate::pipelines::list(&state.pool, who).await? {
+        let phase = crate::connectors::get(&state.pool, who, &p.connector_id).await.map(|c| c.phase).unwrap_or_else(|_| "UNKNOWN".into());
+        let wal = crate::monitor::signals::history(&state.pool, who, "slot_retained_wal_bytes", &p.name, 120).await?;
+        let values: Vec<f64> = wal.iter().map(|s| s.value).collect();
+        rows.push(OverviewRow {
+            kind: "pipeline",
+            figure: values.last().map(|v| format!("{} retained WAL", bytes(*v))).unwrap_or_else(|| "no slot data yet".into()),
+            chart: super::charts::sparkline(&values, &format!("retained WAL of {}", p.name)),
+            href: format!("/pipelines/{}", p.id),
+            alerts: open(&p.name),
+            name: p.name,
+            phase,
+        });
+    }
+    for d in crate::deliveries::list(&state.pool, who).await? {
+        let phase = crate::connectors::get(&state.pool, who, &d.connector_id).await.map(|c| c.phase).unwrap_or_else(|_| "UNKNOWN".into());
+        let lag = crate::monitor::signals::history(&state.pool, who, "delivery_lag_records", &d.name, 120).await?;
+        let values: Vec<f64> = lag.iter().map(|s| s.value).collect();
+        rows.push(OverviewRow {
+            kind: "delivery",
+            figure: values.last().map(|v| format!("{v} records behind")).unwrap_or_else(|| "no lag data yet".into()),
+            chart: super::charts::sparkline(&values, &format!("lag of {}", d.name)),
+            href: format!("/deliveries/{}", d.id),
+            alerts: open(&d.name),
+            name: d.name,
+            phase,
+        });
+    }
+    Ok((rows, alerts))
+}
+
+fn bytes(v: f64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = v;
+    let mut i = 0;
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{v:.0} {}", units[i]) } else { format!("{v:.1} {}", units[i]) }
 }
 
 #[derive(Template)]
@@ -32,7 +91,8 @@ pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar
     if is_htmx(req) {
         return render(&status);
     }
-    render(&HomePage { layout: Layout::new("Overview", paths::HOME, &who, jar), status })
+    let (rows, alerts) = overview(&state, &who).await.map_err(|e| poem::Error::from(super::error::PageError(e)))?;
+    render(&HomePage { layout: Layout::new("Overview", paths::HOME, &who, jar), status, rows, alerts })
 }
 
 #[handler]

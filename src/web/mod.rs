@@ -9,6 +9,7 @@ mod alerts;
 mod assets;
 mod audit;
 mod auth;
+mod charts;
 mod clusters;
 mod connections;
 mod connectors;

@@ -15,7 +15,7 @@ function psql(sql) {
 }
 
 before(async () => {
-  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h' } });
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '1s' } });
   createUser(app, 'ada', 'admin');
   token = createToken(app, 'ada');
   browser = await launchBrowser();
@@ -66,6 +66,15 @@ test('an operator creates a pipeline through the wizard: tables from discovery, 
   await page.locator('#pipeline-status .state-running').first().waitFor({ timeout: 90_000 });
   await page.locator('#pipeline-status .state-running:has-text("active")').waitFor({ timeout: 60_000 });
   await screenshot(page, 'pipeline-detail');
+  // The overview shows the pipeline with its retained-WAL chart once a few samples exist.
+  await new Promise((r) => setTimeout(r, 4000));
+  await page.getByRole('link', { name: 'Overview' }).click();
+  const row = page.locator('tr:has-text("shop orders")');
+  assert.match(await row.innerText(), /RUNNING/);
+  assert.match(await row.innerText(), /retained WAL/);
+  assert.equal(await row.locator('svg.spark polyline').count(), 1, 'a server-rendered sparkline');
+  await screenshot(page, 'overview');
+  await page.goBack();
   await page.getByRole('link', { name: 'Delete pipeline…' }).click();
   assert.match(await page.locator('main').innerText(), /the source's disk fills/);
   assert.doesNotMatch(await page.locator('main').innerText(), /Pipeline shop orders created/, 'a flash message shows once');
