@@ -157,7 +157,12 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
         }
         _ => {}
     }
-    let available: Vec<String> = pipeline.as_ref().map(|p| p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect()).unwrap_or_default();
+    let mut available: Vec<String> = pipeline.as_ref().map(|p| p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect()).unwrap_or_default();
+    if let Some(p) = &pipeline {
+        if let Ok(source) = connections::load(pool, &p.source_connection_id).await {
+            available.extend(p.heartbeat_topic(&source));
+        }
+    }
     let topics = input.topics.clone().unwrap_or_else(|| available.clone());
     if topics.is_empty() {
         errors.insert("topics".into(), "choose at least one of the pipeline's topics".into());
@@ -314,6 +319,11 @@ pub async fn delete(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Pr
 pub struct Detail {
     pub delivery: Delivery,
     pub connector: Option<ConnectorView>,
+    /// Age of the newest heartbeat found in the destination: how current its data is, measured
+    /// at the destination itself. None without a heartbeat or before the first arrives.
+    pub freshness_secs: Option<f64>,
+    /// The source time that newest heartbeat carries (RFC 3339).
+    pub current_as_of: Option<String>,
     /// Consumer-group lag per partition: end offset minus the group's committed offset.
     pub lag: Vec<crate::kafka::PartitionLag>,
     pub lag_error: Option<String>,
@@ -334,7 +344,27 @@ pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
         Ok(l) => (l, None),
         Err(e) => (vec![], Some(e)),
     };
-    Ok(Detail { delivery: d, connector, lag, lag_error, semantics: SEMANTICS })
+    let newest = heartbeat_at(pool, store, &d, &pipeline).await?;
+    let freshness_secs = newest.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
+    let current_as_of = newest.and_then(|ms| chrono::DateTime::from_timestamp_millis(ms)).map(crate::time::format);
+    Ok(Detail { delivery: d, connector, freshness_secs, current_as_of, lag, lag_error, semantics: SEMANTICS })
+}
+
+/// Reads the newest heartbeat in the destination, when the pipeline has a heartbeat, the
+/// delivery carries its topic, and the table name can be told from the name format.
+async fn heartbeat_at(pool: &SqlitePool, store: &SecretStore, d: &Delivery, pipeline: &pipelines::Pipeline) -> Result<Option<i64>> {
+    let source = connections::load(pool, &pipeline.source_connection_id).await?;
+    let Some(topic) = pipeline.heartbeat_topic(&source) else { return Ok(None) };
+    if !d.topics.contains(&topic) {
+        return Ok(None);
+    }
+    let format = d.options["table_name_format"].as_str().unwrap_or("${source.table}");
+    let table = format.replace("${source.table}", crate::pipelines::config::HEARTBEAT_TABLE);
+    if table.contains("${") {
+        return Ok(None);
+    }
+    let dest = connections::load(pool, &d.destination_connection_id).await?;
+    crate::pipelines::source::newest_heartbeat(store, &dest, &table).await
 }
 
 /// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).

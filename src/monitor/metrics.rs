@@ -80,6 +80,7 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics, reconciler: &crate::r
     for (kind, metric, help) in [
         ("delivery_lag_records", "cluecdc_delivery_lag_records", "Records a delivery's consumer group is behind, summed over partitions."),
         ("slot_retained_wal_bytes", "cluecdc_slot_retained_wal_bytes", "WAL a pipeline's replication slot retains on the source."),
+        ("delivery_freshness_seconds", "cluecdc_delivery_freshness_seconds", "Age of the newest heartbeat a delivery wrote to its destination."),
     ] {
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
         let latest: Vec<(String, f64)> = sqlx::query_as("SELECT subject, value FROM samples s WHERE kind = ? AND at = (SELECT MAX(at) FROM samples WHERE kind = s.kind AND subject = s.subject) ORDER BY subject").bind(kind).fetch_all(pool).await?;

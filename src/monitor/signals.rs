@@ -103,6 +103,14 @@ impl Monitor {
         // Delivery lag, per delivery (sum over partitions).
         for d in crate::deliveries::list(&self.pool, &system).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
             if let Ok(detail) = crate::deliveries::detail(&self.pool, &self.store, &system, &d.id).await {
+                if let Some(age) = detail.freshness_secs {
+                    seen.push(Observation {
+                        kind: "delivery_freshness_seconds",
+                        subject: d.name.clone(),
+                        value: age,
+                        message: format!("the newest data delivery {} wrote is {age:.0} s old (current as of {}): is the pipeline or the delivery stopped, or the source idle without heartbeats?", d.name, detail.current_as_of.clone().unwrap_or_default()),
+                    });
+                }
                 if detail.lag_error.is_none() {
                     let lag: i64 = detail.lag.iter().map(|l| l.lag).sum();
                     seen.push(Observation {
@@ -153,7 +161,7 @@ impl Monitor {
         }
         let rules: Vec<Rule> = sqlx::query_as("SELECT kind, threshold, for_secs, enabled, description FROM alert_rules").fetch_all(&self.pool).await?;
         for o in &seen {
-            if o.kind == "delivery_lag_records" || o.kind == "slot_retained_wal_bytes" {
+            if matches!(o.kind, "delivery_lag_records" | "slot_retained_wal_bytes" | "delivery_freshness_seconds") {
                 sqlx::query("INSERT INTO samples (kind, subject, value, at) VALUES (?, ?, ?, ?)").bind(o.kind).bind(&o.subject).bind(o.value).bind(now).execute(&self.pool).await?;
             }
             let Some(rule) = rules.iter().find(|r| r.kind == o.kind) else { continue };

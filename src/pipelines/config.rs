@@ -20,10 +20,14 @@ pub struct CaptureSpec {
     pub kafka_bootstrap: String,
     /// Extra Debezium keys chosen by the user; they cannot replace the keys ClueCDC manages.
     pub options: Config,
+    /// Opt-in: Debezium writes the time into `cluecdc_heartbeat` in the source, captured like a
+    /// table, so deliveries can show how current their destination is.
+    pub heartbeat: bool,
 }
 
 /// The table Debezium reads signals from (incremental snapshots), in the source database.
 pub const SIGNAL_TABLE: &str = "cluecdc_signal";
+pub const HEARTBEAT_TABLE: &str = "cluecdc_heartbeat";
 pub const HEARTBEAT_MS: &str = "10000";
 
 pub fn connector_class(provider: Provider) -> &'static str {
@@ -61,13 +65,29 @@ pub fn signal_collection(provider: Provider, d: &DatabaseSettings, tables: &[Str
     }
 }
 
+/// The heartbeat table, beside the signal table.
+pub fn heartbeat_collection(provider: Provider, d: &DatabaseSettings, tables: &[String]) -> String {
+    let signal = signal_collection(provider, d, tables);
+    let schema = signal.split_once('.').map(|(s, _)| s.to_string()).unwrap_or_default();
+    format!("{schema}.{HEARTBEAT_TABLE}")
+}
+
+/// Stores the source's clock in milliseconds: comparable in any destination, whatever its
+/// timestamp types and time zone.
+pub fn heartbeat_query(provider: Provider, collection: &str) -> String {
+    match provider {
+        Provider::Postgresql => format!("INSERT INTO {collection} (id, ts_ms) VALUES (1, (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT (id) DO UPDATE SET ts_ms = excluded.ts_ms"),
+        _ => format!("INSERT INTO {collection} (id, ts_ms) VALUES (1, ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000)) ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"),
+    }
+}
+
 /// Keys ClueCDC sets itself; options may not override them.
 pub fn managed_keys() -> &'static [&'static str] {
     &[
         "connector.class", "tasks.max", "topic.prefix", "table.include.list", "database.hostname", "database.port", "database.user", "database.password",
         "database.dbname", "database.server.id", "database.include.list", "slot.name", "publication.name", "plugin.name", "signal.data.collection",
         "schema.history.internal.kafka.bootstrap.servers", "schema.history.internal.kafka.topic", "key.converter", "value.converter",
-        "key.converter.schemas.enable", "value.converter.schemas.enable", "name", "snapshot.mode", "publication.autocreate.mode",
+        "key.converter.schemas.enable", "value.converter.schemas.enable", "name", "snapshot.mode", "publication.autocreate.mode", "heartbeat.action.query",
     ]
 }
 
@@ -98,6 +118,11 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
     // The signal table is captured too, so its rows (incremental snapshot requests) reach the connector.
     let mut include: Vec<String> = spec.tables.iter().map(|t| escape_table(t)).collect();
     include.push(escape_table(&signal));
+    if spec.heartbeat {
+        let hb = heartbeat_collection(conn.provider, &d, &spec.tables);
+        include.push(escape_table(&hb));
+        set("heartbeat.action.query", heartbeat_query(conn.provider, &hb));
+    }
     set("table.include.list", include.join(","));
     match conn.provider {
         Provider::Postgresql => {
@@ -207,6 +232,7 @@ mod tests {
             publication_mode: "filtered".into(),
             kafka_bootstrap: "kafka:9092".into(),
             options: [("max.batch.size".to_string(), "4096".to_string()), ("connector.class".to_string(), "evil".to_string())].into(),
+            heartbeat: false,
         }
     }
 
@@ -243,6 +269,17 @@ mod tests {
         assert_eq!(c["connector.class"], "io.debezium.connector.postgresql.PostgresConnector");
         assert_eq!(c["max.batch.size"], "4096");
         assert!(!c.values().any(|v| v.contains("secret") && !v.starts_with("${cluecdc:")));
+    }
+
+    #[test]
+    fn an_opted_in_heartbeat_writes_the_source_clock_into_a_captured_table() {
+        let mut sp = spec(&["public.orders"]);
+        sp.heartbeat = true;
+        let c = build(&conn(Provider::Postgresql), &sp);
+        assert!(c["table.include.list"].ends_with(",public\\.cluecdc_heartbeat"));
+        assert!(c["heartbeat.action.query"].starts_with("INSERT INTO public.cluecdc_heartbeat (id, ts_ms)"));
+        let m = build(&conn(Provider::Mariadb), &{ let mut s = spec(&["orders.t"]); s.heartbeat = true; s });
+        assert!(m["heartbeat.action.query"].contains("ON DUPLICATE KEY UPDATE"));
     }
 
     #[test]

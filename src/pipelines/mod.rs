@@ -38,6 +38,9 @@ pub struct PipelineInput {
     pub snapshot_mode: Option<String>,
     pub publication_mode: Option<String>,
     pub options: Option<Map<String, Value>>,
+    /// Opt in to end-to-end freshness: ClueCDC creates `cluecdc_heartbeat` in the source and
+    /// Debezium writes the time into it every heartbeat interval.
+    pub heartbeat: Option<bool>,
 }
 
 /// Everything checked and derived, before anything is created.
@@ -68,6 +71,7 @@ struct Checked {
     snapshot_mode: String,
     publication_mode: String,
     options: BTreeMap<String, String>,
+    heartbeat: bool,
 }
 
 const SNAPSHOT_MODES: [&str; 5] = ["initial", "no_data", "when_needed", "always", "initial_only"];
@@ -180,7 +184,7 @@ async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &
     }
     Error::check(errors)?;
     let (Some(source), Some(kafka), Some(connect)) = (source, kafka, connect) else { return Err(Error::Unexpected(anyhow::anyhow!("checked input lost a reference"))) };
-    Ok(Checked { name, source, kafka, connect, tables, prefix, partitions: partitions as i32, rf: rf as i32, retention_ms, snapshot_mode, publication_mode, options })
+    Ok(Checked { name, source, kafka, connect, tables, prefix, partitions: partitions as i32, rf: rf as i32, retention_ms, snapshot_mode, publication_mode, options, heartbeat: input.heartbeat.unwrap_or(false) })
 }
 
 pub fn connector_name(prefix: &str) -> String {
@@ -188,7 +192,7 @@ pub fn connector_name(prefix: &str) -> String {
 }
 
 fn spec_of(c: &Checked) -> CaptureSpec {
-    CaptureSpec { tables: c.tables.clone(), topic_prefix: c.prefix.clone(), snapshot_mode: c.snapshot_mode.clone(), publication_mode: c.publication_mode.clone(), kafka_bootstrap: c.kafka.bootstrap_servers.clone(), options: c.options.clone() }
+    CaptureSpec { tables: c.tables.clone(), topic_prefix: c.prefix.clone(), snapshot_mode: c.snapshot_mode.clone(), publication_mode: c.publication_mode.clone(), kafka_bootstrap: c.kafka.bootstrap_servers.clone(), options: c.options.clone(), heartbeat: c.heartbeat }
 }
 
 fn topics_of(c: &Checked) -> Vec<TopicSpec> {
@@ -202,6 +206,11 @@ fn topics_of(c: &Checked) -> Vec<TopicSpec> {
     };
     let mut out: Vec<TopicSpec> = c.tables.iter().map(|t| data(table_topic(&c.prefix, t))).collect();
     out.push(data(table_topic(&c.prefix, &signal)));
+    if c.heartbeat {
+        if let Some(d) = &d {
+            out.push(data(table_topic(&c.prefix, &config::heartbeat_collection(c.source.provider, d, &c.tables))));
+        }
+    }
     out.push(TopicSpec { name: config::heartbeat_topic(&c.prefix), partitions: 1, replication_factor: c.rf, configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "86400000".to_string())].into() });
     if c.source.provider != Provider::Postgresql {
         // Debezium needs the whole schema history: one partition, kept forever.
@@ -274,8 +283,17 @@ pub struct Pipeline {
     pub publication_mode: String,
     pub options: BTreeMap<String, String>,
     pub connector_id: String,
+    pub heartbeat: bool,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Pipeline {
+    /// The topic carrying heartbeat rows, when the pipeline has opted in.
+    pub fn heartbeat_topic(&self, source: &Connection) -> Option<String> {
+        let d = source.database()?;
+        self.heartbeat.then(|| table_topic(&self.topic_prefix, &config::heartbeat_collection(source.provider, d, &self.tables)))
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -294,6 +312,7 @@ struct Row {
     publication_mode: String,
     options: String,
     connector_id: String,
+    heartbeat: bool,
     created_at: String,
     updated_at: String,
 }
@@ -315,6 +334,7 @@ impl From<Row> for Pipeline {
             snapshot_mode: r.snapshot_mode,
             publication_mode: r.publication_mode,
             connector_id: r.connector_id,
+            heartbeat: r.heartbeat,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -351,6 +371,9 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
         }
     }
     source::ensure_signal_table(store, &c.source, &signal_collection(c.source.provider, &d, &c.tables)).await?;
+    if c.heartbeat {
+        source::ensure_heartbeat_table(store, &c.source, &config::heartbeat_collection(c.source.provider, &d, &c.tables)).await?;
+    }
     create_topics(store, &c.kafka, &topics_of(&c)).await?;
     let id = format!("pl_{}", uuid::Uuid::new_v4().simple());
     let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
@@ -368,7 +391,7 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
         .execute(&mut *tx)
         .await
         .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("connector {} already exists on {}", preview.connector_name, c.connect.name)) } else { e.into() })?;
-    sqlx::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    sqlx::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at, heartbeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.source.id)
@@ -385,6 +408,7 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
         .bind(&connector_id)
         .bind(&now)
         .bind(&now)
+        .bind(c.heartbeat)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
@@ -412,6 +436,7 @@ pub async fn set_tables(pool: &SqlitePool, store: &Arc<SecretStore>, wake: &Arc<
         snapshot_mode: Some(p.snapshot_mode.clone()),
         publication_mode: Some(p.publication_mode.clone()),
         options: Some(p.options.iter().map(|(k, v)| (k.clone(), json!(v))).collect()),
+        heartbeat: Some(p.heartbeat),
     };
     let c = check(pool, store, who, &input, Some(&p.id)).await?;
     let added: Vec<String> = c.tables.iter().filter(|t| !p.tables.contains(t)).cloned().collect();

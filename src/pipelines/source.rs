@@ -54,6 +54,38 @@ pub async fn ensure_signal_table(store: &SecretStore, c: &Connection, collection
     Ok(())
 }
 
+/// The newest heartbeat (source clock, unix ms) a delivery wrote into its destination table,
+/// if the table exists yet.
+pub async fn newest_heartbeat(store: &SecretStore, dest: &Connection, table: &str) -> Result<Option<i64>> {
+    let q = match dest.provider {
+        Provider::Postgresql => format!("SELECT MAX(ts_ms)::bigint FROM \"{}\"", table.replace('"', "")),
+        _ => format!("SELECT CAST(MAX(ts_ms) AS SIGNED) FROM `{}`", table.replace('`', "")),
+    };
+    let found = match open(store, dest).await? {
+        Db::Pg(mut db) => sqlx::query_scalar::<_, Option<i64>>(&q).fetch_one(&mut db).await,
+        Db::My(mut db) => sqlx::query_scalar::<_, Option<i64>>(&q).fetch_one(&mut db).await,
+    };
+    // A missing table means nothing was delivered yet: no measurement, not an error.
+    Ok(found.ok().flatten())
+}
+
+/// Creates the heartbeat table if missing: one row, the source clock in milliseconds.
+pub async fn ensure_heartbeat_table(store: &SecretStore, c: &Connection, collection: &str) -> Result<()> {
+    let ddl = |q: &str| format!("CREATE TABLE IF NOT EXISTS {q} (id INT PRIMARY KEY, ts_ms BIGINT NOT NULL)");
+    let q = match c.provider {
+        Provider::Postgresql => collection.to_string(),
+        _ => {
+            let (schema, table) = collection.split_once('.').unwrap_or(("", super::config::HEARTBEAT_TABLE));
+            format!("`{schema}`.`{table}`")
+        }
+    };
+    let result = match open(store, c).await? {
+        Db::Pg(mut db) => sqlx::query(&ddl(&q)).execute(&mut db).await.map(|_| ()),
+        Db::My(mut db) => sqlx::query(&ddl(&q)).execute(&mut db).await.map(|_| ()),
+    };
+    result.map_err(|e| Error::Conflict(format!("cannot create the heartbeat table {collection} ({e}); run: {};", ddl(&q))))
+}
+
 /// Asks Debezium (through the signal table) for an incremental snapshot of these tables.
 pub async fn signal_incremental_snapshot(store: &SecretStore, c: &Connection, collection: &str, tables: &[String]) -> Result<String> {
     let id = uuid::Uuid::new_v4().simple().to_string();

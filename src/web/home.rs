@@ -52,9 +52,14 @@ async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<(Ve
         let phase = crate::connectors::get(&state.pool, who, &d.connector_id).await.map(|c| c.phase).unwrap_or_else(|_| "UNKNOWN".into());
         let lag = crate::monitor::signals::history(&state.pool, who, "delivery_lag_records", &d.name, 120).await?;
         let values: Vec<f64> = lag.iter().map(|s| s.value).collect();
+        let fresh = crate::monitor::signals::history(&state.pool, who, "delivery_freshness_seconds", &d.name, 1).await?;
+        let mut figure = values.last().map(|v| format!("{v} records behind")).unwrap_or_else(|| "no lag data yet".into());
+        if let Some(f) = fresh.last() {
+            figure.push_str(&format!(" · current as of {:.0} s ago", f.value));
+        }
         rows.push(OverviewRow {
             kind: "delivery",
-            figure: values.last().map(|v| format!("{v} records behind")).unwrap_or_else(|| "no lag data yet".into()),
+            figure,
             chart: super::charts::sparkline(&values, &format!("lag of {}", d.name)),
             href: format!("/deliveries/{}", d.id),
             alerts: open(&d.name),

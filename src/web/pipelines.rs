@@ -158,6 +158,7 @@ pub struct Form {
     pub replication_factor: String,
     pub snapshot_mode: String,
     pub publication_mode: String,
+    pub heartbeat: bool,
     pub step: String,
 }
 
@@ -177,6 +178,7 @@ impl Form {
                 "replication_factor" => f.replication_factor = v,
                 "snapshot_mode" => f.snapshot_mode = v,
                 "publication_mode" => f.publication_mode = v,
+                "heartbeat" => f.heartbeat = v == "true",
                 "step" => f.step = v,
                 _ => {}
             }
@@ -199,6 +201,7 @@ impl Form {
             snapshot_mode: opt(&self.snapshot_mode),
             publication_mode: opt(&self.publication_mode),
             options: None,
+            heartbeat: Some(self.heartbeat),
         }
     }
 

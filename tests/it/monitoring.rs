@@ -186,3 +186,71 @@ async fn rules_and_webhooks_validate_their_input() {
     let kinds: Vec<&str> = rules["items"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_lag_records", "slot_inactive", "slot_retained_wal_bytes"]);
 }
+
+#[tokio::test]
+async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_when_the_source_stops() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let connect = point_connect_provider_at(&api).await;
+    let (_, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let tag = tag();
+    let schema = format!("fr_{tag}");
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db)).await.unwrap();
+    for sql in [format!("CREATE SCHEMA {schema}"), format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name varchar(50) NOT NULL, qty int NOT NULL)")] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api.connection(json!({"name": "pg src", "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": format!("fr_{tag}"), "publication_name": format!("fr_{tag}")}, "secrets": {"password": s.pg_password}})).await;
+    let dest = api.connection(json!({"name": "pg dest", "provider": "POSTGRESQL", "capabilities": ["DESTINATION"], "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_dest_db, "user": s.pg_user, "tls_mode": "disable"}, "secrets": {"password": s.pg_password}})).await;
+    let prefix = format!("fr-{}", tag.replace('_', "-"));
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": "fresh", "source_connection_id": src["id"], "kafka_cluster_id": kafka["id"], "connect_cluster_id": connect["id"], "tables": [format!("{schema}.items")], "topic_prefix": prefix, "heartbeat": true})).await;
+    assert_eq!(status, 201, "{p}");
+    let (status, d) = api.post("/api/v1/deliveries", json!({"name": "fresh copy", "pipeline_id": p["id"], "destination_connection_id": dest["id"], "table_name_format": format!("fr_{tag}_${{source.table}}")})).await;
+    assert_eq!(status, 201, "{d}");
+    assert!(d["topics"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().ends_with(".cluecdc_heartbeat")), "the heartbeat topic is delivered: {d}");
+    let id = d["id"].as_str().unwrap().to_string();
+    let result = async {
+        // While data flows, the destination is at most a heartbeat interval plus a margin behind.
+        let mut ages = Vec::new();
+        eventually(Duration::from_secs(120), "a first freshness measurement", || async {
+            let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+            detail["freshness_secs"].as_f64().map(|_| ())
+        })
+        .await;
+        for _ in 0..6 {
+            sqlx::query(&format!("INSERT INTO {schema}.items SELECT COALESCE(max(id), 0) + 1, 'x', 1 FROM {schema}.items")).execute(&mut db).await.unwrap();
+            let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+            ages.push(detail["freshness_secs"].as_f64().unwrap());
+            assert!(detail["current_as_of"].is_string());
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let margin = 10.0 + 15.0; // heartbeat.interval.ms 10 s, plus delivery and measurement
+        assert!(ages.iter().all(|a| *a < margin), "freshness stays within {margin} s while data flows: {ages:?}");
+        // The source stops (the pipeline is paused): freshness ages.
+        let (status, _) = api.post(&format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 200);
+        let aged = eventually(Duration::from_secs(90), "freshness older than 40 s", || async {
+            let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+            detail["freshness_secs"].as_f64().filter(|a| *a > 40.0)
+        })
+        .await;
+        assert!(aged > 40.0);
+        let (_, samples) = api.get("/api/v1/samples?kind=delivery_freshness_seconds&subject=fresh%20copy").await;
+        assert!(samples["items"].as_array().unwrap().len() >= 3, "freshness is sampled: {samples}");
+    };
+    with_cleanup(result, async {
+        let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
+        let _ = api.post(&format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()), json!({})).await;
+        let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
+        delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
+        delete_connector(&s.connect_url, "cluecdc-deliver-fresh-copy").await;
+        let su = pg_superuser(&s).await;
+        drop_slot(&su, &format!("fr_{tag}")).await;
+        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS fr_{tag}")).execute(&su).await;
+        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        let mut pg = sqlx::PgConnection::connect(&s.pg_url(&s.pg_dest_db)).await.unwrap();
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS fr_{tag}_items, fr_{tag}_cluecdc_heartbeat")).execute(&mut pg).await;
+    })
+    .await;
+}
