@@ -184,7 +184,7 @@ async fn rules_and_webhooks_validate_their_input() {
     assert!(err["error"]["fields"]["secret"].as_str().unwrap().contains("16"));
     let (_, rules) = api.get("/api/v1/alert-rules").await;
     let kinds: Vec<&str> = rules["items"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_lag_records", "slot_inactive", "slot_retained_wal_bytes"]);
+    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_freshness_seconds", "delivery_lag_records", "slot_inactive", "slot_retained_wal_bytes"]);
 }
 
 #[tokio::test]
