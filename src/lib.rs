@@ -3,6 +3,9 @@
 //! The binary in `main.rs` is a thin CLI over this library; `app` is the one composition root
 //! that both the binary and the integration tests use.
 
+// Tests may unwrap; the library may not (see [lints.clippy] in Cargo.toml).
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod app;
 pub mod assets;
 pub mod audit;

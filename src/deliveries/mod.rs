@@ -346,7 +346,7 @@ pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
     };
     let newest = heartbeat_at(pool, store, &d, &pipeline).await?;
     let freshness_secs = newest.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
-    let current_as_of = newest.and_then(|ms| chrono::DateTime::from_timestamp_millis(ms)).map(crate::time::format);
+    let current_as_of = newest.and_then(chrono::DateTime::from_timestamp_millis).map(crate::time::format);
     Ok(Detail { delivery: d, connector, freshness_secs, current_as_of, lag, lag_error, semantics: SEMANTICS })
 }
 

@@ -149,7 +149,7 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
         for t in md.topics() {
             if let Some(err) = t.error() {
                 if single.is_some() {
-                    return Err(format!("topic {}: {:?}", t.name(), rdkafka::types::RDKafkaRespErr::from(err)));
+                    return Err(format!("topic {}: {err:?}", t.name()));
                 }
                 continue;
             }

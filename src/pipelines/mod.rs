@@ -168,7 +168,7 @@ async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &
         }
     }
     // The tables must exist in the source (discovery, bounded).
-    if let (Some(src), true) = (&source, errors.get("tables").is_none() && !tables.is_empty()) {
+    if let (Some(src), true) = (&source, !errors.contains_key("tables") && !tables.is_empty()) {
         match connections::discover(pool, store, who, &src.id).await {
             Ok(found) => {
                 let known: BTreeSet<String> = found.items.iter().map(|t| format!("{}.{}", t.schema, t.name)).collect();

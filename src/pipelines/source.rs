@@ -123,7 +123,8 @@ pub struct SlotInfo {
 
 pub async fn slot(store: &SecretStore, c: &Connection, name: &str) -> Result<SlotInfo> {
     let Db::Pg(mut db) = open(store, c).await? else { return Ok(SlotInfo::default()) };
-    let row: Option<(bool, Option<i64>, Option<String>, Option<i64>)> = sqlx::query_as(
+    type SlotRow = (bool, Option<i64>, Option<String>, Option<i64>);
+    let row: Option<SlotRow> = sqlx::query_as(
         "SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
          FROM pg_replication_slots WHERE slot_name = $1",
     )

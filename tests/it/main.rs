@@ -1,6 +1,8 @@
 //! ONE integration-test binary: helpers plus one file per domain. Every test here talks to the
 //! real binary and, where it needs one, to the real native stack (`scripts/stack`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod helpers;
 
 mod access;
