@@ -151,6 +151,35 @@ impl Monitor {
                 message: format!("connector {} has failed: {} — its page shows the trace", c.name, c.message.clone().unwrap_or_default()),
             });
         }
+        // Kafka clusters answer metadata requests.
+        for k in crate::clusters::kafka::list(&self.pool, &system).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
+            let Ok(access) = crate::clusters::kafka::access(&self.store, &k).await else { continue };
+            let health = crate::kafka::health(&access).await;
+            seen.push(Observation {
+                kind: "kafka_unreachable",
+                subject: k.name.clone(),
+                value: if health.reachable { 0.0 } else { 1.0 },
+                message: format!("Kafka cluster {} does not answer ({}): check the brokers at {} and the network from ClueCDC", k.name, health.error.unwrap_or_default(), k.bootstrap_servers),
+            });
+        }
+        // Orphan replication slots on PostgreSQL sources: WAL kept for nobody.
+        for c in crate::connections::list(&self.pool, &self.store, &system).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
+            if c.connection.provider != crate::connections::Provider::Postgresql || !c.connection.is_source() {
+                continue;
+            }
+            let Ok(slots) = crate::pipelines::source_slots(&self.pool, &self.store, &system, &c.connection.id).await else { continue };
+            for s in slots {
+                seen.push(Observation {
+                    kind: "orphan_slot",
+                    subject: format!("{}/{}", c.connection.name, s.slot.name),
+                    value: if s.pipeline.is_none() { 1.0 } else { 0.0 },
+                    message: format!(
+                        "replication slot {} on {} belongs to no pipeline and retains {} bytes of WAL: if nothing else reads it, drop it (DELETE /api/v1/connections/{}/slots/{}?confirm={})",
+                        s.slot.name, c.connection.name, s.slot.retained_wal_bytes.unwrap_or(0), c.connection.id, s.slot.name, s.slot.name
+                    ),
+                });
+            }
+        }
         for cluster in crate::clusters::all(&self.pool).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
             seen.push(Observation {
                 kind: "connect_unreachable",
@@ -168,6 +197,17 @@ impl Monitor {
             let breached = rule.enabled && o.value > rule.threshold;
             self.evaluate(rule, o, breached, now).await?;
         }
+        // What is no longer observed at all (a dropped slot, a deleted delivery) resolves.
+        for rule in &rules {
+            let still: Vec<&str> = seen.iter().filter(|o| o.kind == rule.kind).map(|o| o.subject.as_str()).collect();
+            let open: Vec<String> = sqlx::query_scalar("SELECT subject FROM alerts WHERE kind = ? AND state = 'firing'").bind(&rule.kind).fetch_all(&self.pool).await?;
+            for subject in open.into_iter().filter(|s| !still.contains(&s.as_str())) {
+                sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?").bind(&rule.kind).bind(&subject).execute(&self.pool).await?;
+                if let Some(alert) = alerts::resolve(&self.pool, &rule.kind, &subject).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
+                    webhooks::notify(self.pool.clone(), self.store.clone(), json!({"state": "resolved", "alert": alert, "reason": "no longer observed", "sent_at": crate::time::now()}));
+                }
+            }
+        }
         sqlx::query("DELETE FROM samples WHERE at < ?").bind(now - self.retention.as_millis() as i64).execute(&self.pool).await?;
         Ok(())
     }
@@ -177,7 +217,7 @@ impl Monitor {
             sqlx::query("INSERT OR IGNORE INTO alert_pending (kind, subject, since) VALUES (?, ?, ?)").bind(o.kind).bind(&o.subject).bind(now).execute(&self.pool).await?;
             let since: i64 = sqlx::query_scalar("SELECT since FROM alert_pending WHERE kind = ? AND subject = ?").bind(o.kind).bind(&o.subject).fetch_one(&self.pool).await?;
             if now - since >= rule.for_secs * 1000 {
-                let severity = if o.kind == "slot_retained_wal_bytes" || o.kind == "connector_failed" { "critical" } else { "warning" };
+                let severity = if matches!(o.kind, "slot_retained_wal_bytes" | "connector_failed" | "kafka_unreachable") { "critical" } else { "warning" };
                 if let Some(alert) = alerts::fire_returning(&self.pool, o.kind, &o.subject, severity, &o.message).await.map_err(|e| anyhow::anyhow!(e.to_string()))? {
                     webhooks::notify(self.pool.clone(), self.store.clone(), json!({"state": "firing", "alert": alert, "value": o.value, "threshold": rule.threshold, "sent_at": crate::time::now()}));
                 }

@@ -589,3 +589,50 @@ pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
     });
     Ok(Detail { pipeline: p, connector, topics, slot, snapshot })
 }
+
+/// A replication slot on a source, and the pipeline that owns it (None: an orphan).
+#[derive(Debug, Serialize)]
+pub struct OwnedSlot {
+    #[serde(flatten)]
+    pub slot: source::SlotInfo,
+    pub pipeline: Option<String>,
+}
+
+/// The logical slots in a PostgreSQL source's database, each with its owning pipeline.
+pub async fn source_slots(pool: &SqlitePool, store: &SecretStore, who: &Principal, connection_id: &str) -> Result<Vec<OwnedSlot>> {
+    who.require(Role::Viewer, "see replication slots")?;
+    let c = connections::load(pool, connection_id).await?;
+    if c.provider != Provider::Postgresql || !c.is_source() {
+        return Err(Error::Conflict(format!("{} is not a PostgreSQL source; only those have replication slots", c.name)));
+    }
+    let owner: Option<String> = sqlx::query_scalar("SELECT name FROM pipelines WHERE source_connection_id = ? LIMIT 1").bind(&c.id).fetch_optional(pool).await?;
+    let own_slot = c.database().and_then(|d| d.slot_name.clone());
+    Ok(source::slots(store, &c)
+        .await?
+        .into_iter()
+        .map(|slot| {
+            let pipeline = if Some(&slot.name) == own_slot.as_ref() { owner.clone() } else { None };
+            OwnedSlot { slot, pipeline }
+        })
+        .collect())
+}
+
+/// Drops a slot no pipeline owns: an explicit, confirmed (name repeated), audited action.
+pub async fn drop_orphan_slot(pool: &SqlitePool, store: &SecretStore, who: &Principal, connection_id: &str, name: &str, confirm: &str) -> Result<()> {
+    who.require(Role::Admin, "drop replication slots")?;
+    if confirm != name {
+        return Err(Error::field("confirm", format!("type the slot name {name} to confirm: whatever reads it loses its position for good")));
+    }
+    let slots = source_slots(pool, store, who, connection_id).await?;
+    let Some(found) = slots.iter().find(|s| s.slot.name == name) else { return Err(Error::NotFound(format!("replication slot {name}"))) };
+    if let Some(p) = &found.pipeline {
+        return Err(Error::Conflict(format!("slot {name} belongs to pipeline {p}; delete the pipeline with its slot option instead")));
+    }
+    if found.slot.active {
+        return Err(Error::Conflict(format!("slot {name} is in use by a connection right now; stop that reader first")));
+    }
+    let c = connections::load(pool, connection_id).await?;
+    let dropped = source::drop_slot(store, &c, name).await;
+    audit::record_alone(pool, Entry { actor: who.into(), action: "slot.drop", target_kind: "replication_slot", target_id: name, outcome: if dropped.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"connection": c.name, "retained_wal_bytes": found.slot.retained_wal_bytes}) }).await?;
+    dropped.map(|_| ())
+}

@@ -138,6 +138,20 @@ pub async fn slot(store: &SecretStore, c: &Connection, name: &str) -> Result<Slo
     })
 }
 
+/// Every logical replication slot in the connection's database.
+pub async fn slots(store: &SecretStore, c: &Connection) -> Result<Vec<SlotInfo>> {
+    let Db::Pg(mut db) = open(store, c).await? else { return Ok(vec![]) };
+    type Row = (String, bool, Option<i64>, Option<String>, Option<i64>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT slot_name::text, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+         FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name",
+    )
+    .fetch_all(&mut db)
+    .await
+    .map_err(|e| sanitized(e, c))?;
+    Ok(rows.into_iter().map(|(name, active, retained, status, lag)| SlotInfo { name, exists: true, active, retained_wal_bytes: retained, wal_status: status, confirmed_flush_lag_bytes: lag }).collect())
+}
+
 /// Drops the slot once no connection holds it (waits up to 30 s for the connector to let go).
 pub async fn drop_slot(store: &SecretStore, c: &Connection, name: &str) -> Result<bool> {
     let Db::Pg(mut db) = open(store, c).await? else { return Ok(false) };

@@ -448,3 +448,20 @@ pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Princ
     set_flash(jar, &format!("Connection {} deleted.", c.name));
     Ok(redirect(req, paths::CONNECTIONS))
 }
+
+#[handler]
+pub async fn api_slots(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({"items": crate::pipelines::source_slots(&state.pool, &state.inner.secrets, &who, &id).await?})))
+}
+
+#[derive(Deserialize)]
+pub struct SlotConfirm {
+    #[serde(default)]
+    confirm: String,
+}
+
+#[handler]
+pub async fn api_drop_slot(state: Data<&AppState>, who: Data<&Principal>, Path((id, name)): Path<(String, String)>, Query(q): Query<SlotConfirm>) -> ApiResult<StatusCode> {
+    crate::pipelines::drop_orphan_slot(&state.pool, &state.inner.secrets, &who, &id, &name, &q.confirm).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -154,6 +154,8 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(M::POST, "/api/v1/connections/:id/test", Operator, "test a connection", connections::api_test),
         r(M::POST, "/api/v1/connections/:id/rotate", Admin, "replace every secret field, keeping secret_ref", connections::api_rotate),
         r(M::GET, "/api/v1/connections/:id/tables", Operator, "discover a source's tables", connections::api_tables),
+        r(M::GET, "/api/v1/connections/:id/slots", Viewer, "a PostgreSQL source's logical slots and the pipelines owning them", connections::api_slots),
+        r(M::DELETE, "/api/v1/connections/:id/slots/:name", Admin, "drop an orphan slot (?confirm=<name>)", connections::api_drop_slot),
         r(M::GET, "/api/v1/connect-clusters", Viewer, "list Connect clusters", clusters::api_list),
         r(M::POST, "/api/v1/connect-clusters", Admin, "register a Connect cluster (returns its provider token once)", clusters::api_create),
         r(M::GET, "/api/v1/connect-clusters/:id", Viewer, "a Connect cluster", clusters::api_get),

@@ -184,7 +184,7 @@ async fn rules_and_webhooks_validate_their_input() {
     assert!(err["error"]["fields"]["secret"].as_str().unwrap().contains("16"));
     let (_, rules) = api.get("/api/v1/alert-rules").await;
     let kinds: Vec<&str> = rules["items"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_freshness_seconds", "delivery_lag_records", "slot_inactive", "slot_retained_wal_bytes"]);
+    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_freshness_seconds", "delivery_lag_records", "kafka_unreachable", "orphan_slot", "slot_inactive", "slot_retained_wal_bytes"]);
 }
 
 #[tokio::test]
@@ -251,6 +251,47 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
         let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
         let mut pg = sqlx::PgConnection::connect(&s.pg_url(&s.pg_dest_db)).await.unwrap();
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS fr_{tag}_items, fr_{tag}_cluecdc_heartbeat")).execute(&mut pg).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_orphan_slot_and_an_unreachable_kafka_raise_alerts_and_the_orphan_can_be_dropped_only_when_confirmed() {
+    let s = stack();
+    let api = admin_api_with(&[("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    for rule in ["orphan_slot", "kafka_unreachable"] {
+        assert_eq!(api.patch(&format!("/api/v1/alert-rules/{rule}"), json!({"for_secs": 0})).await.0, 200);
+    }
+    let (status, _) = api.post("/api/v1/kafka-clusters", json!({"name": "gone kafka", "bootstrap_servers": "127.0.0.1:9"})).await;
+    assert_eq!(status, 201);
+    let slot = format!("orphan_{}", tag());
+    let su = pg_superuser(&s).await;
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')").bind(&slot).execute(&su).await.unwrap();
+    let c = api.connection(json!({"name": "pg", "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable"}, "secrets": {"password": s.pg_password}})).await;
+    let id = c["id"].as_str().unwrap().to_string();
+    let result = async {
+        let (status, slots) = api.get(&format!("/api/v1/connections/{id}/slots")).await;
+        assert_eq!(status, 200, "{slots}");
+        let ours = slots["items"].as_array().unwrap().iter().find(|x| x["name"] == slot.as_str()).cloned().expect("the stray slot is listed");
+        assert!(ours["pipeline"].is_null(), "no pipeline owns it");
+        let subject = format!("pg/{slot}");
+        let alert_found = eventually(Duration::from_secs(30), "the orphan slot alert", || alert(&api, "orphan_slot", &subject, "firing")).await;
+        assert!(alert_found["message"].as_str().unwrap().contains("belongs to no pipeline"));
+        let kafka = eventually(Duration::from_secs(60), "the Kafka unreachable alert", || alert(&api, "kafka_unreachable", "gone kafka", "firing")).await;
+        assert_eq!(kafka["severity"], "critical");
+
+        let (status, err) = api.delete(&format!("/api/v1/connections/{id}/slots/{slot}")).await;
+        assert_eq!(status, 422, "dropping needs the name repeated: {err}");
+        let (status, _) = api.delete(&format!("/api/v1/connections/{id}/slots/{slot}?confirm={slot}")).await;
+        assert_eq!(status, 204);
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)").bind(&slot).fetch_one(&su).await.unwrap();
+        assert!(!exists, "the slot is gone");
+        let (_, audit) = api.get(&format!("/api/v1/audit?action=slot.drop&target={slot}")).await;
+        assert_eq!(audit["items"].as_array().unwrap().len(), 1);
+        eventually(Duration::from_secs(30), "the orphan alert resolved", || alert(&api, "orphan_slot", &subject, "resolved")).await;
+    };
+    with_cleanup(result, async {
+        drop_slot(&su, &slot).await;
     })
     .await;
 }
