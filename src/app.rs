@@ -156,6 +156,7 @@ pub fn spawn_background(pool: &SqlitePool, inner: &Arc<StateInner>, runtime: &cr
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
         lease: crate::reconcile::lease::Lease::new(pool.clone(), "monitor", crate::reconcile::holder_id(role), runtime.lease_ttl.max(1) * 1000),
+        lease_ttl: Duration::from_secs(runtime.lease_ttl.max(1) as u64),
     };
     vec![
         ("reconciler", reconciler.spawn(stop.clone())),

@@ -137,8 +137,9 @@ impl ConnectClient {
             let status = res.status().as_u16();
             let text = res.text().await.unwrap_or_default();
             let message = || serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or_else(|| text.chars().take(300).collect());
-            // 409 means a rebalance is in progress, except "already exists" on create.
-            let rebalancing = status == 409 && !message().contains("already exists");
+            // 409 means a rebalance is in progress, except "already exists" on create; some
+            // workers answer 500 "… because a rebalance is expected" for the same condition.
+            let rebalancing = (status == 409 && !message().contains("already exists")) || (status >= 500 && message().to_lowercase().contains("rebalance"));
             if rebalancing && attempt < 4 {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(4));
@@ -299,6 +300,10 @@ mod client_tests {
 
     /// A stand-in Connect that answers 409 (rebalancing) `busy` times, then 200.
     async fn flaky(busy: usize, message: &'static str) -> (String, Arc<AtomicUsize>) {
+        flaky_with(busy, 409, message).await
+    }
+
+    async fn flaky_with(busy: usize, code: u16, message: &'static str) -> (String, Arc<AtomicUsize>) {
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
         let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
@@ -307,7 +312,7 @@ mod client_tests {
             let n = h.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n < busy {
-                    poem::Response::builder().status(poem::http::StatusCode::CONFLICT).body(format!("{{\"error_code\":409,\"message\":\"{message}\"}}"))
+                    poem::Response::builder().status(poem::http::StatusCode::from_u16(code).unwrap()).body(format!("{{\"error_code\":{code},\"message\":\"{message}\"}}"))
                 } else {
                     poem::Response::builder().body("{\"version\":\"4.3.1\",\"commit\":\"c\",\"kafka_cluster_id\":\"k\"}")
                 }
@@ -331,6 +336,13 @@ mod client_tests {
         let err = ConnectClient::new(&url, None).server_info().await.unwrap_err();
         assert!(matches!(err, ConnectError::Rebalancing), "{err}");
         assert_eq!(hits.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn a_500_that_says_a_rebalance_is_expected_is_retried_too() {
+        let (url, hits) = flaky_with(1, 500, "Request cannot be completed because a rebalance is expected").await;
+        assert!(ConnectClient::new(&url, None).server_info().await.is_ok());
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

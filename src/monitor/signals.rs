@@ -67,6 +67,7 @@ pub struct Monitor {
     pub interval: Duration,
     pub retention: Duration,
     pub lease: Lease,
+    pub lease_ttl: Duration,
 }
 
 /// One observation against one rule.
@@ -83,8 +84,16 @@ impl Monitor {
         tokio::spawn(async move {
             loop {
                 if self.lease.try_hold().await.unwrap_or(false) {
-                    if let Err(e) = self.cycle().await {
-                        tracing::warn!(error = format!("{e:#}"), "monitor cycle failed");
+                    // Renewed while the cycle runs; a lost lease stops it (no duplicate webhooks).
+                    tokio::select! {
+                        result = self.cycle() => {
+                            if let Err(e) = result {
+                                tracing::warn!(error = format!("{e:#}"), "monitor cycle failed");
+                            }
+                        }
+                        _ = crate::reconcile::keep_renewing(&self.lease, self.lease_ttl) => {
+                            tracing::warn!("lost the monitor lease mid-cycle; stopped");
+                        }
                     }
                 }
                 tokio::select! {

@@ -108,9 +108,7 @@ impl Reconciler {
                 if held && due {
                     seen_version = version;
                     last_pass = Some(Instant::now());
-                    if let Err(e) = self.pass().await {
-                        tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
-                    }
+                    self.guarded_pass().await;
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -121,6 +119,21 @@ impl Reconciler {
             self.lease.release().await;
             tracing::debug!("reconciler stopped");
         })
+    }
+
+    /// A pass that keeps renewing the lease while it runs, and stops at once if the lease is
+    /// lost: a slow Connect must not let the lease lapse under a pass still making changes.
+    async fn guarded_pass(&self) {
+        tokio::select! {
+            result = self.pass() => {
+                if let Err(e) = result {
+                    tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
+                }
+            }
+            _ = keep_renewing(&self.lease, self.settings.lease_ttl) => {
+                tracing::warn!("lost the reconciler lease mid-pass; stopped before the next change");
+            }
+        }
     }
 
     async fn client(&self, cluster: &ConnectCluster) -> ConnectClient {
@@ -428,6 +441,18 @@ impl Reconciler {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+}
+
+/// Renews `lease` every third of its lifetime; returns only when it could not be renewed.
+pub async fn keep_renewing(lease: &Lease, ttl: Duration) {
+    let period = (ttl / 3).max(Duration::from_millis(200));
+    loop {
+        tokio::time::sleep(period).await;
+        match lease.try_hold().await {
+            Ok(true) => {}
+            _ => return,
+        }
     }
 }
 
