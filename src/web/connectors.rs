@@ -67,22 +67,8 @@ async fn act(state: &AppState, who: &Principal, key: &str, action: &str) -> crat
     }
 }
 
-macro_rules! action_handlers {
-    ($($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        #[handler]
-        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(key): Path<String>) -> ApiResult<Json<ConnectorView>> {
-            Ok(Json(act(&state, &who, &key, $action).await?))
-        }
-        #[handler]
-        pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(key): Path<String>) -> PageResult<Response> {
-            let c = act(&state, &who, &key, $action).await?;
-            set_flash(jar, &format!("{}: {} requested; the reconciler applies it within seconds.", c.name, $action));
-            Ok(redirect(req, &format!("/connectors/{}", c.id)))
-        }
-    )*};
-}
-
-action_handlers! {
+connector_actions! {
+    "/connectors";
     api_pause, page_pause, "pause";
     api_resume, page_resume, "resume";
     api_stop, page_stop, "stop";

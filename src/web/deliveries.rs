@@ -50,22 +50,8 @@ async fn act(state: &AppState, who: &Principal, id: &str, action: &str) -> crate
     }
 }
 
-macro_rules! delivery_actions {
-    ($($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        #[handler]
-        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
-            Ok(Json(act(&state, &who, &id, $action).await?))
-        }
-        #[handler]
-        pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
-            act(&state, &who, &id, $action).await?;
-            set_flash(jar, concat!($action, " requested; the reconciler applies it within seconds."));
-            Ok(redirect(req, &format!("/deliveries/{id}")))
-        }
-    )*};
-}
-
-delivery_actions! {
+connector_actions! {
+    "/deliveries";
     api_pause, page_pause, "pause";
     api_resume, page_resume, "resume";
     api_restart, page_restart, "restart";

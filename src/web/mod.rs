@@ -5,6 +5,23 @@
 //! access tests walk it. Each route declares who may call it; the guard enforces sign-in and
 //! CSRF, the service layer enforces the role.
 
+/// Pause / resume / stop / restart / adopt handlers, as API and page, for anything that acts
+/// through its connector: each module supplies `act(state, who, id, action)`.
+macro_rules! connector_actions {
+    ($page_prefix:literal; $($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
+        #[handler]
+        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
+            Ok(Json(act(&state, &who, &id, $action).await?))
+        }
+        #[handler]
+        pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+            act(&state, &who, &id, $action).await?;
+            set_flash(jar, concat!($action, " requested; the reconciler applies it within seconds."));
+            Ok(redirect(req, &format!(concat!($page_prefix, "/{}"), id)))
+        }
+    )*};
+}
+
 mod alerts;
 mod assets;
 mod audit;
