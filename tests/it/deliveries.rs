@@ -107,10 +107,7 @@ async fn postgres_to_mariadb_rows_converge_and_two_deliveries_each_get_every_rec
             let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
         }
         let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
-        let su = pg_superuser(&s).await;
-        drop_slot(&su, &format!("dv_{tag}")).await;
-        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS dv_{tag}")).execute(&su).await;
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        drop_capture_fixture(&s, &format!("dv_{tag}"), &schema).await;
         let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS dv_{tag}_a_items, dv_{tag}_b_items")).execute(&mut m).await;
     })

@@ -593,3 +593,12 @@ pub async fn bump(api: &Api) {
     let (status, body) = api.post("/api/v1/reconciler/pass", serde_json::json!({})).await;
     assert_eq!(status, 202, "{body}");
 }
+
+/// Removes what a capture test leaves in the stack's PostgreSQL: its slot and publication
+/// (both named `slot`) and its schema.
+pub async fn drop_capture_fixture(s: &Stack, slot: &str, schema: &str) {
+    let su = pg_superuser(s).await;
+    drop_slot(&su, slot).await;
+    let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS {slot}")).execute(&su).await;
+    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+}

@@ -143,10 +143,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
         let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
         delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
         delete_connector(&s.connect_url, "cluecdc-deliver-watched").await;
-        let su = pg_superuser(&s).await;
-        drop_slot(&su, &format!("mo_{tag}")).await;
-        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS mo_{tag}")).execute(&su).await;
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        drop_capture_fixture(&s, &format!("mo_{tag}"), &schema).await;
         let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS mo_{tag}_items")).execute(&mut m).await;
     })
@@ -245,10 +242,7 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
         let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
         delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
         delete_connector(&s.connect_url, "cluecdc-deliver-fresh-copy").await;
-        let su = pg_superuser(&s).await;
-        drop_slot(&su, &format!("fr_{tag}")).await;
-        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS fr_{tag}")).execute(&su).await;
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        drop_capture_fixture(&s, &format!("fr_{tag}"), &schema).await;
         let mut pg = sqlx::PgConnection::connect(&s.pg_url(&s.pg_dest_db)).await.unwrap();
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS fr_{tag}_items, fr_{tag}_cluecdc_heartbeat")).execute(&mut pg).await;
     })

@@ -191,10 +191,7 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &pipelines_connector(&prefix)).await;
-        let su = pg_superuser(&s).await;
-        drop_slot(&su, &format!("pl_{tag}")).await;
-        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS pl_{tag}")).execute(&su).await;
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        drop_capture_fixture(&s, &format!("pl_{tag}"), &schema).await;
     })
     .await;
 }
@@ -258,10 +255,7 @@ async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_wit
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &pipelines_connector(&prefix)).await;
-        let su = pg_superuser(&s).await;
-        drop_slot(&su, &format!("pl_{tag}")).await;
-        let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS pl_{tag}")).execute(&su).await;
-        let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+        drop_capture_fixture(&s, &format!("pl_{tag}"), &schema).await;
     })
     .await;
 }
