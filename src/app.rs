@@ -53,7 +53,10 @@ impl Application {
     pub async fn build(settings: &ServeSettings) -> anyhow::Result<Self> {
         let pool = open_database(&settings.data).await?;
         let keyring = Keyring::load(&settings.data)?;
-        tracing::info!(active_key = keyring.active().fingerprint(), "secret store ready");
+        tracing::info!(
+            active_key = keyring.active().fingerprint(),
+            "secret store ready"
+        );
         let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
         let acceptor = TcpListener::bind(settings.listen.to_string())
             .into_acceptor()
@@ -72,12 +75,18 @@ impl Application {
                 secrets,
                 reconciler: Arc::new(crate::reconcile::Handle::default()),
                 http_metrics: Default::default(),
-                sessions: Lifetimes { idle_secs: settings.session_idle, absolute_secs: settings.session_max },
+                sessions: Lifetimes {
+                    idle_secs: settings.session_idle,
+                    absolute_secs: settings.session_max,
+                },
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),
             }),
         };
-        let base = settings.public_url.clone().unwrap_or_else(|| format!("http://{local_addr}"));
+        let base = settings
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local_addr}"));
         if let Some(token) = crate::auth::setup::issue_if_needed(&state.pool).await? {
             // The one place a secret is logged on purpose: it is single-use, dies with the
             // first user, and whoever reads this log already controls the server.
@@ -86,7 +95,12 @@ impl Application {
                 "no user exists yet: open the setup URL to create the first admin, or run `cluecdc user create --name NAME --role admin`"
             );
         }
-        Ok(Self { acceptor, local_addr, state, runtime: settings.runtime.clone() })
+        Ok(Self {
+            acceptor,
+            local_addr,
+            state,
+            runtime: settings.runtime.clone(),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -98,10 +112,19 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then lets in-flight requests finish within a deadline.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         // One shutdown signal: the HTTP server and every background task follow it.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let tasks = spawn_background(&self.state.pool, &self.state.inner, &self.runtime, "serve", stop_rx);
+        let tasks = spawn_background(
+            &self.state.pool,
+            &self.state.inner,
+            &self.runtime,
+            "serve",
+            stop_rx,
+        );
         let routes = web::routes(self.state.clone());
         let signal = async move {
             shutdown.await;
@@ -148,20 +171,45 @@ pub async fn shutdown_signal() {
 }
 
 /// The background tasks `serve` and `worker` both run, by name.
-pub fn spawn_background(pool: &SqlitePool, inner: &Arc<StateInner>, runtime: &crate::config::RuntimeSettings, role: &str, stop: tokio::sync::watch::Receiver<bool>) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
-    let reconciler = crate::reconcile::Reconciler::new(pool.clone(), inner.secrets.clone(), runtime.reconciler(), inner.reconciler.clone(), crate::reconcile::holder_id(role));
+pub fn spawn_background(
+    pool: &SqlitePool,
+    inner: &Arc<StateInner>,
+    runtime: &crate::config::RuntimeSettings,
+    role: &str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
+    let reconciler = crate::reconcile::Reconciler::new(
+        pool.clone(),
+        inner.secrets.clone(),
+        runtime.reconciler(),
+        inner.reconciler.clone(),
+        crate::reconcile::holder_id(role),
+    );
     let monitor = crate::monitor::signals::Monitor {
         pool: pool.clone(),
         store: inner.secrets.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
-        lease: crate::reconcile::lease::Lease::new(pool.clone(), "monitor", crate::reconcile::holder_id(role), runtime.lease_ttl.max(1) * 1000),
+        lease: crate::reconcile::lease::Lease::new(
+            pool.clone(),
+            "monitor",
+            crate::reconcile::holder_id(role),
+            runtime.lease_ttl.max(1) * 1000,
+        ),
         lease_ttl: Duration::from_secs(runtime.lease_ttl.max(1) as u64),
     };
     vec![
         ("reconciler", reconciler.spawn(stop.clone())),
         ("monitor", monitor.spawn(stop.clone())),
-        ("leak scan", crate::monitor::leaks::spawn(pool.clone(), inner.clone(), Duration::from_secs(runtime.leak_scan_interval.max(1) as u64), stop)),
+        (
+            "leak scan",
+            crate::monitor::leaks::spawn(
+                pool.clone(),
+                inner.clone(),
+                Duration::from_secs(runtime.leak_scan_interval.max(1) as u64),
+                stop,
+            ),
+        ),
     ]
 }
 
@@ -175,7 +223,10 @@ pub async fn join_background(tasks: Vec<(&'static str, tokio::task::JoinHandle<(
 }
 
 /// `cluecdc worker`: the same background tasks as `serve`, without HTTP.
-pub async fn run_worker(settings: &crate::config::WorkerSettings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run_worker(
+    settings: &crate::config::WorkerSettings,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let pool = open_database(&settings.data).await?;
     let keyring = Keyring::load(&settings.data)?;
     let inner = Arc::new(StateInner {
@@ -183,7 +234,10 @@ pub async fn run_worker(settings: &crate::config::WorkerSettings, shutdown: impl
         secrets: Arc::new(SecretStore::new(pool.clone(), keyring)),
         reconciler: Arc::new(crate::reconcile::Handle::default()),
         http_metrics: Default::default(),
-        sessions: Lifetimes { idle_secs: 0, absolute_secs: 0 },
+        sessions: Lifetimes {
+            idle_secs: 0,
+            absolute_secs: 0,
+        },
         secure_cookies: false,
         login_limiter: LoginLimiter::new(Limits::default()),
     });

@@ -35,16 +35,25 @@ pub struct Actor {
 
 impl From<&Principal> for Actor {
     fn from(p: &Principal) -> Self {
-        Actor { name: p.user_name.clone(), kind: p.actor_kind() }
+        Actor {
+            name: p.user_name.clone(),
+            kind: p.actor_kind(),
+        }
     }
 }
 
 impl Actor {
     pub fn system() -> Self {
-        Actor { name: "cluecdc".into(), kind: "system" }
+        Actor {
+            name: "cluecdc".into(),
+            kind: "system",
+        }
     }
     pub fn anonymous(claimed_name: &str) -> Self {
-        Actor { name: claimed_name.chars().take(64).collect(), kind: "anonymous" }
+        Actor {
+            name: claimed_name.chars().take(64).collect(),
+            kind: "anonymous",
+        }
     }
 }
 
@@ -59,7 +68,14 @@ pub struct Entry<'a> {
 }
 
 /// Keys whose values are dropped from summaries whatever the caller passed.
-const SECRET_KEY_MARKERS: [&str; 6] = ["password", "secret", "token", "credential", "private", "key_material"];
+const SECRET_KEY_MARKERS: [&str; 6] = [
+    "password",
+    "secret",
+    "token",
+    "credential",
+    "private",
+    "key_material",
+];
 
 /// Removes secret-looking keys at any depth. Callers build summaries from non-secret fields
 /// already; this is the second line of defence.
@@ -69,7 +85,9 @@ pub fn sanitize(value: Value) -> Value {
             map.into_iter()
                 .filter(|(k, _)| {
                     let k = k.to_ascii_lowercase();
-                    !SECRET_KEY_MARKERS.iter().any(|m| k.contains(m)) || k.ends_with("_set") || k.ends_with("_ref")
+                    !SECRET_KEY_MARKERS.iter().any(|m| k.contains(m))
+                        || k.ends_with("_set")
+                        || k.ends_with("_ref")
                 })
                 .map(|(k, v)| (k, sanitize(v)))
                 .collect::<Map<_, _>>(),
@@ -174,11 +192,15 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
         q.push(" AND actor = ").push_bind(filter.actor.clone());
     }
     if !filter.action.is_empty() {
-        q.push(" AND action LIKE ").push_bind(format!("{}%", filter.action.replace('%', "")));
+        q.push(" AND action LIKE ")
+            .push_bind(format!("{}%", filter.action.replace('%', "")));
     }
     if !filter.target.is_empty() {
-        q.push(" AND (target_id = ").push_bind(filter.target.clone());
-        q.push(" OR target_kind = ").push_bind(filter.target.clone()).push(")");
+        q.push(" AND (target_id = ")
+            .push_bind(filter.target.clone());
+        q.push(" OR target_kind = ")
+            .push_bind(filter.target.clone())
+            .push(")");
     }
     if !filter.outcome.is_empty() {
         q.push(" AND outcome = ").push_bind(filter.outcome.clone());
@@ -192,7 +214,8 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
     if let Some(before) = filter.before_id {
         q.push(" AND id < ").push_bind(before);
     }
-    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(limit) + 1);
+    q.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(limit) + 1);
     let mut rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
     let next_before_id = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
@@ -200,17 +223,26 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
     } else {
         None
     };
-    Ok(Page { items: rows.into_iter().map(Item::from).collect(), next_before_id })
+    Ok(Page {
+        items: rows.into_iter().map(Item::from).collect(),
+        next_before_id,
+    })
 }
 
 /// CSV with a header row; the summary column holds its JSON.
 pub fn to_csv(items: &[Item]) -> String {
     fn cell(s: &str) -> String {
         // Quote every cell; neutralise spreadsheet formulas.
-        let s = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_string() };
+        let s = if s.starts_with(['=', '+', '-', '@']) {
+            format!("'{s}")
+        } else {
+            s.to_string()
+        };
         format!("\"{}\"", s.replace('"', "\"\""))
     }
-    let mut out = String::from("id,at,actor,actor_kind,action,target_kind,target_id,outcome,summary,request_id\n");
+    let mut out = String::from(
+        "id,at,actor,actor_kind,action,target_kind,target_id,outcome,summary,request_id\n",
+    );
     for i in items {
         let r = &i.row;
         let fields = [
@@ -242,14 +274,25 @@ mod tests {
             "name": "pg", "password": "x", "nested": {"secret_access_key": "y", "ok": 1},
             "secret_fields_set": ["password"], "secret_ref": "ref_1", "list": [{"api_token": "z"}]
         }));
-        assert_eq!(v, json!({"name": "pg", "nested": {"ok": 1}, "secret_fields_set": ["password"], "secret_ref": "ref_1", "list": [{}]}));
+        assert_eq!(
+            v,
+            json!({"name": "pg", "nested": {"ok": 1}, "secret_fields_set": ["password"], "secret_ref": "ref_1", "list": [{}]})
+        );
     }
 
     #[test]
     fn csv_quotes_cells_and_defuses_formulas() {
         let row = Row {
-            id: 1, at: "t".into(), actor: "=cmd".into(), actor_kind: "session".into(), action: "a".into(),
-            target_kind: "k".into(), target_id: "i\"d".into(), outcome: "success".into(), summary_json: "{}".into(), request_id: None,
+            id: 1,
+            at: "t".into(),
+            actor: "=cmd".into(),
+            actor_kind: "session".into(),
+            action: "a".into(),
+            target_kind: "k".into(),
+            target_id: "i\"d".into(),
+            outcome: "success".into(),
+            summary_json: "{}".into(),
+            request_id: None,
         };
         let csv = to_csv(&[Item::from(row)]);
         assert!(csv.contains("\"'=cmd\""));

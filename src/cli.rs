@@ -77,7 +77,11 @@ fn read_password(confirm: bool) -> anyhow::Result<String> {
 fn explain(e: Error) -> anyhow::Error {
     match e {
         Error::Invalid { fields, .. } => {
-            anyhow::anyhow!(fields.iter().map(|(k, v)| format!("--{k}: {v}")).collect::<Vec<_>>().join("\n"))
+            anyhow::anyhow!(fields
+                .iter()
+                .map(|(k, v)| format!("--{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("\n"))
         }
         other => anyhow::anyhow!(other.to_string()),
     }
@@ -88,14 +92,22 @@ pub async fn user(cmd: UserCommand) -> anyhow::Result<()> {
         UserCommand::Create { name, role, data } => {
             let pool = app::open_database(&data).await?;
             let password = read_password(true)?;
-            let input = users::NewUser { name, role, password };
-            let user = users::create(&pool, &Principal::cli(), &input).await.map_err(explain)?;
+            let input = users::NewUser {
+                name,
+                role,
+                password,
+            };
+            let user = users::create(&pool, &Principal::cli(), &input)
+                .await
+                .map_err(explain)?;
             eprintln!("created user {} with role {}", user.name, user.role);
         }
         UserCommand::ResetPassword { name, data } => {
             let pool = app::open_database(&data).await?;
             let password = read_password(true)?;
-            users::reset_password(&pool, &Principal::cli(), &name, &password).await.map_err(explain)?;
+            users::reset_password(&pool, &Principal::cli(), &name, &password)
+                .await
+                .map_err(explain)?;
             eprintln!("password of {name} reset; their sessions were ended");
         }
     }
@@ -104,18 +116,39 @@ pub async fn user(cmd: UserCommand) -> anyhow::Result<()> {
 
 pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
     match cmd {
-        TokenCommand::Create { user, expires, label, data } => {
+        TokenCommand::Create {
+            user,
+            expires,
+            label,
+            data,
+        } => {
             let pool = app::open_database(&data).await?;
-            let input = tokens::NewToken { user, label, expires: expires.unwrap_or_default() };
-            let created = tokens::create(&pool, &Principal::cli(), &input).await.map_err(explain)?;
+            let input = tokens::NewToken {
+                user,
+                label,
+                expires: expires.unwrap_or_default(),
+            };
+            let created = tokens::create(&pool, &Principal::cli(), &input)
+                .await
+                .map_err(explain)?;
             println!("{}", created.token);
             std::io::stdout().flush()?;
-            eprintln!("token {} for {} created; it is not shown again", created.info.id, created.info.user_name);
+            eprintln!(
+                "token {} for {} created; it is not shown again",
+                created.info.id, created.info.user_name
+            );
         }
         TokenCommand::List { data } => {
             let pool = app::open_database(&data).await?;
-            for t in tokens::list(&pool, &Principal::cli()).await.map_err(explain)? {
-                let state = if t.revoked_at.is_some() { "revoked" } else { "live" };
+            for t in tokens::list(&pool, &Principal::cli())
+                .await
+                .map_err(explain)?
+            {
+                let state = if t.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "live"
+                };
                 println!(
                     "{}\t{}\t{}\t{}…\t{}\texpires {}",
                     t.id,
@@ -129,7 +162,9 @@ pub async fn token(cmd: TokenCommand) -> anyhow::Result<()> {
         }
         TokenCommand::Revoke { id, data } => {
             let pool = app::open_database(&data).await?;
-            tokens::revoke(&pool, &Principal::cli(), &id).await.map_err(explain)?;
+            tokens::revoke(&pool, &Principal::cli(), &id)
+                .await
+                .map_err(explain)?;
             eprintln!("token {id} revoked");
         }
     }
@@ -167,7 +202,12 @@ pub async fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?;
             tx.commit().await?;
-            eprintln!("re-encrypted {} secret values under key {} (was {})", rotation.re_encrypted, rotation.new, rotation.old.join(", "));
+            eprintln!(
+                "re-encrypted {} secret values under key {} (was {})",
+                rotation.re_encrypted,
+                rotation.new,
+                rotation.old.join(", ")
+            );
         }
     }
     Ok(())

@@ -33,10 +33,21 @@ pub struct DataSettings {
 #[derive(Debug, Clone, Args)]
 pub struct LogSettings {
     /// tracing filter, e.g. `info,cluecdc=debug`.
-    #[arg(long = "log", env = "CLUECDC_LOG", default_value = "info", global = true)]
+    #[arg(
+        long = "log",
+        env = "CLUECDC_LOG",
+        default_value = "info",
+        global = true
+    )]
     pub filter: String,
 
-    #[arg(long, env = "CLUECDC_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "CLUECDC_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
     pub log_format: LogFormat,
 }
 
@@ -139,13 +150,16 @@ pub struct WorkerSettings {
 }
 
 fn parse_duration(s: &str) -> Result<i64, String> {
-    crate::time::parse_duration_secs(s).ok_or_else(|| format!("{s:?} is not a duration; write e.g. 90s, 30m, 12h or 7d"))
+    crate::time::parse_duration_secs(s)
+        .ok_or_else(|| format!("{s:?} is not a duration; write e.g. 90s, 30m, 12h or 7d"))
 }
 
 impl ServeSettings {
     /// Cookies get `Secure` when people reach the server over HTTPS.
     pub fn secure_cookies(&self) -> bool {
-        self.public_url.as_deref().is_some_and(|u| u.starts_with("https://"))
+        self.public_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https://"))
     }
 }
 

@@ -33,15 +33,19 @@ pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
 
 /// Applies pending migrations; safe to call on every start.
 pub async fn migrate(pool: &SqlitePool) -> anyhow::Result<()> {
-    MIGRATOR.run(pool).await.context("database migration failed")
+    MIGRATOR
+        .run(pool)
+        .await
+        .context("database migration failed")
 }
 
 /// How many embedded migrations are not yet applied (0 when the schema is current).
 pub async fn pending_migrations(pool: &SqlitePool) -> anyhow::Result<usize> {
-    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
-        .fetch_all(pool)
-        .await
-        .context("cannot read migration state")?;
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+            .fetch_all(pool)
+            .await
+            .context("cannot read migration state")?;
     Ok(MIGRATOR
         .iter()
         .filter(|m| !m.migration_type.is_down_migration())

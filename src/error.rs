@@ -12,7 +12,11 @@ pub enum Error {
     Unauthenticated,
     /// The identity is known but its role does not allow the action.
     #[error("your role ({role}) cannot {action}; ask an {needed} to do it or to change your role")]
-    Forbidden { role: &'static str, needed: &'static str, action: &'static str },
+    Forbidden {
+        role: &'static str,
+        needed: &'static str,
+        action: &'static str,
+    },
     #[error("the request's CSRF token is missing or wrong; reload the page and try again")]
     Csrf,
     #[error("{0} not found")]
@@ -22,7 +26,10 @@ pub enum Error {
     Conflict(String),
     /// Validation failed: nothing was stored.
     #[error("{message}")]
-    Invalid { message: String, fields: FieldErrors },
+    Invalid {
+        message: String,
+        fields: FieldErrors,
+    },
     #[error("too many attempts; try again in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
     /// A provider (database, Kafka, Connect, S3) failed; the message is already sanitized.
@@ -40,7 +47,10 @@ impl Error {
         let why = why.into();
         let mut fields = FieldErrors::new();
         fields.insert(field.to_string(), why.clone());
-        Error::Invalid { message: format!("{field}: {why}"), fields }
+        Error::Invalid {
+            message: format!("{field}: {why}"),
+            fields,
+        }
     }
 
     /// Several invalid fields at once (empty map → Ok).
@@ -48,7 +58,11 @@ impl Error {
         if fields.is_empty() {
             return Ok(());
         }
-        let message = fields.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ");
+        let message = fields
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
         Err(Error::Invalid { message, fields })
     }
 

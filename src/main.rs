@@ -8,7 +8,11 @@ use cluecdc::config::{DataSettings, LogSettings, ServeSettings};
 use cluecdc::telemetry;
 
 #[derive(Debug, Parser)]
-#[command(name = "cluecdc", version, about = "Control plane for change data capture on Kafka Connect")]
+#[command(
+    name = "cluecdc",
+    version,
+    about = "Control plane for change data capture on Kafka Connect"
+)]
 struct Cli {
     #[command(flatten)]
     log: LogSettings,
@@ -59,7 +63,10 @@ async fn main() -> std::process::ExitCode {
         Some(Command::Token(cmd)) => cli::token(cmd).await,
         Some(Command::Keys(cmd)) => cli::keys(cmd).await,
         Some(Command::Routes) => {
-            println!("{}", serde_json::to_string_pretty(&cluecdc::web::route_infos()).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&cluecdc::web::route_infos()).unwrap_or_default()
+            );
             Ok(())
         }
     };
@@ -84,6 +91,9 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
 
 async fn migrate(data: DataSettings) -> anyhow::Result<()> {
     app::open_database(&data).await?;
-    println!("database at {} is up to date", data.database_path().display());
+    println!(
+        "database at {} is up to date",
+        data.database_path().display()
+    );
     Ok(())
 }

@@ -11,7 +11,8 @@ use crate::config::{LogFormat, LogSettings};
 const QUIET: &str = "aws_sigv4=warn,aws_smithy_runtime=warn,aws_smithy_runtime_api=warn,aws_smithy_http_client=warn,aws_sdk_s3=warn,aws_runtime=warn,aws_config=warn,hyper=warn,hyper_util=warn,h2=warn,reqwest=warn,rustls=warn,sqlx=warn";
 
 pub fn init(settings: &LogSettings) {
-    let filter = EnvFilter::try_new(format!("{},{QUIET}", settings.filter)).unwrap_or_else(|_| EnvFilter::new(format!("info,{QUIET}")));
+    let filter = EnvFilter::try_new(format!("{},{QUIET}", settings.filter))
+        .unwrap_or_else(|_| EnvFilter::new(format!("info,{QUIET}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

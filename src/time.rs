@@ -12,7 +12,9 @@ pub fn format(t: DateTime<Utc>) -> String {
 }
 
 pub fn parse(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 pub fn in_secs(secs: i64) -> String {

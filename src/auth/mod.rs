@@ -39,7 +39,9 @@ impl Role {
     }
 
     pub fn parse(s: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|r| r.as_str() == s.trim().to_ascii_lowercase())
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s.trim().to_ascii_lowercase())
     }
 }
 
@@ -47,7 +49,10 @@ impl Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credential {
     /// A browser session; state-changing requests must carry its CSRF token.
-    Session { session_id: String, csrf_token: String },
+    Session {
+        session_id: String,
+        csrf_token: String,
+    },
     /// `Authorization: Bearer`; no CSRF (a browser never sends it by itself).
     ApiToken { token_id: String },
     /// The local command line, which has the database file and so already has everything.
@@ -67,7 +72,12 @@ impl Principal {
     /// The command line acts as a local administrator named after the OS user.
     pub fn cli() -> Self {
         let who = std::env::var("USER").unwrap_or_else(|_| "root".into());
-        Principal { user_id: String::new(), user_name: format!("cli:{who}"), role: Role::Admin, credential: Credential::Cli }
+        Principal {
+            user_id: String::new(),
+            user_name: format!("cli:{who}"),
+            role: Role::Admin,
+            credential: Credential::Cli,
+        }
     }
 
     /// Fails with `Forbidden` unless the role is at least `needed`; `action` completes the
@@ -76,7 +86,11 @@ impl Principal {
         if self.role >= needed {
             Ok(())
         } else {
-            Err(Error::Forbidden { role: self.role.as_str(), needed: needed.as_str(), action })
+            Err(Error::Forbidden {
+                role: self.role.as_str(),
+                needed: needed.as_str(),
+                action,
+            })
         }
     }
 
@@ -123,14 +137,23 @@ mod tests {
     use super::*;
 
     fn with_role(role: Role) -> Principal {
-        Principal { user_id: "u".into(), user_name: "n".into(), role, credential: Credential::Cli }
+        Principal {
+            user_id: "u".into(),
+            user_name: "n".into(),
+            role,
+            credential: Credential::Cli,
+        }
     }
 
     #[test]
     fn roles_are_ordered_viewer_operator_admin() {
         assert!(with_role(Role::Admin).require(Role::Operator, "x").is_ok());
-        assert!(with_role(Role::Operator).require(Role::Operator, "x").is_ok());
-        let err = with_role(Role::Viewer).require(Role::Operator, "pause pipelines").unwrap_err();
+        assert!(with_role(Role::Operator)
+            .require(Role::Operator, "x")
+            .is_ok());
+        let err = with_role(Role::Viewer)
+            .require(Role::Operator, "pause pipelines")
+            .unwrap_err();
         assert_eq!(err.to_string(), "your role (viewer) cannot pause pipelines; ask an operator to do it or to change your role");
     }
 

@@ -1,6 +1,8 @@
 //! Password hashing with argon2id (the crate's defaults: 19 MiB, 2 passes, 1 lane).
 
-use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{
+    rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
+};
 use argon2::Argon2;
 
 use crate::error::{Error, Result};
@@ -11,10 +13,16 @@ pub const MAX_LENGTH: usize = 1024;
 pub fn validate(password: &str) -> Result<()> {
     let chars = password.chars().count();
     if chars < MIN_LENGTH {
-        return Err(Error::field("password", format!("use at least {MIN_LENGTH} characters (a passphrase works well)")));
+        return Err(Error::field(
+            "password",
+            format!("use at least {MIN_LENGTH} characters (a passphrase works well)"),
+        ));
     }
     if chars > MAX_LENGTH {
-        return Err(Error::field("password", format!("use at most {MAX_LENGTH} characters")));
+        return Err(Error::field(
+            "password",
+            format!("use at most {MAX_LENGTH} characters"),
+        ));
     }
     Ok(())
 }
@@ -33,7 +41,11 @@ pub fn verify(password: &str, stored: Option<&str>) -> bool {
     const DUMMY: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$2mPqkvyX0tM7pYxGm7Xq2vQ0a6d3xkqZQKZp9m8Jw0E";
     let candidate = stored.unwrap_or(DUMMY);
     let ok = PasswordHash::new(candidate)
-        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
         .unwrap_or(false);
     ok && stored.is_some()
 }

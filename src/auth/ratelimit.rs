@@ -14,7 +14,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { per_account: 5, per_address: 20, window: Duration::from_secs(15 * 60) }
+        Limits {
+            per_account: 5,
+            per_address: 20,
+            window: Duration::from_secs(15 * 60),
+        }
     }
 }
 
@@ -26,7 +30,10 @@ pub struct LoginLimiter {
 
 impl LoginLimiter {
     pub fn new(limits: Limits) -> Self {
-        LoginLimiter { limits, failures: Mutex::new(HashMap::new()) }
+        LoginLimiter {
+            limits,
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     /// `Err(seconds to wait)` when either the account or the address is over its limit.
@@ -34,14 +41,23 @@ impl LoginLimiter {
         let now = Instant::now();
         let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let mut wait = 0u64;
-        for (key, limit) in [(format!("a:{account}"), self.limits.per_account), (format!("ip:{address}"), self.limits.per_address)] {
+        for (key, limit) in [
+            (format!("a:{account}"), self.limits.per_account),
+            (format!("ip:{address}"), self.limits.per_address),
+        ] {
             if let Some(q) = map.get_mut(&key) {
-                while q.front().is_some_and(|t| now.duration_since(*t) > self.limits.window) {
+                while q
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) > self.limits.window)
+                {
                     q.pop_front();
                 }
                 if q.len() >= limit {
                     if let Some(oldest) = q.front() {
-                        let left = self.limits.window.saturating_sub(now.duration_since(*oldest));
+                        let left = self
+                            .limits
+                            .window
+                            .saturating_sub(now.duration_since(*oldest));
                         wait = wait.max(left.as_secs().max(1));
                     }
                 }
@@ -79,18 +95,29 @@ mod tests {
 
     #[test]
     fn an_account_is_locked_after_its_limit_and_others_are_not() {
-        let l = LoginLimiter::new(Limits { per_account: 3, per_address: 100, window: Duration::from_secs(60) });
+        let l = LoginLimiter::new(Limits {
+            per_account: 3,
+            per_address: 100,
+            window: Duration::from_secs(60),
+        });
         for _ in 0..3 {
             assert!(l.check("alice", "1.1.1.1").is_ok());
             l.record_failure("alice", "1.1.1.1");
         }
-        assert!(l.check("alice", "2.2.2.2").is_err(), "per account, whatever the address");
+        assert!(
+            l.check("alice", "2.2.2.2").is_err(),
+            "per account, whatever the address"
+        );
         assert!(l.check("bob", "1.1.1.1").is_ok());
     }
 
     #[test]
     fn an_address_is_locked_after_its_limit_across_accounts() {
-        let l = LoginLimiter::new(Limits { per_account: 100, per_address: 3, window: Duration::from_secs(60) });
+        let l = LoginLimiter::new(Limits {
+            per_account: 100,
+            per_address: 3,
+            window: Duration::from_secs(60),
+        });
         for name in ["a", "b", "c"] {
             l.record_failure(name, "9.9.9.9");
         }
@@ -101,7 +128,11 @@ mod tests {
 
     #[test]
     fn success_clears_the_account() {
-        let l = LoginLimiter::new(Limits { per_account: 1, per_address: 100, window: Duration::from_secs(60) });
+        let l = LoginLimiter::new(Limits {
+            per_account: 1,
+            per_address: 100,
+            window: Duration::from_secs(60),
+        });
         l.record_failure("a", "x");
         assert!(l.check("a", "y").is_err());
         l.record_success("a");

@@ -52,7 +52,10 @@ pub async fn start(
         user_id: user.id.clone(),
         user_name: user.name.clone(),
         role: user.role(),
-        credential: Credential::Session { session_id: id_hash.clone(), csrf_token: csrf },
+        credential: Credential::Session {
+            session_id: id_hash.clone(),
+            csrf_token: csrf,
+        },
     };
     audit::record(
         &mut tx,
@@ -67,12 +70,19 @@ pub async fn start(
     )
     .await?;
     tx.commit().await?;
-    Ok(NewSession { cookie_value: id, principal })
+    Ok(NewSession {
+        cookie_value: id,
+        principal,
+    })
 }
 
 /// Resolves a cookie to a principal if the session is live: not revoked, not past its
 /// absolute expiry, used within the idle window, and its user enabled. Touches `last_seen_at`.
-pub async fn resolve(pool: &SqlitePool, cookie_value: &str, lifetimes: Lifetimes) -> Result<Option<Principal>> {
+pub async fn resolve(
+    pool: &SqlitePool,
+    cookie_value: &str,
+    lifetimes: Lifetimes,
+) -> Result<Option<Principal>> {
     let id_hash = token_hash(cookie_value);
     let row: Option<(String, String, String, String, String, String, bool)> = sqlx::query_as(
         "SELECT s.csrf_token, s.last_seen_at, s.expires_at, u.id, u.name, u.role, u.disabled
@@ -89,7 +99,9 @@ pub async fn resolve(pool: &SqlitePool, cookie_value: &str, lifetimes: Lifetimes
     let idle_ok = crate::time::parse(&last_seen)
         .map(|t| (now - t).num_seconds() < lifetimes.idle_secs)
         .unwrap_or(false);
-    let absolute_ok = crate::time::parse(&expires).map(|t| now < t).unwrap_or(false);
+    let absolute_ok = crate::time::parse(&expires)
+        .map(|t| now < t)
+        .unwrap_or(false);
     if disabled || !idle_ok || !absolute_ok {
         return Ok(None);
     }
@@ -102,7 +114,10 @@ pub async fn resolve(pool: &SqlitePool, cookie_value: &str, lifetimes: Lifetimes
         user_id,
         user_name,
         role: Role::parse(&role).unwrap_or(Role::Viewer),
-        credential: Credential::Session { session_id: id_hash, csrf_token: csrf },
+        credential: Credential::Session {
+            session_id: id_hash,
+            csrf_token: csrf,
+        },
     }))
 }
 
@@ -182,7 +197,9 @@ pub async fn revoke(pool: &SqlitePool, who: &Principal, short_id: &str) -> Resul
         .execute(&mut *tx)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(crate::error::Error::NotFound(format!("live session {short_id}")));
+        return Err(crate::error::Error::NotFound(format!(
+            "live session {short_id}"
+        )));
     }
     tx.commit().await?;
     Ok(())

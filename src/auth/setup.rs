@@ -12,7 +12,10 @@ const KEY: &str = "setup_token_hash";
 /// Issues a fresh token when no user exists (replacing any earlier one) and returns it.
 pub async fn issue_if_needed(pool: &SqlitePool) -> Result<Option<String>> {
     if users::count(pool).await? > 0 {
-        sqlx::query("DELETE FROM instance_meta WHERE key = ?").bind(KEY).execute(pool).await?;
+        sqlx::query("DELETE FROM instance_meta WHERE key = ?")
+            .bind(KEY)
+            .execute(pool)
+            .await?;
         return Ok(None);
     }
     let token = random_token();
@@ -27,7 +30,10 @@ pub async fn issue_if_needed(pool: &SqlitePool) -> Result<Option<String>> {
 /// True while the token is the current one and no user exists.
 pub async fn is_valid(pool: &SqlitePool, token: &str) -> Result<bool> {
     let stored: Option<String> =
-        sqlx::query_scalar("SELECT value FROM instance_meta WHERE key = ?").bind(KEY).fetch_optional(pool).await?;
+        sqlx::query_scalar("SELECT value FROM instance_meta WHERE key = ?")
+            .bind(KEY)
+            .fetch_optional(pool)
+            .await?;
     Ok(match stored {
         Some(hash) => secure_eq(&hash, &token_hash(token)) && users::count(pool).await? == 0,
         None => false,
@@ -35,12 +41,22 @@ pub async fn is_valid(pool: &SqlitePool, token: &str) -> Result<bool> {
 }
 
 /// Creates the first admin and burns the token.
-pub async fn complete(pool: &SqlitePool, token: &str, input: &users::NewUser) -> Result<users::User> {
+pub async fn complete(
+    pool: &SqlitePool,
+    token: &str,
+    input: &users::NewUser,
+) -> Result<users::User> {
     if !is_valid(pool, token).await? {
         return Err(Error::Unauthenticated);
     }
-    let input = users::NewUser { role: "admin".into(), ..input.clone() };
+    let input = users::NewUser {
+        role: "admin".into(),
+        ..input.clone()
+    };
     let user = users::create_unchecked(pool, Actor::anonymous("setup"), &input).await?;
-    sqlx::query("DELETE FROM instance_meta WHERE key = ?").bind(KEY).execute(pool).await?;
+    sqlx::query("DELETE FROM instance_meta WHERE key = ?")
+        .bind(KEY)
+        .execute(pool)
+        .await?;
     Ok(user)
 }

@@ -46,9 +46,19 @@ pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewToken) -> Res
     let mut fields = FieldErrors::new();
     let user = users::find_by_name(pool, input.user.trim()).await?;
     if user.is_none() {
-        fields.insert("user".into(), format!("no user named {:?}; create the user first", input.user.trim()));
+        fields.insert(
+            "user".into(),
+            format!(
+                "no user named {:?}; create the user first",
+                input.user.trim()
+            ),
+        );
     }
-    let label = if input.label.trim().is_empty() { "api".to_string() } else { input.label.trim().to_string() };
+    let label = if input.label.trim().is_empty() {
+        "api".to_string()
+    } else {
+        input.label.trim().to_string()
+    };
     if label.chars().count() > 80 {
         fields.insert("label".into(), "use at most 80 characters".into());
     }
@@ -58,7 +68,10 @@ pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewToken) -> Res
         match crate::time::parse_duration_secs(&input.expires) {
             Some(s) => Some(s),
             None => {
-                fields.insert("expires".into(), "write a duration such as 90d, 12h or 30m, or leave it empty".into());
+                fields.insert(
+                    "expires".into(),
+                    "write a duration such as 90d, 12h or 30m, or leave it empty".into(),
+                );
                 None
             }
         }
@@ -122,7 +135,10 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
     let Some((token_id, expires, user_id, user_name, role, disabled)) = row else {
         return Ok(None);
     };
-    let expired = expires.as_deref().and_then(crate::time::parse).is_some_and(|t| t <= chrono::Utc::now());
+    let expired = expires
+        .as_deref()
+        .and_then(crate::time::parse)
+        .is_some_and(|t| t <= chrono::Utc::now());
     if disabled || expired {
         return Ok(None);
     }
@@ -164,11 +180,12 @@ pub async fn revoke(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
         },
     )
     .await?;
-    let done = sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
-        .bind(crate::time::now())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    let done =
+        sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+            .bind(crate::time::now())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
     if done.rows_affected() == 0 {
         return Err(Error::NotFound(format!("live API token {id}")));
     }

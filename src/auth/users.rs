@@ -38,8 +38,14 @@ pub struct NewUser {
 }
 
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {
-    let ok_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
-    if name.is_empty() || name.len() > 64 || !ok_chars || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
+    if name.is_empty()
+        || name.len() > 64
+        || !ok_chars
+        || !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+    {
         return Err("use 1–64 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit".into());
     }
     Ok(())
@@ -63,28 +69,36 @@ fn validate(input: &NewUser) -> Result<(String, Role)> {
 }
 
 pub async fn count(pool: &SqlitePool) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(pool).await?)
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(pool)
+        .await?)
 }
 
 pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>> {
-    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = ?")
-        .bind(name)
-        .fetch_optional(pool)
-        .await?)
+    Ok(sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = ?",
+    )
+    .bind(name)
+    .fetch_optional(pool)
+    .await?)
 }
 
 pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
-    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE id = ?")
-        .bind(id)
-        .fetch_optional(pool)
-        .await?)
+    Ok(sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?)
 }
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<User>> {
     who.require(Role::Admin, "manage users")?;
-    Ok(sqlx::query_as("SELECT id, name, role, disabled, created_at, password_hash FROM users ORDER BY name")
-        .fetch_all(pool)
-        .await?)
+    Ok(sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash FROM users ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Creates a user; the audit row and the user commit together.
@@ -94,7 +108,11 @@ pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewUser) -> Resu
 }
 
 /// The first admin (setup page) has no principal yet; callers guarantee no user exists.
-pub(crate) async fn create_unchecked(pool: &SqlitePool, actor: Actor, input: &NewUser) -> Result<User> {
+pub(crate) async fn create_unchecked(
+    pool: &SqlitePool,
+    actor: Actor,
+    input: &NewUser,
+) -> Result<User> {
     let (name, role) = validate(input)?;
     let hash = password::hash(&input.password)?;
     let id = format!("usr_{}", uuid::Uuid::new_v4().simple());
@@ -129,20 +147,39 @@ pub(crate) async fn create_unchecked(pool: &SqlitePool, actor: Actor, input: &Ne
         Err(e) if crate::db::is_unique_violation(&e) => {
             return Err(Error::Invalid {
                 message: format!("a user named {name} already exists"),
-                fields: [("name".to_string(), format!("{name} is taken; choose another name"))].into(),
+                fields: [(
+                    "name".to_string(),
+                    format!("{name} is taken; choose another name"),
+                )]
+                .into(),
             })
         }
         Err(e) => return Err(e.into()),
     }
     tx.commit().await?;
-    Ok(User { id, name, role: role.as_str().into(), disabled: false, created_at: now, password_hash: hash })
+    Ok(User {
+        id,
+        name,
+        role: role.as_str().into(),
+        disabled: false,
+        created_at: now,
+        password_hash: hash,
+    })
 }
 
 /// Changes a user's role; takes effect on the user's next request (roles are read per request).
-pub async fn set_role(pool: &SqlitePool, who: &Principal, user_id: &str, role: &str) -> Result<User> {
+pub async fn set_role(
+    pool: &SqlitePool,
+    who: &Principal,
+    user_id: &str,
+    role: &str,
+) -> Result<User> {
     who.require(Role::Admin, "change roles")?;
-    let role = Role::parse(role).ok_or_else(|| Error::field("role", "choose viewer, operator or admin"))?;
-    let user = find_by_id(pool, user_id).await?.ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
+    let role = Role::parse(role)
+        .ok_or_else(|| Error::field("role", "choose viewer, operator or admin"))?;
+    let user = find_by_id(pool, user_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
     if user.role() == Role::Admin && role != Role::Admin {
         ensure_another_admin(pool, &user.id).await?;
     }
@@ -166,13 +203,23 @@ pub async fn set_role(pool: &SqlitePool, who: &Principal, user_id: &str, role: &
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(User { role: role.as_str().into(), ..user })
+    Ok(User {
+        role: role.as_str().into(),
+        ..user
+    })
 }
 
 /// Disabling signs the user out everywhere and stops their tokens at once.
-pub async fn set_disabled(pool: &SqlitePool, who: &Principal, user_id: &str, disabled: bool) -> Result<()> {
+pub async fn set_disabled(
+    pool: &SqlitePool,
+    who: &Principal,
+    user_id: &str,
+    disabled: bool,
+) -> Result<()> {
     who.require(Role::Admin, "disable users")?;
-    let user = find_by_id(pool, user_id).await?.ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
+    let user = find_by_id(pool, user_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("user {user_id}")))?;
     if disabled && user.role() == Role::Admin {
         ensure_another_admin(pool, &user.id).await?;
     }
@@ -181,7 +228,11 @@ pub async fn set_disabled(pool: &SqlitePool, who: &Principal, user_id: &str, dis
         &mut tx,
         Entry {
             actor: who.into(),
-            action: if disabled { "user.disable" } else { "user.enable" },
+            action: if disabled {
+                "user.disable"
+            } else {
+                "user.enable"
+            },
             target_kind: "user",
             target_id: &user.id,
             outcome: Outcome::Success,
@@ -207,10 +258,17 @@ pub async fn set_disabled(pool: &SqlitePool, who: &Principal, user_id: &str, dis
 }
 
 /// Sets a new password (the CLI's `user reset-password`) and signs the user out everywhere.
-pub async fn reset_password(pool: &SqlitePool, who: &Principal, name: &str, new_password: &str) -> Result<()> {
+pub async fn reset_password(
+    pool: &SqlitePool,
+    who: &Principal,
+    name: &str,
+    new_password: &str,
+) -> Result<()> {
     who.require(Role::Admin, "reset passwords")?;
     password::validate(new_password)?;
-    let user = find_by_name(pool, name).await?.ok_or_else(|| Error::NotFound(format!("user {name}")))?;
+    let user = find_by_name(pool, name)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("user {name}")))?;
     let hash = password::hash(new_password)?;
     let mut tx = pool.begin().await?;
     audit::record(
@@ -242,13 +300,16 @@ pub async fn reset_password(pool: &SqlitePool, who: &Principal, name: &str, new_
 
 /// There must always be an enabled admin, or nobody could manage users again.
 async fn ensure_another_admin(pool: &SqlitePool, except_id: &str) -> Result<()> {
-    let others: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> ?")
-            .bind(except_id)
-            .fetch_one(pool)
-            .await?;
+    let others: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> ?",
+    )
+    .bind(except_id)
+    .fetch_one(pool)
+    .await?;
     if others == 0 {
-        return Err(Error::Conflict("this is the last enabled admin; make another user admin first".into()));
+        return Err(Error::Conflict(
+            "this is the last enabled admin; make another user admin first".into(),
+        ));
     }
     Ok(())
 }

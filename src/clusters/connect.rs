@@ -63,12 +63,15 @@ pub struct ProviderIdentity {
 const PROVIDER_TOKEN_PREFIX: &str = "cdcp_";
 
 pub fn validate_url(u: &str) -> std::result::Result<String, String> {
-    let url = url::Url::parse(u.trim()).map_err(|_| "write the Connect REST URL, e.g. http://connect:8083".to_string())?;
+    let url = url::Url::parse(u.trim())
+        .map_err(|_| "write the Connect REST URL, e.g. http://connect:8083".to_string())?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err("the URL must start with http:// or https://".into());
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("remove the user and password from the URL; basic auth is a separate setting".into());
+        return Err(
+            "remove the user and password from the URL; basic auth is a separate setting".into(),
+        );
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err("remove the query and fragment from the URL".into());
@@ -91,7 +94,10 @@ fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
     };
     let managed_by = input.managed_by.clone().unwrap_or_else(|| "cluecdc".into());
     if managed_by != "cluecdc" && managed_by != "strimzi" {
-        errors.insert("managed_by".into(), "choose cluecdc (ClueCDC deploys connectors) or strimzi (ClueCDC only observes)".into());
+        errors.insert(
+            "managed_by".into(),
+            "choose cluecdc (ClueCDC deploys connectors) or strimzi (ClueCDC only observes)".into(),
+        );
     }
     Error::check(errors)?;
     Ok((name, url, managed_by))
@@ -101,38 +107,74 @@ const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provid
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
     who.require(Role::Viewer, "see Connect clusters")?;
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?)
 }
 
 /// Every cluster, for background tasks that act as the system.
 pub async fn all(pool: &SqlitePool) -> Result<Vec<ConnectCluster>> {
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?)
 }
 
 pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<ConnectCluster> {
     who.require(Role::Viewer, "see Connect clusters")?;
-    sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?.ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
+    sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
 }
 
-pub async fn create(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, who: &Principal, input: &ConnectClusterInput) -> Result<WithToken> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &crate::secrets::store::SecretStore,
+    who: &Principal,
+    input: &ConnectClusterInput,
+) -> Result<WithToken> {
     who.require(Role::Admin, "manage clusters")?;
     let (name, url, managed_by) = validate(input)?;
     if let Some(k) = &input.kafka_cluster_id {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?").bind(k).fetch_one(pool).await?;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
+            .bind(k)
+            .fetch_one(pool)
+            .await?;
         if n == 0 {
-            return Err(Error::field("kafka_cluster_id", "no Kafka cluster has this id; register the Kafka cluster first"));
+            return Err(Error::field(
+                "kafka_cluster_id",
+                "no Kafka cluster has this id; register the Kafka cluster first",
+            ));
         }
     }
-    let user = input.basic_auth_user.clone().filter(|u| !u.trim().is_empty());
+    let user = input
+        .basic_auth_user
+        .clone()
+        .filter(|u| !u.trim().is_empty());
     if user.is_some() != input.basic_auth_password.is_some() {
-        return Err(Error::field("basic_auth_password", "basic auth needs both basic_auth_user and basic_auth_password"));
+        return Err(Error::field(
+            "basic_auth_password",
+            "basic auth needs both basic_auth_user and basic_auth_password",
+        ));
     }
     let secret_ref = user.as_ref().map(|_| crate::secrets::store::new_ref());
     let id = format!("cc_{}", uuid::Uuid::new_v4().simple());
     let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.create", target_kind: "connect_cluster", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by}) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connect_cluster.create",
+            target_kind: "connect_cluster",
+            target_id: &id,
+            outcome: Outcome::Success,
+            summary: json!({"name": name, "url": url, "managed_by": managed_by}),
+        },
+    )
+    .await?;
     sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&name)
@@ -149,20 +191,44 @@ pub async fn create(pool: &SqlitePool, store: &crate::secrets::store::SecretStor
         .await
         .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Connect cluster named {name:?} already exists")) } else { e.into() })?;
     if let (Some(r), Some(pw)) = (&secret_ref, &input.basic_auth_password) {
-        store.put(&mut tx, r, &[("basic_auth_password".to_string(), pw.clone())].into()).await?;
+        store
+            .put(
+                &mut tx,
+                r,
+                &[("basic_auth_password".to_string(), pw.clone())].into(),
+            )
+            .await?;
     }
     tx.commit().await?;
     let cluster = get(pool, who, &id).await?;
-    Ok(WithToken { cluster, provider_token: token })
+    Ok(WithToken {
+        cluster,
+        provider_token: token,
+    })
 }
 
 /// Issues a new provider token; the old one stops working at once.
-pub async fn rotate_provider_token(pool: &SqlitePool, who: &Principal, id: &str) -> Result<WithToken> {
+pub async fn rotate_provider_token(
+    pool: &SqlitePool,
+    who: &Principal,
+    id: &str,
+) -> Result<WithToken> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
     let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.provider_token", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": cluster.name}) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connect_cluster.provider_token",
+            target_kind: "connect_cluster",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": cluster.name}),
+        },
+    )
+    .await?;
     sqlx::query("UPDATE connect_clusters SET provider_token_hash = ?, provider_token_at = ?, updated_at = ? WHERE id = ?")
         .bind(token_hash(&token))
         .bind(crate::time::now())
@@ -171,30 +237,61 @@ pub async fn rotate_provider_token(pool: &SqlitePool, who: &Principal, id: &str)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(WithToken { cluster: get(pool, who, id).await?, provider_token: token })
+    Ok(WithToken {
+        cluster: get(pool, who, id).await?,
+        provider_token: token,
+    })
 }
 
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
-    let used: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ?").bind(id).fetch_one(pool).await?;
+    let used: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ?")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
     if used > 0 {
         return Err(Error::Conflict(format!("Connect cluster {} still has {used} connector(s) managed by ClueCDC; delete them first", cluster.name)));
     }
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.delete", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": cluster.name}) }).await?;
-    sqlx::query("DELETE FROM connect_clusters WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connect_cluster.delete",
+            target_kind: "connect_cluster",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": cluster.name}),
+        },
+    )
+    .await?;
+    sqlx::query("DELETE FROM connect_clusters WHERE id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Resolves a provider token to its cluster; only the hash is compared.
-pub async fn resolve_provider_token(pool: &SqlitePool, token: &str) -> Result<Option<ProviderIdentity>> {
+pub async fn resolve_provider_token(
+    pool: &SqlitePool,
+    token: &str,
+) -> Result<Option<ProviderIdentity>> {
     if !token.starts_with(PROVIDER_TOKEN_PREFIX) {
         return Ok(None);
     }
-    let row: Option<(String, String)> = sqlx::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = ?").bind(token_hash(token)).fetch_optional(pool).await?;
-    Ok(row.map(|(cluster_id, cluster_name)| ProviderIdentity { cluster_id, cluster_name }))
+    let row: Option<(String, String)> =
+        sqlx::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = ?")
+            .bind(token_hash(token))
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(cluster_id, cluster_name)| ProviderIdentity {
+        cluster_id,
+        cluster_name,
+    }))
 }
 
 /// What a Connect cluster looks like right now (also stored with its time).
@@ -209,31 +306,70 @@ pub struct ConnectHealth {
     pub error: Option<String>,
 }
 
-pub async fn client_for(store: &crate::secrets::store::SecretStore, c: &ConnectCluster) -> Result<crate::connect::ConnectClient> {
+pub async fn client_for(
+    store: &crate::secrets::store::SecretStore,
+    c: &ConnectCluster,
+) -> Result<crate::connect::ConnectClient> {
     let auth = match (&c.basic_auth_user, &c.secret_ref) {
-        (Some(user), Some(r)) => store.get(r, "basic_auth_password").await?.map(|p| (user.clone(), p.expose().clone())),
+        (Some(user), Some(r)) => store
+            .get(r, "basic_auth_password")
+            .await?
+            .map(|p| (user.clone(), p.expose().clone())),
         _ => None,
     };
     Ok(crate::connect::ConnectClient::new(&c.url, auth))
 }
 
-pub async fn check_health(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, who: &Principal, id: &str) -> Result<ConnectHealth> {
+pub async fn check_health(
+    pool: &SqlitePool,
+    store: &crate::secrets::store::SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<ConnectHealth> {
     let c = get(pool, who, id).await?;
     let client = client_for(store, &c).await?;
     let health = match client.server_info().await {
-        Err(e) => ConnectHealth { reachable: false, version: None, kafka_cluster_id: None, workers: vec![], plugins: vec![], error: Some(e.to_string()) },
+        Err(e) => ConnectHealth {
+            reachable: false,
+            version: None,
+            kafka_cluster_id: None,
+            workers: vec![],
+            plugins: vec![],
+            error: Some(e.to_string()),
+        },
         Ok(info) => {
             let plugins = client.plugins().await.unwrap_or_default();
             let mut workers: Vec<String> = client
                 .list_expanded()
                 .await
-                .map(|m| m.values().filter_map(|e| e.status.as_ref()).flat_map(|s| std::iter::once(s.connector.worker_id.clone()).chain(s.tasks.iter().map(|t| t.worker_id.clone()))).filter(|w| !w.is_empty()).collect())
+                .map(|m| {
+                    m.values()
+                        .filter_map(|e| e.status.as_ref())
+                        .flat_map(|s| {
+                            std::iter::once(s.connector.worker_id.clone())
+                                .chain(s.tasks.iter().map(|t| t.worker_id.clone()))
+                        })
+                        .filter(|w| !w.is_empty())
+                        .collect()
+                })
                 .unwrap_or_default();
             workers.sort();
             workers.dedup();
-            ConnectHealth { reachable: true, version: Some(info.version), kafka_cluster_id: Some(info.kafka_cluster_id), workers, plugins, error: None }
+            ConnectHealth {
+                reachable: true,
+                version: Some(info.version),
+                kafka_cluster_id: Some(info.kafka_cluster_id),
+                workers,
+                plugins,
+                error: None,
+            }
         }
     };
-    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ?").bind(json!(health).to_string()).bind(crate::time::now()).bind(id).execute(pool).await?;
+    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ?")
+        .bind(json!(health).to_string())
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(pool)
+        .await?;
     Ok(health)
 }

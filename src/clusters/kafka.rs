@@ -46,14 +46,28 @@ const PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 fn check_bootstrap(s: &str) -> std::result::Result<String, String> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     if parts.is_empty() {
-        return Err("required: host:port pairs separated by commas, e.g. kafka-1:9092,kafka-2:9092".into());
+        return Err(
+            "required: host:port pairs separated by commas, e.g. kafka-1:9092,kafka-2:9092".into(),
+        );
     }
     for p in &parts {
-        let (host, port) = p.rsplit_once(':').ok_or_else(|| format!("{p}: write host:port"))?;
-        crate::connections::settings::check_host(host.trim_start_matches('[').trim_end_matches(']')).map_err(|_| format!("{p}: the host must be a hostname or IP address"))?;
-        port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| format!("{p}: the port must be 1–65535"))?;
+        let (host, port) = p
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{p}: write host:port"))?;
+        crate::connections::settings::check_host(
+            host.trim_start_matches('[').trim_end_matches(']'),
+        )
+        .map_err(|_| format!("{p}: the host must be a hostname or IP address"))?;
+        port.parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{p}: the port must be 1–65535"))?;
     }
     Ok(parts.join(","))
 }
@@ -64,43 +78,78 @@ fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Option
     if let Err(why) = crate::connections::validate_name(&name) {
         errors.insert("name".into(), why);
     }
-    let bootstrap = check_bootstrap(input.bootstrap_servers.as_deref().unwrap_or("")).unwrap_or_else(|why| {
-        errors.insert("bootstrap_servers".into(), why);
-        String::new()
-    });
-    let protocol = input.security_protocol.clone().unwrap_or_else(|| "PLAINTEXT".into()).to_ascii_uppercase();
+    let bootstrap = check_bootstrap(input.bootstrap_servers.as_deref().unwrap_or(""))
+        .unwrap_or_else(|why| {
+            errors.insert("bootstrap_servers".into(), why);
+            String::new()
+        });
+    let protocol = input
+        .security_protocol
+        .clone()
+        .unwrap_or_else(|| "PLAINTEXT".into())
+        .to_ascii_uppercase();
     if !PROTOCOLS.contains(&protocol.as_str()) {
-        errors.insert("security_protocol".into(), "choose PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL".into());
+        errors.insert(
+            "security_protocol".into(),
+            "choose PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL".into(),
+        );
     }
     let sasl = protocol.starts_with("SASL");
-    let mechanism = input.sasl_mechanism.clone().map(|m| m.to_ascii_uppercase()).filter(|m| !m.is_empty());
+    let mechanism = input
+        .sasl_mechanism
+        .clone()
+        .map(|m| m.to_ascii_uppercase())
+        .filter(|m| !m.is_empty());
     match (&mechanism, sasl) {
         (None, true) => {
-            errors.insert("sasl_mechanism".into(), "required with SASL: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into());
+            errors.insert(
+                "sasl_mechanism".into(),
+                "required with SASL: choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into(),
+            );
         }
         (Some(m), true) if !MECHANISMS.contains(&m.as_str()) => {
-            errors.insert("sasl_mechanism".into(), "choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into());
+            errors.insert(
+                "sasl_mechanism".into(),
+                "choose PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into(),
+            );
         }
         (Some(_), false) => {
-            errors.insert("sasl_mechanism".into(), "only SASL_PLAINTEXT and SASL_SSL use a SASL mechanism".into());
+            errors.insert(
+                "sasl_mechanism".into(),
+                "only SASL_PLAINTEXT and SASL_SSL use a SASL mechanism".into(),
+            );
         }
         _ => {}
     }
-    if sasl && input.sasl_username.as_deref().is_none_or(|u| u.trim().is_empty()) {
+    if sasl
+        && input
+            .sasl_username
+            .as_deref()
+            .is_none_or(|u| u.trim().is_empty())
+    {
         errors.insert("sasl_username".into(), "required with SASL".into());
     }
     if sasl && input.sasl_password.is_none() {
-        errors.insert("sasl_password".into(), "required with SASL; stored encrypted, never shown".into());
+        errors.insert(
+            "sasl_password".into(),
+            "required with SASL; stored encrypted, never shown".into(),
+        );
     }
     if !sasl && (input.sasl_username.is_some() || input.sasl_password.is_some()) {
-        errors.insert("sasl_username".into(), "only SASL_PLAINTEXT and SASL_SSL take SASL credentials".into());
+        errors.insert(
+            "sasl_username".into(),
+            "only SASL_PLAINTEXT and SASL_SSL take SASL credentials".into(),
+        );
     }
     if protocol == "SASL_PLAINTEXT" && mechanism.as_deref() == Some("PLAIN") {
         // Allowed (local fixtures use it), but the page warns.
     }
     if let Some(pem) = &input.tls_ca_certificate {
         if !pem.contains("-----BEGIN CERTIFICATE-----") {
-            errors.insert("tls_ca_certificate".into(), "paste a PEM certificate (it starts with -----BEGIN CERTIFICATE-----)".into());
+            errors.insert(
+                "tls_ca_certificate".into(),
+                "paste a PEM certificate (it starts with -----BEGIN CERTIFICATE-----)".into(),
+            );
         }
     }
     Error::check(errors)?;
@@ -109,7 +158,12 @@ fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Option
 
 const SELECT: &str = "SELECT id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, health, health_at, created_at, updated_at FROM kafka_clusters";
 
-pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &KafkaClusterInput) -> Result<KafkaCluster> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &KafkaClusterInput,
+) -> Result<KafkaCluster> {
     who.require(Role::Admin, "manage clusters")?;
     let (name, bootstrap, protocol, mechanism) = validate(input)?;
     let id = format!("kc_{}", uuid::Uuid::new_v4().simple());
@@ -132,7 +186,13 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, inp
         .await
         .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Kafka cluster named {name:?} already exists")) } else { e.into() })?;
     if let Some(pw) = &input.sasl_password {
-        store.put(&mut tx, &secret_ref, &[("sasl_password".to_string(), pw.clone())].into()).await?;
+        store
+            .put(
+                &mut tx,
+                &secret_ref,
+                &[("sasl_password".to_string(), pw.clone())].into(),
+            )
+            .await?;
     }
     tx.commit().await?;
     get(pool, who, &id).await
@@ -140,25 +200,56 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, inp
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<KafkaCluster>> {
     who.require(Role::Viewer, "see Kafka clusters")?;
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?)
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?)
 }
 
 pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<KafkaCluster> {
     who.require(Role::Viewer, "see Kafka clusters")?;
-    sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?.ok_or_else(|| Error::NotFound(format!("Kafka cluster {id}")))
+    sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("Kafka cluster {id}")))
 }
 
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let c = get(pool, who, id).await?;
-    let users: Vec<String> = sqlx::query_scalar("SELECT name FROM connect_clusters WHERE kafka_cluster_id = ?").bind(id).fetch_all(pool).await?;
+    let users: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM connect_clusters WHERE kafka_cluster_id = ?")
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
     if !users.is_empty() {
-        return Err(Error::Conflict(format!("Kafka cluster {} is used by Connect cluster(s) {}; change or delete those first", c.name, users.join(", "))));
+        return Err(Error::Conflict(format!(
+            "Kafka cluster {} is used by Connect cluster(s) {}; change or delete those first",
+            c.name,
+            users.join(", ")
+        )));
     }
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.delete", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": c.name}) }).await?;
-    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?").bind(&c.secret_ref).execute(&mut *tx).await?;
-    sqlx::query("DELETE FROM kafka_clusters WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "kafka_cluster.delete",
+            target_kind: "kafka_cluster",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": c.name}),
+        },
+    )
+    .await?;
+    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?")
+        .bind(&c.secret_ref)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM kafka_clusters WHERE id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -175,28 +266,55 @@ pub async fn access(store: &SecretStore, c: &KafkaCluster) -> Result<KafkaAccess
 }
 
 /// Checks the cluster now and stores the result with its time.
-pub async fn check_health(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<kafka::Health> {
+pub async fn check_health(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<kafka::Health> {
     let c = get(pool, who, id).await?;
     let h = kafka::health(&access(store, &c).await?).await;
-    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ?").bind(json!(h).to_string()).bind(crate::time::now()).bind(id).execute(pool).await?;
+    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ?")
+        .bind(json!(h).to_string())
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(pool)
+        .await?;
     Ok(h)
 }
 
-pub async fn topics(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Vec<TopicInfo>> {
+pub async fn topics(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<Vec<TopicInfo>> {
     let c = get(pool, who, id).await?;
-    kafka::topics(&access(store, &c).await?, None).await.map_err(|e| Error::Unavailable(format!("Kafka cluster {}: {e}", c.name)))
+    kafka::topics(&access(store, &c).await?, None)
+        .await
+        .map_err(|e| Error::Unavailable(format!("Kafka cluster {}: {e}", c.name)))
 }
 
-pub async fn topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, name: &str) -> Result<TopicInfo> {
+pub async fn topic(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    name: &str,
+) -> Result<TopicInfo> {
     let c = get(pool, who, id).await?;
-    let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string())).await.map_err(|e| {
-        if unknown_topic(&e) {
-            Error::NotFound(format!("topic {name}"))
-        } else {
-            Error::Unavailable(format!("Kafka cluster {}: {e}", c.name))
-        }
-    })?;
-    found.pop().ok_or_else(|| Error::NotFound(format!("topic {name}")))
+    let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string()))
+        .await
+        .map_err(|e| {
+            if unknown_topic(&e) {
+                Error::NotFound(format!("topic {name}"))
+            } else {
+                Error::Unavailable(format!("Kafka cluster {}: {e}", c.name))
+            }
+        })?;
+    found
+        .pop()
+        .ok_or_else(|| Error::NotFound(format!("topic {name}")))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -221,11 +339,20 @@ pub fn topic_spec(input: &NewTopicInput) -> Result<TopicSpec> {
     }
     let rf = input.replication_factor.unwrap_or(0);
     if !(1..=10).contains(&rf) {
-        errors.insert("replication_factor".into(), "required: 1 to 10, and at most the number of brokers".into());
+        errors.insert(
+            "replication_factor".into(),
+            "required: 1 to 10, and at most the number of brokers".into(),
+        );
     }
-    let policy = input.cleanup_policy.clone().unwrap_or_else(|| "delete".into());
+    let policy = input
+        .cleanup_policy
+        .clone()
+        .unwrap_or_else(|| "delete".into());
     if !["delete", "compact", "compact,delete"].contains(&policy.as_str()) {
-        errors.insert("cleanup_policy".into(), "choose delete, compact or compact,delete".into());
+        errors.insert(
+            "cleanup_policy".into(),
+            "choose delete, compact or compact,delete".into(),
+        );
     }
     let mut configs = BTreeMap::new();
     configs.insert("cleanup.policy".to_string(), policy);
@@ -234,38 +361,95 @@ pub fn topic_spec(input: &NewTopicInput) -> Result<TopicSpec> {
             configs.insert("retention.ms".to_string(), ms.to_string());
         }
         Some(_) => {
-            errors.insert("retention_ms".into(), "at least 60000 (one minute), or -1 to keep forever".into());
+            errors.insert(
+                "retention_ms".into(),
+                "at least 60000 (one minute), or -1 to keep forever".into(),
+            );
         }
         None => {}
     }
     Error::check(errors)?;
-    Ok(TopicSpec { name, partitions: partitions as i32, replication_factor: rf as i32, configs })
+    Ok(TopicSpec {
+        name,
+        partitions: partitions as i32,
+        replication_factor: rf as i32,
+        configs,
+    })
 }
 
-pub async fn create_topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, input: &NewTopicInput) -> Result<TopicInfo> {
+pub async fn create_topic(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    input: &NewTopicInput,
+) -> Result<TopicInfo> {
     who.require(Role::Operator, "create topics")?;
     let spec = topic_spec(input)?;
     let c = get(pool, who, id).await?;
     let access = access(store, &c).await?;
     let health = kafka::health(&access).await;
     if health.reachable && spec.replication_factor as usize > health.brokers.len() {
-        return Err(Error::field("replication_factor", format!("the cluster has {} broker(s); the replication factor cannot exceed that", health.brokers.len())));
+        return Err(Error::field(
+            "replication_factor",
+            format!(
+                "the cluster has {} broker(s); the replication factor cannot exceed that",
+                health.brokers.len()
+            ),
+        ));
     }
-    kafka::create_topic(&access, &spec).await.map_err(|e| if e.contains("TopicAlreadyExists") { Error::Conflict(format!("topic {} already exists", spec.name)) } else { Error::Unavailable(e) })?;
+    kafka::create_topic(&access, &spec).await.map_err(|e| {
+        if e.contains("TopicAlreadyExists") {
+            Error::Conflict(format!("topic {} already exists", spec.name))
+        } else {
+            Error::Unavailable(e)
+        }
+    })?;
     audit::record_alone(pool, Entry { actor: who.into(), action: "topic.create", target_kind: "topic", target_id: &spec.name, outcome: Outcome::Success, summary: json!({"cluster": c.name, "partitions": spec.partitions, "replication_factor": spec.replication_factor, "configs": spec.configs}) }).await?;
     topic(pool, store, who, id, &spec.name).await
 }
 
 /// Deletes a topic: an explicit, confirmed action (the caller repeats the name) that is audited.
-pub async fn delete_topic(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, name: &str, confirm: &str) -> Result<()> {
+pub async fn delete_topic(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    name: &str,
+    confirm: &str,
+) -> Result<()> {
     who.require(Role::Admin, "delete topics")?;
     if confirm != name {
-        return Err(Error::field("confirm", format!("type the topic name {name} to confirm: its records are deleted for good")));
+        return Err(Error::field(
+            "confirm",
+            format!("type the topic name {name} to confirm: its records are deleted for good"),
+        ));
     }
     let c = get(pool, who, id).await?;
     let result = kafka::delete_topic(&access(store, &c).await?, name).await;
-    audit::record_alone(pool, Entry { actor: who.into(), action: "topic.delete", target_kind: "topic", target_id: name, outcome: if result.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"cluster": c.name, "error": result.as_ref().err()}) }).await?;
-    result.map_err(|e| if unknown_topic(&e) { Error::NotFound(format!("topic {name}")) } else { Error::Unavailable(e) })
+    audit::record_alone(
+        pool,
+        Entry {
+            actor: who.into(),
+            action: "topic.delete",
+            target_kind: "topic",
+            target_id: name,
+            outcome: if result.is_ok() {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            },
+            summary: json!({"cluster": c.name, "error": result.as_ref().err()}),
+        },
+    )
+    .await?;
+    result.map_err(|e| {
+        if unknown_topic(&e) {
+            Error::NotFound(format!("topic {name}"))
+        } else {
+            Error::Unavailable(e)
+        }
+    })
 }
 
 /// librdkafka names it UnknownTopicOrPartition or RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART.
@@ -280,7 +464,10 @@ mod tests {
 
     #[test]
     fn bootstrap_servers_are_host_port_pairs() {
-        assert_eq!(check_bootstrap(" a:9092, b.example:19092 ").unwrap(), "a:9092,b.example:19092");
+        assert_eq!(
+            check_bootstrap(" a:9092, b.example:19092 ").unwrap(),
+            "a:9092,b.example:19092"
+        );
         assert!(check_bootstrap("").is_err());
         assert!(check_bootstrap("kafka").unwrap_err().contains("host:port"));
         assert!(check_bootstrap("kafka:0").unwrap_err().contains("1–65535"));
@@ -289,18 +476,50 @@ mod tests {
 
     #[test]
     fn sasl_needs_a_mechanism_user_and_password() {
-        let input = KafkaClusterInput { name: Some("k".into()), bootstrap_servers: Some("k:9092".into()), security_protocol: Some("SASL_SSL".into()), ..Default::default() };
-        let Err(Error::Invalid { fields, .. }) = validate(&input) else { panic!() };
-        assert!(fields.contains_key("sasl_mechanism") && fields.contains_key("sasl_username") && fields.contains_key("sasl_password"));
+        let input = KafkaClusterInput {
+            name: Some("k".into()),
+            bootstrap_servers: Some("k:9092".into()),
+            security_protocol: Some("SASL_SSL".into()),
+            ..Default::default()
+        };
+        let Err(Error::Invalid { fields, .. }) = validate(&input) else {
+            panic!()
+        };
+        assert!(
+            fields.contains_key("sasl_mechanism")
+                && fields.contains_key("sasl_username")
+                && fields.contains_key("sasl_password")
+        );
     }
 
     #[test]
     fn topic_specs_are_explicit_and_checked() {
-        let ok = topic_spec(&NewTopicInput { name: Some("cdc.public.orders".into()), partitions: Some(3), replication_factor: Some(1), retention_ms: Some(604_800_000), cleanup_policy: None }).unwrap();
+        let ok = topic_spec(&NewTopicInput {
+            name: Some("cdc.public.orders".into()),
+            partitions: Some(3),
+            replication_factor: Some(1),
+            retention_ms: Some(604_800_000),
+            cleanup_policy: None,
+        })
+        .unwrap();
         assert_eq!(ok.configs["cleanup.policy"], "delete");
         assert_eq!(ok.configs["retention.ms"], "604800000");
-        let Err(Error::Invalid { fields, .. }) = topic_spec(&NewTopicInput { name: Some("bad name".into()), partitions: Some(0), replication_factor: None, retention_ms: Some(5), cleanup_policy: Some("keep".into()) }) else { panic!() };
-        for f in ["name", "partitions", "replication_factor", "retention_ms", "cleanup_policy"] {
+        let Err(Error::Invalid { fields, .. }) = topic_spec(&NewTopicInput {
+            name: Some("bad name".into()),
+            partitions: Some(0),
+            replication_factor: None,
+            retention_ms: Some(5),
+            cleanup_policy: Some("keep".into()),
+        }) else {
+            panic!()
+        };
+        for f in [
+            "name",
+            "partitions",
+            "replication_factor",
+            "retention_ms",
+            "cleanup_policy",
+        ] {
             assert!(fields.contains_key(f), "{f}");
         }
     }

@@ -116,30 +116,50 @@ impl ConnectClient {
             .user_agent(agent)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        ConnectClient { base: base.trim_end_matches('/').to_string(), http, auth }
+        ConnectClient {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+            auth,
+        }
     }
 
     pub fn url(&self) -> &str {
         &self.base
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<(u16, String), ConnectError> {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, String), ConnectError> {
         let mut delay = Duration::from_millis(250);
         for attempt in 0..5 {
-            let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base));
             if let Some((u, p)) = &self.auth {
                 req = req.basic_auth(u, Some(p));
             }
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let res = req.send().await.map_err(|e| ConnectError::Unreachable { url: self.base.clone(), reason: short(&e) })?;
+            let res = req.send().await.map_err(|e| ConnectError::Unreachable {
+                url: self.base.clone(),
+                reason: short(&e),
+            })?;
             let status = res.status().as_u16();
             let text = res.text().await.unwrap_or_default();
-            let message = || serde_json::from_str::<Value>(&text).ok().and_then(|v| v["message"].as_str().map(String::from)).unwrap_or_else(|| text.chars().take(300).collect());
+            let message = || {
+                serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["message"].as_str().map(String::from))
+                    .unwrap_or_else(|| text.chars().take(300).collect())
+            };
             // 409 means a rebalance is in progress, except "already exists" on create; some
             // workers answer 500 "… because a rebalance is expected" for the same condition.
-            let rebalancing = (status == 409 && !message().contains("already exists")) || (status >= 500 && message().to_lowercase().contains("rebalance"));
+            let rebalancing = (status == 409 && !message().contains("already exists"))
+                || (status >= 500 && message().to_lowercase().contains("rebalance"));
             if rebalancing && attempt < 4 {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(4));
@@ -149,7 +169,10 @@ impl ConnectClient {
                 return Err(ConnectError::Rebalancing);
             }
             if status >= 400 {
-                return Err(ConnectError::Status { status, message: message() });
+                return Err(ConnectError::Status {
+                    status,
+                    message: message(),
+                });
             }
             return Ok((status, text));
         }
@@ -171,72 +194,155 @@ impl ConnectClient {
     }
 
     pub async fn task_configs(&self, name: &str) -> Result<Vec<TaskConfig>, ConnectError> {
-        self.get_json(&format!("/connectors/{}/tasks", enc(name))).await
+        self.get_json(&format!("/connectors/{}/tasks", enc(name)))
+            .await
     }
 
-    pub async fn connector_config(&self, name: &str) -> Result<BTreeMap<String, String>, ConnectError> {
-        self.get_json(&format!("/connectors/{}/config", enc(name))).await
+    pub async fn connector_config(
+        &self,
+        name: &str,
+    ) -> Result<BTreeMap<String, String>, ConnectError> {
+        self.get_json(&format!("/connectors/{}/config", enc(name)))
+            .await
     }
 
     pub async fn status(&self, name: &str) -> Result<ConnectorStatus, ConnectError> {
-        self.get_json(&format!("/connectors/{}/status", enc(name))).await
+        self.get_json(&format!("/connectors/{}/status", enc(name)))
+            .await
     }
 
     pub async fn plugins(&self) -> Result<Vec<PluginInfo>, ConnectError> {
-        self.get_json("/connector-plugins?connectorsOnly=true").await
+        self.get_json("/connector-plugins?connectorsOnly=true")
+            .await
     }
 
-    pub async fn put_config(&self, name: &str, config: &BTreeMap<String, String>) -> Result<(), ConnectError> {
-        self.send(reqwest::Method::PUT, &format!("/connectors/{}/config", enc(name)), Some(&serde_json::to_value(config).unwrap_or_default())).await.map(|_| ())
+    pub async fn put_config(
+        &self,
+        name: &str,
+        config: &BTreeMap<String, String>,
+    ) -> Result<(), ConnectError> {
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/connectors/{}/config", enc(name)),
+            Some(&serde_json::to_value(config).unwrap_or_default()),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// `POST /connectors` with `initial_state` (KIP-980); an existing connector's config is
     /// replaced instead.
-    pub async fn create(&self, name: &str, config: &BTreeMap<String, String>, initial_state: &str) -> Result<(), ConnectError> {
-        let body = serde_json::json!({"name": name, "config": config, "initial_state": initial_state});
-        match self.send(reqwest::Method::POST, "/connectors", Some(&body)).await {
+    pub async fn create(
+        &self,
+        name: &str,
+        config: &BTreeMap<String, String>,
+        initial_state: &str,
+    ) -> Result<(), ConnectError> {
+        let body =
+            serde_json::json!({"name": name, "config": config, "initial_state": initial_state});
+        match self
+            .send(reqwest::Method::POST, "/connectors", Some(&body))
+            .await
+        {
             Err(ConnectError::Status { status: 409, .. }) => self.put_config(name, config).await,
             other => other.map(|_| ()),
         }
     }
 
     pub async fn pause(&self, name: &str) -> Result<(), ConnectError> {
-        self.send(reqwest::Method::PUT, &format!("/connectors/{}/pause", enc(name)), None).await.map(|_| ())
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/connectors/{}/pause", enc(name)),
+            None,
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn resume(&self, name: &str) -> Result<(), ConnectError> {
-        self.send(reqwest::Method::PUT, &format!("/connectors/{}/resume", enc(name)), None).await.map(|_| ())
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/connectors/{}/resume", enc(name)),
+            None,
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn stop(&self, name: &str) -> Result<(), ConnectError> {
-        self.send(reqwest::Method::PUT, &format!("/connectors/{}/stop", enc(name)), None).await.map(|_| ())
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/connectors/{}/stop", enc(name)),
+            None,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Committed offsets: for sinks the consumer group's, for sources the connector's own.
     pub async fn offsets(&self, name: &str) -> Result<Value, ConnectError> {
-        self.get_json(&format!("/connectors/{}/offsets", enc(name))).await
+        self.get_json(&format!("/connectors/{}/offsets", enc(name)))
+            .await
     }
 
     pub async fn delete(&self, name: &str) -> Result<(), ConnectError> {
-        match self.send(reqwest::Method::DELETE, &format!("/connectors/{}", enc(name)), None).await {
+        match self
+            .send(
+                reqwest::Method::DELETE,
+                &format!("/connectors/{}", enc(name)),
+                None,
+            )
+            .await
+        {
             Err(e) if e.is_not_found() => Ok(()),
             other => other.map(|_| ()),
         }
     }
 
-    pub async fn restart(&self, name: &str, include_tasks: bool, only_failed: bool) -> Result<(), ConnectError> {
-        self.send(reqwest::Method::POST, &format!("/connectors/{}/restart?includeTasks={include_tasks}&onlyFailed={only_failed}", enc(name)), None).await.map(|_| ())
+    pub async fn restart(
+        &self,
+        name: &str,
+        include_tasks: bool,
+        only_failed: bool,
+    ) -> Result<(), ConnectError> {
+        self.send(
+            reqwest::Method::POST,
+            &format!(
+                "/connectors/{}/restart?includeTasks={include_tasks}&onlyFailed={only_failed}",
+                enc(name)
+            ),
+            None,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Validates a config with the plugin itself (`PUT /connector-plugins/{class}/config/validate`).
     /// Returns each key's errors; empty when valid. Config providers are resolved first.
-    pub async fn validate(&self, class: &str, config: &BTreeMap<String, String>) -> Result<BTreeMap<String, Vec<String>>, ConnectError> {
+    pub async fn validate(
+        &self,
+        class: &str,
+        config: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, Vec<String>>, ConnectError> {
         let short = class.rsplit('.').next().unwrap_or(class);
-        let (_, text) = self.send(reqwest::Method::PUT, &format!("/connector-plugins/{}/config/validate", enc(short)), Some(&serde_json::to_value(config).unwrap_or_default())).await?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
+        let (_, text) = self
+            .send(
+                reqwest::Method::PUT,
+                &format!("/connector-plugins/{}/config/validate", enc(short)),
+                Some(&serde_json::to_value(config).unwrap_or_default()),
+            )
+            .await?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
         let mut errors = BTreeMap::new();
         for c in v["configs"].as_array().cloned().unwrap_or_default() {
-            let errs: Vec<String> = c["value"]["errors"].as_array().cloned().unwrap_or_default().into_iter().filter_map(|e| e.as_str().map(String::from)).collect();
+            let errs: Vec<String> = c["value"]["errors"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|e| e.as_str().map(String::from))
+                .collect();
             if !errs.is_empty() {
                 errors.insert(c["value"]["name"].as_str().unwrap_or("?").to_string(), errs);
             }
@@ -246,12 +352,22 @@ impl ConnectClient {
 
     /// `true` when the deprecated `tasks-config` endpoint answers for this connector.
     pub async fn has_tasks_config_endpoint(&self, name: &str) -> bool {
-        matches!(self.send(reqwest::Method::GET, &format!("/connectors/{}/tasks-config", enc(name)), None).await, Ok((200, _)))
+        matches!(
+            self.send(
+                reqwest::Method::GET,
+                &format!("/connectors/{}/tasks-config", enc(name)),
+                None
+            )
+            .await,
+            Ok((200, _))
+        )
     }
 }
 
 fn enc(name: &str) -> String {
-    url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>().replace('+', "%20")
+    url::form_urlencoded::byte_serialize(name.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
 }
 
 fn short(e: &reqwest::Error) -> String {
@@ -267,7 +383,11 @@ fn short(e: &reqwest::Error) -> String {
 /// Kafka versions before 4.0 still serve `GET /connectors/{name}/tasks-config` (deprecated by
 /// KIP-970, removed in 4.0), which returns task configurations as the connector produced them.
 pub fn version_serves_tasks_config(version: &str) -> bool {
-    let major: u32 = version.split('.').next().and_then(|m| m.trim().parse().ok()).unwrap_or(0);
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0);
     major < 4
 }
 
@@ -303,18 +423,30 @@ mod client_tests {
         flaky_with(busy, 409, message).await
     }
 
-    async fn flaky_with(busy: usize, code: u16, message: &'static str) -> (String, Arc<AtomicUsize>) {
+    async fn flaky_with(
+        busy: usize,
+        code: u16,
+        message: &'static str,
+    ) -> (String, Arc<AtomicUsize>) {
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
-        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0")
+            .into_acceptor()
+            .await
+            .unwrap();
         let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
         let ep = poem::endpoint::make(move |_req: poem::Request| {
             let n = h.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n < busy {
-                    poem::Response::builder().status(poem::http::StatusCode::from_u16(code).unwrap()).body(format!("{{\"error_code\":{code},\"message\":\"{message}\"}}"))
+                    poem::Response::builder()
+                        .status(poem::http::StatusCode::from_u16(code).unwrap())
+                        .body(format!(
+                            "{{\"error_code\":{code},\"message\":\"{message}\"}}"
+                        ))
                 } else {
-                    poem::Response::builder().body("{\"version\":\"4.3.1\",\"commit\":\"c\",\"kafka_cluster_id\":\"k\"}")
+                    poem::Response::builder()
+                        .body("{\"version\":\"4.3.1\",\"commit\":\"c\",\"kafka_cluster_id\":\"k\"}")
                 }
             }
         });
@@ -333,14 +465,22 @@ mod client_tests {
     #[tokio::test]
     async fn a_rebalance_that_does_not_clear_is_reported_as_such() {
         let (url, hits) = flaky(100, "rebalance in progress").await;
-        let err = ConnectClient::new(&url, None).server_info().await.unwrap_err();
+        let err = ConnectClient::new(&url, None)
+            .server_info()
+            .await
+            .unwrap_err();
         assert!(matches!(err, ConnectError::Rebalancing), "{err}");
         assert_eq!(hits.load(Ordering::SeqCst), 5);
     }
 
     #[tokio::test]
     async fn a_500_that_says_a_rebalance_is_expected_is_retried_too() {
-        let (url, hits) = flaky_with(1, 500, "Request cannot be completed because a rebalance is expected").await;
+        let (url, hits) = flaky_with(
+            1,
+            500,
+            "Request cannot be completed because a rebalance is expected",
+        )
+        .await;
         assert!(ConnectClient::new(&url, None).server_info().await.is_ok());
         assert_eq!(hits.load(Ordering::SeqCst), 2);
     }
@@ -348,14 +488,24 @@ mod client_tests {
     #[tokio::test]
     async fn already_exists_is_not_mistaken_for_a_rebalance() {
         let (url, hits) = flaky(1, "Connector x already exists").await;
-        let err = ConnectClient::new(&url, None).server_info().await.unwrap_err();
+        let err = ConnectClient::new(&url, None)
+            .server_info()
+            .await
+            .unwrap_err();
         assert!(matches!(err, ConnectError::Status { status: 409, .. }));
         assert_eq!(hits.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
     async fn an_unreachable_connect_is_named_with_its_url() {
-        let err = ConnectClient::new("http://127.0.0.1:9", None).server_info().await.unwrap_err();
-        assert!(err.to_string().contains("Kafka Connect at http://127.0.0.1:9 is unreachable"), "{err}");
+        let err = ConnectClient::new("http://127.0.0.1:9", None)
+            .server_info()
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Kafka Connect at http://127.0.0.1:9 is unreachable"),
+            "{err}"
+        );
     }
 }

@@ -36,7 +36,13 @@ pub enum Provider {
 }
 
 impl Provider {
-    pub const ALL: [Provider; 5] = [Provider::Postgresql, Provider::Mysql, Provider::Mariadb, Provider::AwsS3, Provider::Minio];
+    pub const ALL: [Provider; 5] = [
+        Provider::Postgresql,
+        Provider::Mysql,
+        Provider::Mariadb,
+        Provider::AwsS3,
+        Provider::Minio,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -59,7 +65,9 @@ impl Provider {
     }
 
     pub fn parse(s: &str) -> Option<Provider> {
-        Provider::ALL.into_iter().find(|p| p.as_str() == s.trim().to_ascii_uppercase())
+        Provider::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s.trim().to_ascii_uppercase())
     }
 
     pub fn is_object_storage(self) -> bool {
@@ -104,13 +112,28 @@ pub struct Check {
 
 impl Check {
     pub fn pass(name: &str, message: impl Into<String>) -> Self {
-        Check { name: name.into(), status: CheckStatus::Pass, message: message.into(), hint: None }
+        Check {
+            name: name.into(),
+            status: CheckStatus::Pass,
+            message: message.into(),
+            hint: None,
+        }
     }
     pub fn warn(name: &str, message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Check { name: name.into(), status: CheckStatus::Warn, message: message.into(), hint: Some(hint.into()) }
+        Check {
+            name: name.into(),
+            status: CheckStatus::Warn,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
     }
     pub fn fail(name: &str, message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Check { name: name.into(), status: CheckStatus::Fail, message: message.into(), hint: Some(hint.into()) }
+        Check {
+            name: name.into(),
+            status: CheckStatus::Fail,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
     }
 }
 
@@ -145,8 +168,17 @@ pub struct Discovery {
 /// What a provider adapter does. Connector config builders join this trait with pipelines
 /// and deliveries.
 pub trait Adapter: Send + Sync {
-    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>>;
-    fn discover<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>, limit: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>>;
+    fn test<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+    ) -> BoxFuture<'a, Vec<Check>>;
+    fn discover<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TableInfo>>>;
 }
 
 pub fn adapter(provider: Provider) -> &'static dyn Adapter {
@@ -208,12 +240,35 @@ pub struct ConnectionInput {
     pub secrets: Option<Map<String, Value>>,
 }
 
-type Row = (String, String, String, String, String, String, i64, String, String, Option<String>);
+type Row = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    Option<String>,
+);
 
 fn from_row(r: Row) -> Result<Connection> {
-    let (id, name, provider, caps, settings, secret_ref, generation, created_at, updated_at, last_test) = r;
+    let (
+        id,
+        name,
+        provider,
+        caps,
+        settings,
+        secret_ref,
+        generation,
+        created_at,
+        updated_at,
+        last_test,
+    ) = r;
     Ok(Connection {
-        provider: Provider::parse(&provider).ok_or_else(|| Error::Unexpected(anyhow::anyhow!("bad provider {provider}")))?,
+        provider: Provider::parse(&provider)
+            .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("bad provider {provider}")))?,
         capabilities: serde_json::from_str(&caps).map_err(|e| Error::Unexpected(e.into()))?,
         settings: serde_json::from_str(&settings).map_err(|e| Error::Unexpected(e.into()))?,
         last_test: last_test.and_then(|t| serde_json::from_str(&t).ok()),
@@ -229,7 +284,13 @@ fn from_row(r: Row) -> Result<Connection> {
 const SELECT: &str = "SELECT id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at, last_test FROM connections";
 
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {
-    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || " ._-".contains(c)) && !name.starts_with(' ') && !name.ends_with(' ');
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " ._-".contains(c))
+        && !name.starts_with(' ')
+        && !name.ends_with(' ');
     if ok {
         Ok(())
     } else {
@@ -244,7 +305,11 @@ struct Validated {
     settings: Settings,
 }
 
-fn validate(input: &ConnectionInput, provider: Option<Provider>, errors: &mut FieldErrors) -> Option<Validated> {
+fn validate(
+    input: &ConnectionInput,
+    provider: Option<Provider>,
+    errors: &mut FieldErrors,
+) -> Option<Validated> {
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = validate_name(&name) {
         errors.insert("name".into(), why);
@@ -252,25 +317,38 @@ fn validate(input: &ConnectionInput, provider: Option<Provider>, errors: &mut Fi
     let provider = provider.or_else(|| {
         let p = input.provider.as_deref().and_then(Provider::parse);
         if p.is_none() {
-            errors.insert("provider".into(), "choose POSTGRESQL, MYSQL, MARIADB, AWS_S3 or MINIO".into());
+            errors.insert(
+                "provider".into(),
+                "choose POSTGRESQL, MYSQL, MARIADB, AWS_S3 or MINIO".into(),
+            );
         }
         p
     })?;
     let mut capabilities: Vec<Capability> = Vec::new();
     match &input.capabilities {
-        None => capabilities.push(if provider.is_object_storage() { Capability::Destination } else { Capability::Source }),
+        None => capabilities.push(if provider.is_object_storage() {
+            Capability::Destination
+        } else {
+            Capability::Source
+        }),
         Some(list) => {
             for c in list {
                 match Capability::parse(c) {
                     Some(c) if !capabilities.contains(&c) => capabilities.push(c),
                     Some(_) => {}
                     None => {
-                        errors.insert("capabilities".into(), format!("{c:?} is not a capability; use SOURCE and/or DESTINATION"));
+                        errors.insert(
+                            "capabilities".into(),
+                            format!("{c:?} is not a capability; use SOURCE and/or DESTINATION"),
+                        );
                     }
                 }
             }
             if list.is_empty() {
-                errors.insert("capabilities".into(), "choose SOURCE, DESTINATION or both".into());
+                errors.insert(
+                    "capabilities".into(),
+                    "choose SOURCE, DESTINATION or both".into(),
+                );
             }
         }
     }
@@ -285,13 +363,22 @@ fn validate(input: &ConnectionInput, provider: Option<Provider>, errors: &mut Fi
     } else {
         Settings::Database(parse_database(provider, &capabilities, &name, raw, errors))
     };
-    Some(Validated { name, provider, capabilities, settings })
+    Some(Validated {
+        name,
+        provider,
+        capabilities,
+        settings,
+    })
 }
 
 async fn view(store: &SecretStore, c: Connection) -> Result<ConnectionView> {
     let secret_fields_set = store.fields_set(&c.secret_ref).await?;
     let warnings = settings::warnings(c.provider, &c.settings);
-    Ok(ConnectionView { connection: c, secret_fields_set, warnings })
+    Ok(ConnectionView {
+        connection: c,
+        secret_fields_set,
+        warnings,
+    })
 }
 
 /// The audit summary: settings are not secret; secret fields only by name.
@@ -300,15 +387,23 @@ fn summary(c: &Connection, secret_fields: &[String]) -> Value {
 }
 
 async fn name_taken(pool: &SqlitePool, name: &str, except_id: &str) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE name = ? AND id <> ?").bind(name).bind(except_id).fetch_one(pool).await?;
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE name = ? AND id <> ?")
+        .bind(name)
+        .bind(except_id)
+        .fetch_one(pool)
+        .await?;
     Ok(n > 0)
 }
 
 /// MySQL/MariaDB server ids must be unique across the replication topology; across our own
 /// connections is what we can check.
 async fn server_id_taken(pool: &SqlitePool, settings: &Settings, except_id: &str) -> Result<bool> {
-    let Settings::Database(d) = settings else { return Ok(false) };
-    let Some(id) = d.server_id else { return Ok(false) };
+    let Settings::Database(d) = settings else {
+        return Ok(false);
+    };
+    let Some(id) = d.server_id else {
+        return Ok(false);
+    };
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE json_extract(settings, '$.server_id') = ? AND id <> ?")
         .bind(i64::from(id))
         .bind(except_id)
@@ -317,21 +412,39 @@ async fn server_id_taken(pool: &SqlitePool, settings: &Settings, except_id: &str
     Ok(n > 0)
 }
 
-pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &ConnectionInput) -> Result<ConnectionView> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &ConnectionInput,
+) -> Result<ConnectionView> {
     who.require(Role::Admin, "manage connections")?;
     let mut errors = FieldErrors::new();
     let validated = validate(input, None, &mut errors);
     let secrets = match &validated {
-        Some(v) => parse_secrets(v.provider, input.secrets.as_ref().unwrap_or(&Map::new()), true, &mut errors),
+        Some(v) => parse_secrets(
+            v.provider,
+            input.secrets.as_ref().unwrap_or(&Map::new()),
+            true,
+            &mut errors,
+        ),
         None => BTreeMap::new(),
     };
     Error::check(errors)?;
-    let Some(v) = validated else { return Err(Error::field("provider", "required")) };
+    let Some(v) = validated else {
+        return Err(Error::field("provider", "required"));
+    };
     if name_taken(pool, &v.name, "").await? {
-        return Err(Error::Conflict(format!("a connection named {:?} already exists; choose another name", v.name)));
+        return Err(Error::Conflict(format!(
+            "a connection named {:?} already exists; choose another name",
+            v.name
+        )));
     }
     if server_id_taken(pool, &v.settings, "").await? {
-        return Err(Error::field("settings.server_id", "another connection uses this server id; choose a unique one"));
+        return Err(Error::field(
+            "settings.server_id",
+            "another connection uses this server id; choose a unique one",
+        ));
     }
     let now = crate::time::now();
     let conn = Connection {
@@ -348,7 +461,18 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, inp
     };
     let mut tx = pool.begin().await?;
     let fields: Vec<String> = secrets.keys().cloned().collect();
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.create", target_kind: "connection", target_id: &conn.id, outcome: Outcome::Success, summary: summary(&conn, &fields) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connection.create",
+            target_kind: "connection",
+            target_id: &conn.id,
+            outcome: Outcome::Success,
+            summary: summary(&conn, &fields),
+        },
+    )
+    .await?;
     sqlx::query("INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)")
         .bind(&conn.id)
         .bind(&conn.name)
@@ -366,9 +490,15 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, inp
     view(store, conn).await
 }
 
-pub async fn list(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Result<Vec<ConnectionView>> {
+pub async fn list(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+) -> Result<Vec<ConnectionView>> {
     who.require(Role::Viewer, "see connections")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?;
     let mut out = Vec::new();
     for r in rows {
         out.push(view(store, from_row(r)?).await?);
@@ -377,23 +507,44 @@ pub async fn list(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Re
 }
 
 pub async fn load(pool: &SqlitePool, id: &str) -> Result<Connection> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?")).bind(id).fetch_optional(pool).await?;
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
     from_row(row.ok_or_else(|| Error::NotFound(format!("connection {id}")))?)
 }
 
-pub async fn get(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<ConnectionView> {
+pub async fn get(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<ConnectionView> {
     who.require(Role::Viewer, "see connections")?;
     view(store, load(pool, id).await?).await
 }
 
 /// Changes name, capabilities and settings (merged key by key; `null` removes a key), and
 /// optionally replaces some secret fields. The provider cannot change and `secret_ref` never does.
-pub async fn update(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, patch: &ConnectionInput) -> Result<ConnectionView> {
+pub async fn update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    patch: &ConnectionInput,
+) -> Result<ConnectionView> {
     who.require(Role::Admin, "manage connections")?;
     let current = load(pool, id).await?;
     let mut errors = FieldErrors::new();
-    if patch.provider.as_deref().is_some_and(|p| Provider::parse(p) != Some(current.provider)) {
-        errors.insert("provider".into(), "the provider of a connection cannot change; create a new connection".into());
+    if patch
+        .provider
+        .as_deref()
+        .is_some_and(|p| Provider::parse(p) != Some(current.provider))
+    {
+        errors.insert(
+            "provider".into(),
+            "the provider of a connection cannot change; create a new connection".into(),
+        );
     }
     let mut merged = match serde_json::to_value(&current.settings) {
         Ok(Value::Object(m)) => m,
@@ -409,26 +560,65 @@ pub async fn update(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
     let input = ConnectionInput {
         name: Some(patch.name.clone().unwrap_or_else(|| current.name.clone())),
         provider: None,
-        capabilities: Some(patch.capabilities.clone().unwrap_or_else(|| current.capabilities.iter().map(|c| json!(c).as_str().unwrap_or_default().to_string()).collect())),
+        capabilities: Some(patch.capabilities.clone().unwrap_or_else(|| {
+            current
+                .capabilities
+                .iter()
+                .map(|c| json!(c).as_str().unwrap_or_default().to_string())
+                .collect()
+        })),
         settings: Some(merged),
         secrets: None,
     };
     let validated = validate(&input, Some(current.provider), &mut errors);
-    let secrets = parse_secrets(current.provider, patch.secrets.as_ref().unwrap_or(&Map::new()), false, &mut errors);
+    let secrets = parse_secrets(
+        current.provider,
+        patch.secrets.as_ref().unwrap_or(&Map::new()),
+        false,
+        &mut errors,
+    );
     Error::check(errors)?;
-    let Some(v) = validated else { return Err(Error::Unexpected(anyhow::anyhow!("validation lost the provider"))) };
+    let Some(v) = validated else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "validation lost the provider"
+        )));
+    };
     if name_taken(pool, &v.name, id).await? {
-        return Err(Error::Conflict(format!("a connection named {:?} already exists; choose another name", v.name)));
+        return Err(Error::Conflict(format!(
+            "a connection named {:?} already exists; choose another name",
+            v.name
+        )));
     }
     if server_id_taken(pool, &v.settings, id).await? {
-        return Err(Error::field("settings.server_id", "another connection uses this server id; choose a unique one"));
+        return Err(Error::field(
+            "settings.server_id",
+            "another connection uses this server id; choose a unique one",
+        ));
     }
-    let updated = Connection { name: v.name, capabilities: v.capabilities, settings: v.settings, generation: current.generation + 1, updated_at: crate::time::now(), ..current };
+    let updated = Connection {
+        name: v.name,
+        capabilities: v.capabilities,
+        settings: v.settings,
+        generation: current.generation + 1,
+        updated_at: crate::time::now(),
+        ..current
+    };
     let mut tx = pool.begin().await?;
     let replaced: Vec<String> = secrets.keys().cloned().collect();
     let mut sum = summary(&updated, &replaced);
     sum["secret_fields_replaced"] = json!(replaced);
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.update", target_kind: "connection", target_id: &updated.id, outcome: Outcome::Success, summary: sum }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connection.update",
+            target_kind: "connection",
+            target_id: &updated.id,
+            outcome: Outcome::Success,
+            summary: sum,
+        },
+    )
+    .await?;
     sqlx::query("UPDATE connections SET name = ?, capabilities = ?, settings = ?, generation = ?, updated_at = ? WHERE id = ?")
         .bind(&updated.name)
         .bind(json!(updated.capabilities).to_string())
@@ -446,7 +636,13 @@ pub async fn update(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
 /// Replaces the credentials: every required secret field must be given; optional ones not
 /// given are removed. `secret_ref` stays, so deployed connector configs keep resolving after
 /// their tasks restart.
-pub async fn rotate(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str, secrets: &Map<String, Value>) -> Result<ConnectionView> {
+pub async fn rotate(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    secrets: &Map<String, Value>,
+) -> Result<ConnectionView> {
     who.require(Role::Admin, "rotate credentials")?;
     let current = load(pool, id).await?;
     let mut errors = FieldErrors::new();
@@ -465,14 +661,23 @@ pub async fn rotate(pool: &SqlitePool, store: &SecretStore, who: &Principal, id:
         }
     }
     store.put(&mut tx, &current.secret_ref, &values).await?;
-    sqlx::query("UPDATE connections SET generation = generation + 1, updated_at = ? WHERE id = ?").bind(crate::time::now()).bind(id).execute(&mut *tx).await?;
+    sqlx::query("UPDATE connections SET generation = generation + 1, updated_at = ? WHERE id = ?")
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     view(store, load(pool, id).await?).await
 }
 
 /// What uses a connection; deleting it is refused while this is not empty.
 pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
-    let mut users: Vec<String> = sqlx::query_scalar("SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?;
+    let mut users: Vec<String> = sqlx::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
     users.extend(sqlx::query_scalar::<_, String>("SELECT 'delivery ' || name FROM deliveries WHERE destination_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?);
     Ok(users)
 }
@@ -482,12 +687,33 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
     let current = load(pool, id).await?;
     let users = used_by(pool, id).await?;
     if !users.is_empty() {
-        return Err(Error::Conflict(format!("connection {} is used by {}; delete or change those first", current.name, users.join(", "))));
+        return Err(Error::Conflict(format!(
+            "connection {} is used by {}; delete or change those first",
+            current.name,
+            users.join(", ")
+        )));
     }
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connection.delete", target_kind: "connection", target_id: id, outcome: Outcome::Success, summary: json!({"name": current.name, "provider": current.provider}) }).await?;
-    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?").bind(&current.secret_ref).execute(&mut *tx).await?;
-    sqlx::query("DELETE FROM connections WHERE id = ?").bind(id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connection.delete",
+            target_kind: "connection",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": current.name, "provider": current.provider}),
+        },
+    )
+    .await?;
+    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?")
+        .bind(&current.secret_ref)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM connections WHERE id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -497,7 +723,12 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Runs the provider's checks off the request's task, under a deadline; stores and audits
 /// the (sanitized) report.
-pub async fn test(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<TestReport> {
+pub async fn test(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<TestReport> {
     who.require(Role::Operator, "test connections")?;
     let conn = load(pool, id).await?;
     let secrets = store.get_all(&conn.secret_ref).await?;
@@ -529,33 +760,57 @@ pub async fn test(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &
         },
     )
     .await?;
-    sqlx::query("UPDATE connections SET last_test_at = ?, last_test_ok = ?, last_test = ? WHERE id = ?")
-        .bind(&report.tested_at)
-        .bind(report.ok)
-        .bind(json!(report).to_string())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE connections SET last_test_at = ?, last_test_ok = ?, last_test = ? WHERE id = ?",
+    )
+    .bind(&report.tested_at)
+    .bind(report.ok)
+    .bind(json!(report).to_string())
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(report)
 }
 
 pub const DISCOVERY_LIMIT: usize = 2000;
 
-pub async fn discover(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Discovery> {
+pub async fn discover(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<Discovery> {
     who.require(Role::Operator, "discover tables")?;
     let conn = load(pool, id).await?;
     if !conn.is_source() {
-        return Err(Error::Conflict(format!("connection {} is not a SOURCE; table discovery is for capture sources", conn.name)));
+        return Err(Error::Conflict(format!(
+            "connection {} is not a SOURCE; table discovery is for capture sources",
+            conn.name
+        )));
     }
     let secrets = store.get_all(&conn.secret_ref).await?;
-    let mut items = match tokio::time::timeout(Duration::from_secs(30), adapter(conn.provider).discover(&conn, &secrets, DISCOVERY_LIMIT + 1)).await {
+    let mut items = match tokio::time::timeout(
+        Duration::from_secs(30),
+        adapter(conn.provider).discover(&conn, &secrets, DISCOVERY_LIMIT + 1),
+    )
+    .await
+    {
         Ok(r) => r?,
-        Err(_) => return Err(Error::Unavailable("table discovery took longer than 30 s; try again or check the database's load".into())),
+        Err(_) => {
+            return Err(Error::Unavailable(
+                "table discovery took longer than 30 s; try again or check the database's load"
+                    .into(),
+            ))
+        }
     };
     let truncated = items.len() > DISCOVERY_LIMIT;
     items.truncate(DISCOVERY_LIMIT);
-    Ok(Discovery { items, limit: DISCOVERY_LIMIT, truncated })
+    Ok(Discovery {
+        items,
+        limit: DISCOVERY_LIMIT,
+        truncated,
+    })
 }
 
 /// Makes a provider's error text safe to show and store: secret values and URL credentials
@@ -574,7 +829,9 @@ pub fn sanitize(message: &str, secrets: &BTreeMap<String, Secret<String>>) -> St
     while let Some(pos) = rest.find("://") {
         let (head, tail) = rest.split_at(pos + 3);
         cleaned.push_str(head);
-        let end = tail.find(|c: char| c.is_whitespace() || c == '/' || c == '"').unwrap_or(tail.len());
+        let end = tail
+            .find(|c: char| c.is_whitespace() || c == '/' || c == '"')
+            .unwrap_or(tail.len());
         let authority = &tail[..end];
         if let Some(at) = authority.rfind('@') {
             cleaned.push_str("***");
@@ -609,7 +866,12 @@ mod tests {
     #[test]
     fn object_storage_is_destination_only() {
         let mut e = FieldErrors::new();
-        let input = ConnectionInput { name: Some("s3".into()), provider: Some("MINIO".into()), capabilities: Some(vec!["SOURCE".into()]), ..Default::default() };
+        let input = ConnectionInput {
+            name: Some("s3".into()),
+            provider: Some("MINIO".into()),
+            capabilities: Some(vec!["SOURCE".into()]),
+            ..Default::default()
+        };
         validate(&input, None, &mut e);
         assert!(e["capabilities"].contains("destination-only"), "{e:?}");
     }
@@ -617,10 +879,31 @@ mod tests {
     #[test]
     fn capabilities_default_by_kind_and_refuse_unknown_words() {
         let mut e = FieldErrors::new();
-        let v = validate(&ConnectionInput { name: Some("pg".into()), provider: Some("POSTGRESQL".into()), settings: Some(serde_json::from_str(r#"{"host":"h","database":"d","user":"u"}"#).unwrap()), ..Default::default() }, None, &mut e).unwrap();
+        let v = validate(
+            &ConnectionInput {
+                name: Some("pg".into()),
+                provider: Some("POSTGRESQL".into()),
+                settings: Some(
+                    serde_json::from_str(r#"{"host":"h","database":"d","user":"u"}"#).unwrap(),
+                ),
+                ..Default::default()
+            },
+            None,
+            &mut e,
+        )
+        .unwrap();
         assert_eq!(v.capabilities, vec![Capability::Source]);
         let mut e = FieldErrors::new();
-        validate(&ConnectionInput { name: Some("pg".into()), provider: Some("POSTGRESQL".into()), capabilities: Some(vec!["SINK".into()]), ..Default::default() }, None, &mut e);
+        validate(
+            &ConnectionInput {
+                name: Some("pg".into()),
+                provider: Some("POSTGRESQL".into()),
+                capabilities: Some(vec!["SINK".into()]),
+                ..Default::default()
+            },
+            None,
+            &mut e,
+        );
         assert!(e["capabilities"].contains("SOURCE and/or DESTINATION"));
     }
 }

@@ -37,14 +37,24 @@ pub fn connect_options(conn: &Connection, password: &str) -> Option<MySqlConnect
     Some(o)
 }
 
-async fn open(conn: &Connection, secrets: &BTreeMap<String, Secret<String>>) -> std::result::Result<MySqlConnection, String> {
-    let password = secrets.get("password").map(|s| s.expose().clone()).unwrap_or_default();
+async fn open(
+    conn: &Connection,
+    secrets: &BTreeMap<String, Secret<String>>,
+) -> std::result::Result<MySqlConnection, String> {
+    let password = secrets
+        .get("password")
+        .map(|s| s.expose().clone())
+        .unwrap_or_default();
     let options = connect_options(conn, &password).ok_or("not a database connection")?;
     match tokio::time::timeout(CONNECT_TIMEOUT, MySqlConnection::connect_with(&options)).await {
         Ok(Ok(mut c)) => {
             // Bound every later query: MySQL's max_execution_time (ms), MariaDB's max_statement_time (s).
-            let _ = sqlx::query("SET SESSION max_statement_time = 10").execute(&mut c).await;
-            let _ = sqlx::query("SET SESSION max_execution_time = 10000").execute(&mut c).await;
+            let _ = sqlx::query("SET SESSION max_statement_time = 10")
+                .execute(&mut c)
+                .await;
+            let _ = sqlx::query("SET SESSION max_execution_time = 10000")
+                .execute(&mut c)
+                .await;
             Ok(c)
         }
         Ok(Err(e)) => Err(sanitize(&e.to_string(), secrets)),
@@ -68,18 +78,34 @@ fn connect_hint(message: &str) -> String {
 }
 
 async fn variable(c: &mut MySqlConnection, name: &str) -> Option<String> {
-    let row = sqlx::query(&format!("SHOW GLOBAL VARIABLES LIKE '{name}'")).fetch_optional(&mut *c).await.ok().flatten()?;
+    let row = sqlx::query(&format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
+        .fetch_optional(&mut *c)
+        .await
+        .ok()
+        .flatten()?;
     row.try_get::<String, _>(1).ok()
 }
 
 impl Adapter for MySql {
-    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>> {
+    fn test<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+    ) -> BoxFuture<'a, Vec<Check>> {
         Box::pin(async move {
-            let Some(d) = conn.database() else { return vec![] };
+            let Some(d) = conn.database() else {
+                return vec![];
+            };
             let mut checks = Vec::new();
             let mut c = match open(conn, secrets).await {
                 Ok(c) => {
-                    checks.push(Check::pass("reachable", format!("connected to {}:{}/{} as {}", d.host, d.port, d.database, d.user)));
+                    checks.push(Check::pass(
+                        "reachable",
+                        format!(
+                            "connected to {}:{}/{} as {}",
+                            d.host, d.port, d.database, d.user
+                        ),
+                    ));
                     c
                 }
                 Err(e) => {
@@ -88,13 +114,24 @@ impl Adapter for MySql {
                     return checks;
                 }
             };
-            let version: String = sqlx::query_scalar("SELECT VERSION()").fetch_one(&mut c).await.unwrap_or_default();
+            let version: String = sqlx::query_scalar("SELECT VERSION()")
+                .fetch_one(&mut c)
+                .await
+                .unwrap_or_default();
             let is_mariadb = version.to_lowercase().contains("mariadb");
             let mut v = Check::pass("version", version.clone());
             if conn.provider == Provider::Mysql && is_mariadb {
-                v = Check::warn("version", format!("{version} is MariaDB"), "choose provider MARIADB so the pipeline uses Debezium's MariaDB connector");
+                v = Check::warn(
+                    "version",
+                    format!("{version} is MariaDB"),
+                    "choose provider MARIADB so the pipeline uses Debezium's MariaDB connector",
+                );
             } else if conn.provider == Provider::Mariadb && !is_mariadb {
-                v = Check::warn("version", format!("{version} is not MariaDB"), "choose provider MYSQL so the pipeline uses Debezium's MySQL connector");
+                v = Check::warn(
+                    "version",
+                    format!("{version} is not MariaDB"),
+                    "choose provider MYSQL so the pipeline uses Debezium's MySQL connector",
+                );
             }
             checks.push(v);
             if conn.is_source() {
@@ -108,9 +145,16 @@ impl Adapter for MySql {
         })
     }
 
-    fn discover<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>, limit: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
+    fn discover<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
         Box::pin(async move {
-            let mut c = open(conn, secrets).await.map_err(|e| Error::Unavailable(format!("cannot connect: {e}")))?;
+            let mut c = open(conn, secrets)
+                .await
+                .map_err(|e| Error::Unavailable(format!("cannot connect: {e}")))?;
             let rows = sqlx::query(
                 "SELECT CAST(t.table_schema AS CHAR) AS s, CAST(t.table_name AS CHAR) AS n, CAST(t.table_rows AS SIGNED) AS est,
                         CAST(COALESCE((SELECT GROUP_CONCAT(k.column_name ORDER BY k.ordinal_position)
@@ -129,7 +173,11 @@ impl Adapter for MySql {
                 .into_iter()
                 .map(|r| {
                     let pk: String = r.get("pk");
-                    let primary_key: Vec<String> = pk.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    let primary_key: Vec<String> = pk
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect();
                     TableInfo {
                         schema: r.get("s"),
                         name: r.get("n"),
@@ -148,7 +196,11 @@ impl Adapter for MySql {
 async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut Vec<Check>) {
     match variable(c, "log_bin").await.as_deref() {
         Some("ON") | Some("1") => checks.push(Check::pass("binlog", "binary logging is on")),
-        other => checks.push(Check::fail("binlog", format!("log_bin is {}", other.unwrap_or("unknown")), "enable the binary log (log_bin in the server configuration) and restart the server")),
+        other => checks.push(Check::fail(
+            "binlog",
+            format!("log_bin is {}", other.unwrap_or("unknown")),
+            "enable the binary log (log_bin in the server configuration) and restart the server",
+        )),
     }
     match variable(c, "binlog_format").await.as_deref() {
         Some("ROW") => checks.push(Check::pass("binlog format", "binlog_format is ROW")),
@@ -156,23 +208,46 @@ async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut V
     }
     match variable(c, "binlog_row_image").await.as_deref() {
         Some("FULL") => checks.push(Check::pass("row image", "binlog_row_image is FULL")),
-        other => checks.push(Check::fail("row image", format!("binlog_row_image is {}", other.unwrap_or("unknown")), "set binlog_row_image = FULL so updates and deletes carry the whole row")),
+        other => checks.push(Check::fail(
+            "row image",
+            format!("binlog_row_image is {}", other.unwrap_or("unknown")),
+            "set binlog_row_image = FULL so updates and deletes carry the whole row",
+        )),
     }
     if is_mariadb {
         let pos = variable(c, "gtid_current_pos").await.unwrap_or_default();
         let strict = variable(c, "gtid_strict_mode").await.unwrap_or_default();
-        checks.push(Check::pass("gtid", format!("MariaDB GTID position {}; gtid_strict_mode {strict}", if pos.is_empty() { "(none yet)".to_string() } else { pos })));
+        checks.push(Check::pass(
+            "gtid",
+            format!(
+                "MariaDB GTID position {}; gtid_strict_mode {strict}",
+                if pos.is_empty() {
+                    "(none yet)".to_string()
+                } else {
+                    pos
+                }
+            ),
+        ));
     } else {
-        let mode = variable(c, "gtid_mode").await.unwrap_or_else(|| "unknown".into());
+        let mode = variable(c, "gtid_mode")
+            .await
+            .unwrap_or_else(|| "unknown".into());
         if mode == "ON" {
             checks.push(Check::pass("gtid", "gtid_mode is ON"));
         } else {
             checks.push(Check::warn("gtid", format!("gtid_mode is {mode}"), "GTIDs make failover to a replica safe for the connector; consider gtid_mode=ON with enforce_gtid_consistency=ON"));
         }
     }
-    let grants: Vec<String> = sqlx::query_scalar("SHOW GRANTS FOR CURRENT_USER()").fetch_all(&mut *c).await.unwrap_or_default();
+    let grants: Vec<String> = sqlx::query_scalar("SHOW GRANTS FOR CURRENT_USER()")
+        .fetch_all(&mut *c)
+        .await
+        .unwrap_or_default();
     let all = grants.join("\n").to_uppercase();
-    let global: Vec<&str> = grants.iter().filter(|g| g.to_uppercase().contains(" ON *.* ")).map(String::as_str).collect();
+    let global: Vec<&str> = grants
+        .iter()
+        .filter(|g| g.to_uppercase().contains(" ON *.* "))
+        .map(String::as_str)
+        .collect();
     let global = global.join("\n").to_uppercase();
     let has = |p: &str| global.contains("ALL PRIVILEGES") || global.contains(p);
     let mut missing = Vec::new();
@@ -186,23 +261,42 @@ async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut V
         missing.push("SELECT");
     }
     if missing.is_empty() {
-        checks.push(Check::pass("privileges", "replication and SELECT privileges granted"));
+        checks.push(Check::pass(
+            "privileges",
+            "replication and SELECT privileges granted",
+        ));
     } else {
         checks.push(Check::fail(
             "privileges",
             format!("missing {}", missing.join(", ")),
-            format!("run GRANT {}, RELOAD, SHOW DATABASES ON *.* TO the connector user", ["SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT"].join(", ")),
+            format!(
+                "run GRANT {}, RELOAD, SHOW DATABASES ON *.* TO the connector user",
+                ["SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT"].join(", ")
+            ),
         ));
     }
 }
 
-async fn destination_checks(c: &mut MySqlConnection, secrets: &BTreeMap<String, Secret<String>>, checks: &mut Vec<Check>) {
+async fn destination_checks(
+    c: &mut MySqlConnection,
+    secrets: &BTreeMap<String, Secret<String>>,
+    checks: &mut Vec<Check>,
+) {
     // MySQL DDL commits implicitly, so the probe table is created, altered and dropped.
-    let probe = format!("cluecdc_probe_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let probe = format!(
+        "cluecdc_probe_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
     let result: std::result::Result<(), sqlx::Error> = async {
-        sqlx::query(&format!("CREATE TABLE `{probe}` (id INT PRIMARY KEY)")).execute(&mut *c).await?;
-        let altered = sqlx::query(&format!("ALTER TABLE `{probe}` ADD COLUMN note TEXT")).execute(&mut *c).await;
-        sqlx::query(&format!("DROP TABLE IF EXISTS `{probe}`")).execute(&mut *c).await?;
+        sqlx::query(&format!("CREATE TABLE `{probe}` (id INT PRIMARY KEY)"))
+            .execute(&mut *c)
+            .await?;
+        let altered = sqlx::query(&format!("ALTER TABLE `{probe}` ADD COLUMN note TEXT"))
+            .execute(&mut *c)
+            .await;
+        sqlx::query(&format!("DROP TABLE IF EXISTS `{probe}`"))
+            .execute(&mut *c)
+            .await?;
         altered.map(|_| ())
     }
     .await;

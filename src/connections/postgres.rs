@@ -41,8 +41,14 @@ pub fn connect_options(conn: &Connection, password: &str) -> Option<PgConnectOpt
     Some(o)
 }
 
-async fn open(conn: &Connection, secrets: &BTreeMap<String, Secret<String>>) -> std::result::Result<PgConnection, String> {
-    let password = secrets.get("password").map(|s| s.expose().clone()).unwrap_or_default();
+async fn open(
+    conn: &Connection,
+    secrets: &BTreeMap<String, Secret<String>>,
+) -> std::result::Result<PgConnection, String> {
+    let password = secrets
+        .get("password")
+        .map(|s| s.expose().clone())
+        .unwrap_or_default();
     let options = connect_options(conn, &password).ok_or("not a database connection")?;
     match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
         Ok(Ok(c)) => Ok(c),
@@ -55,7 +61,8 @@ async fn open(conn: &Connection, secrets: &BTreeMap<String, Secret<String>>) -> 
 fn connect_hint(message: &str) -> String {
     let m = message.to_lowercase();
     if m.contains("password authentication failed") || m.contains("authentication") {
-        "check the user and password (rotate the credentials if they changed) and pg_hba.conf".into()
+        "check the user and password (rotate the credentials if they changed) and pg_hba.conf"
+            .into()
     } else if m.contains("does not exist") {
         "check the database name".into()
     } else if m.contains("refused") || m.contains("no answer") || m.contains("timed out") {
@@ -68,13 +75,25 @@ fn connect_hint(message: &str) -> String {
 }
 
 impl Adapter for Postgres {
-    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>> {
+    fn test<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+    ) -> BoxFuture<'a, Vec<Check>> {
         Box::pin(async move {
-            let Some(d) = conn.database() else { return vec![] };
+            let Some(d) = conn.database() else {
+                return vec![];
+            };
             let mut checks = Vec::new();
             let mut c = match open(conn, secrets).await {
                 Ok(c) => {
-                    checks.push(Check::pass("reachable", format!("connected to {}:{}/{} as {}", d.host, d.port, d.database, d.user)));
+                    checks.push(Check::pass(
+                        "reachable",
+                        format!(
+                            "connected to {}:{}/{} as {}",
+                            d.host, d.port, d.database, d.user
+                        ),
+                    ));
                     c
                 }
                 Err(e) => {
@@ -83,11 +102,22 @@ impl Adapter for Postgres {
                     return checks;
                 }
             };
-            let version: i64 = sqlx::query_scalar("SELECT current_setting('server_version_num')::bigint").fetch_one(&mut c).await.unwrap_or(0);
+            let version: i64 =
+                sqlx::query_scalar("SELECT current_setting('server_version_num')::bigint")
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap_or(0);
             if version >= 100_000 {
-                checks.push(Check::pass("version", format!("PostgreSQL {}.{}", version / 10_000, version % 10_000 / 100)));
+                checks.push(Check::pass(
+                    "version",
+                    format!("PostgreSQL {}.{}", version / 10_000, version % 10_000 / 100),
+                ));
             } else {
-                checks.push(Check::fail("version", format!("server version number {version}"), "logical decoding with pgoutput needs PostgreSQL 10 or newer"));
+                checks.push(Check::fail(
+                    "version",
+                    format!("server version number {version}"),
+                    "logical decoding with pgoutput needs PostgreSQL 10 or newer",
+                ));
             }
             if conn.is_source() {
                 source_checks(&mut c, d, &mut checks).await;
@@ -100,9 +130,16 @@ impl Adapter for Postgres {
         })
     }
 
-    fn discover<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>, limit: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
+    fn discover<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
         Box::pin(async move {
-            let mut c = open(conn, secrets).await.map_err(|e| Error::Unavailable(format!("cannot connect: {e}")))?;
+            let mut c = open(conn, secrets)
+                .await
+                .map_err(|e| Error::Unavailable(format!("cannot connect: {e}")))?;
             let rows = sqlx::query(
                 "SELECT n.nspname AS schema, c.relname AS name, c.reltuples::bigint AS est, c.relreplident::text AS ident,
                         COALESCE((SELECT string_agg(a.attname, ',' ORDER BY array_position(i.indkey::int2[], a.attnum))
@@ -123,7 +160,11 @@ impl Adapter for Postgres {
                 .into_iter()
                 .map(|r| {
                     let pk: String = r.get("pk");
-                    let primary_key: Vec<String> = pk.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    let primary_key: Vec<String> = pk
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect();
                     let ident = match r.get::<String, _>("ident").as_str() {
                         "d" => "default",
                         "f" => "full",
@@ -134,7 +175,9 @@ impl Adapter for Postgres {
                     TableInfo {
                         schema: r.get("schema"),
                         name: r.get("name"),
-                        capturable: ident == "full" || ident == "index" || (ident == "default" && !primary_key.is_empty()),
+                        capturable: ident == "full"
+                            || ident == "index"
+                            || (ident == "default" && !primary_key.is_empty()),
                         primary_key,
                         replica_identity: Some(ident.to_string()),
                         estimated_rows: (est >= 0).then_some(est),
@@ -145,8 +188,15 @@ impl Adapter for Postgres {
     }
 }
 
-async fn source_checks(c: &mut PgConnection, d: &super::settings::DatabaseSettings, checks: &mut Vec<Check>) {
-    let wal: String = sqlx::query_scalar("SHOW wal_level").fetch_one(&mut *c).await.unwrap_or_default();
+async fn source_checks(
+    c: &mut PgConnection,
+    d: &super::settings::DatabaseSettings,
+    checks: &mut Vec<Check>,
+) {
+    let wal: String = sqlx::query_scalar("SHOW wal_level")
+        .fetch_one(&mut *c)
+        .await
+        .unwrap_or_default();
     if wal == "logical" {
         checks.push(Check::pass("wal_level", "wal_level is logical"));
     } else {
@@ -156,15 +206,30 @@ async fn source_checks(c: &mut PgConnection, d: &super::settings::DatabaseSettin
             "run ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (on RDS: set rds.logical_replication = 1 in the parameter group and reboot)",
         ));
     }
-    let privileged: Option<bool> = sqlx::query_scalar("SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user").fetch_optional(&mut *c).await.ok().flatten();
+    let privileged: Option<bool> = sqlx::query_scalar(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+    )
+    .fetch_optional(&mut *c)
+    .await
+    .ok()
+    .flatten();
     if privileged == Some(true) {
-        checks.push(Check::pass("replication privilege", format!("{} may replicate", d.user)));
+        checks.push(Check::pass(
+            "replication privilege",
+            format!("{} may replicate", d.user),
+        ));
     } else {
         checks.push(Check::fail("replication privilege", format!("{} lacks the REPLICATION attribute", d.user), format!("run ALTER ROLE \"{}\" WITH REPLICATION; as a superuser (on RDS: GRANT rds_replication TO \"{}\";)", d.user, d.user)));
     }
     let slots: Option<(i64, i64)> = sqlx::query_as("SELECT current_setting('max_replication_slots')::bigint, (SELECT count(*) FROM pg_replication_slots)").fetch_optional(&mut *c).await.ok().flatten();
     let slot_name = d.slot_name.clone().unwrap_or_default();
-    let ours: Option<(bool, Option<String>)> = sqlx::query_as("SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = $1").bind(&slot_name).fetch_optional(&mut *c).await.ok().flatten();
+    let ours: Option<(bool, Option<String>)> =
+        sqlx::query_as("SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&slot_name)
+            .fetch_optional(&mut *c)
+            .await
+            .ok()
+            .flatten();
     match (slots, ours) {
         (_, Some((active, status))) => checks.push(Check::pass(
             "replication slots",
@@ -175,10 +240,23 @@ async fn source_checks(c: &mut PgConnection, d: &super::settings::DatabaseSettin
         (None, None) => checks.push(Check::warn("replication slots", "could not read replication slot usage", "grant the user pg_monitor to see slot usage")),
     }
     let publication = d.publication_name.clone().unwrap_or_default();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)").bind(&publication).fetch_one(&mut *c).await.unwrap_or(false);
-    let can_create: bool = sqlx::query_scalar("SELECT has_database_privilege(current_user, current_database(), 'CREATE')").fetch_one(&mut *c).await.unwrap_or(false);
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)")
+            .bind(&publication)
+            .fetch_one(&mut *c)
+            .await
+            .unwrap_or(false);
+    let can_create: bool = sqlx::query_scalar(
+        "SELECT has_database_privilege(current_user, current_database(), 'CREATE')",
+    )
+    .fetch_one(&mut *c)
+    .await
+    .unwrap_or(false);
     if exists {
-        checks.push(Check::pass("publication", format!("publication {publication} exists")));
+        checks.push(Check::pass(
+            "publication",
+            format!("publication {publication} exists"),
+        ));
     } else if can_create {
         checks.push(Check::pass("publication", format!("publication {publication} does not exist yet; ClueCDC's connector can create it for the selected tables (it must own them)")));
     } else {
@@ -199,9 +277,17 @@ async fn source_checks(c: &mut PgConnection, d: &super::settings::DatabaseSettin
     .await
     .unwrap_or_default();
     if keyless.is_empty() {
-        checks.push(Check::pass("table keys", "every table has a primary key or a suitable replica identity"));
+        checks.push(Check::pass(
+            "table keys",
+            "every table has a primary key or a suitable replica identity",
+        ));
     } else {
-        let listed = keyless.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+        let listed = keyless
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
         checks.push(Check::warn(
             "table keys",
             format!("tables without a primary key or replica identity: {listed}{}", if keyless.len() > 5 { ", …" } else { "" }),
@@ -210,13 +296,26 @@ async fn source_checks(c: &mut PgConnection, d: &super::settings::DatabaseSettin
     }
 }
 
-async fn destination_checks(c: &mut PgConnection, secrets: &BTreeMap<String, Secret<String>>, checks: &mut Vec<Check>) {
+async fn destination_checks(
+    c: &mut PgConnection,
+    secrets: &BTreeMap<String, Secret<String>>,
+    checks: &mut Vec<Check>,
+) {
     // DDL inside a transaction that is rolled back: proves the rights, leaves nothing behind.
-    let probe = format!("cluecdc_probe_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let probe = format!(
+        "cluecdc_probe_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
     let result: std::result::Result<(), sqlx::Error> = async {
         let mut tx = c.begin().await?;
-        sqlx::query(&format!("CREATE TABLE public.{probe} (id integer PRIMARY KEY)")).execute(&mut *tx).await?;
-        sqlx::query(&format!("ALTER TABLE public.{probe} ADD COLUMN note text")).execute(&mut *tx).await?;
+        sqlx::query(&format!(
+            "CREATE TABLE public.{probe} (id integer PRIMARY KEY)"
+        ))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(&format!("ALTER TABLE public.{probe} ADD COLUMN note text"))
+            .execute(&mut *tx)
+            .await?;
         tx.rollback().await?;
         Ok(())
     }

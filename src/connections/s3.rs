@@ -20,9 +20,18 @@ pub const PROBE_DIR: &str = ".cluecdc/connection-tests/";
 
 /// An S3 client for a connection: the regional AWS endpoint, or the MinIO endpoint with
 /// path-style addressing. TLS verification is always on (the SDK offers no way off here).
-pub fn client(s: &ObjectStorageSettings, secrets: &BTreeMap<String, Secret<String>>) -> aws_sdk_s3::Client {
+pub fn client(
+    s: &ObjectStorageSettings,
+    secrets: &BTreeMap<String, Secret<String>>,
+) -> aws_sdk_s3::Client {
     let get = |k: &str| secrets.get(k).map(|v| v.expose().clone());
-    let creds = Credentials::new(get("access_key_id").unwrap_or_default(), get("secret_access_key").unwrap_or_default(), get("session_token"), None, "cluecdc");
+    let creds = Credentials::new(
+        get("access_key_id").unwrap_or_default(),
+        get("secret_access_key").unwrap_or_default(),
+        get("session_token"),
+        None,
+        "cluecdc",
+    );
     let timeouts = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(5))
         .operation_attempt_timeout(Duration::from_secs(10))
@@ -42,23 +51,42 @@ pub fn client(s: &ObjectStorageSettings, secrets: &BTreeMap<String, Secret<Strin
 }
 
 /// (error code, sanitized message) of an SDK error.
-fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(e: &SdkError<E, R>, secrets: &BTreeMap<String, Secret<String>>) -> (String, String) {
+fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+    secrets: &BTreeMap<String, Secret<String>>,
+) -> (String, String) {
     let code = match e {
         SdkError::ServiceError(s) => s.err().code().map(str::to_string),
         _ => None,
     };
     let status = match e {
-        SdkError::ServiceError(s) => Some(format!("{:?}", s.raw())).and_then(|raw| raw.split("status: StatusCode(").nth(1).map(|r| r.chars().take_while(char::is_ascii_digit).collect::<String>())),
+        SdkError::ServiceError(s) => Some(format!("{:?}", s.raw())).and_then(|raw| {
+            raw.split("status: StatusCode(").nth(1).map(|r| {
+                r.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+        }),
         _ => None,
     };
     let message = match e {
-        SdkError::ServiceError(s) => s.err().message().map(str::to_string).unwrap_or_else(|| code.clone().unwrap_or_else(|| "the service refused the request".into())),
+        SdkError::ServiceError(s) => s.err().message().map(str::to_string).unwrap_or_else(|| {
+            code.clone()
+                .unwrap_or_else(|| "the service refused the request".into())
+        }),
         SdkError::TimeoutError(_) => "timed out".into(),
-        SdkError::DispatchFailure(_) => format!("could not reach the endpoint: {}", DisplayErrorContext(e)),
+        SdkError::DispatchFailure(_) => {
+            format!("could not reach the endpoint: {}", DisplayErrorContext(e))
+        }
         other => DisplayErrorContext(other).to_string(),
     };
-    let code = code.or(status.map(|s| format!("HTTP {s}"))).unwrap_or_else(|| "error".into());
-    (code.clone(), sanitize(&format!("{code}: {message}"), secrets))
+    let code = code
+        .or(status.map(|s| format!("HTTP {s}")))
+        .unwrap_or_else(|| "error".into());
+    (
+        code.clone(),
+        sanitize(&format!("{code}: {message}"), secrets),
+    )
 }
 
 fn hint_for(code: &str, bucket: &str) -> String {
@@ -74,13 +102,22 @@ fn hint_for(code: &str, bucket: &str) -> String {
 }
 
 impl Adapter for ObjectStorage {
-    fn test<'a>(&'a self, conn: &'a Connection, secrets: &'a BTreeMap<String, Secret<String>>) -> BoxFuture<'a, Vec<Check>> {
+    fn test<'a>(
+        &'a self,
+        conn: &'a Connection,
+        secrets: &'a BTreeMap<String, Secret<String>>,
+    ) -> BoxFuture<'a, Vec<Check>> {
         Box::pin(async move {
-            let Some(s) = conn.object_storage() else { return vec![] };
+            let Some(s) = conn.object_storage() else {
+                return vec![];
+            };
             let client = client(s, secrets);
             let mut checks = Vec::new();
             match client.head_bucket().bucket(&s.bucket).send().await {
-                Ok(_) => checks.push(Check::pass("bucket", format!("bucket {} exists and is reachable", s.bucket))),
+                Ok(_) => checks.push(Check::pass(
+                    "bucket",
+                    format!("bucket {} exists and is reachable", s.bucket),
+                )),
                 Err(e) => {
                     let (code, msg) = describe(&e, secrets);
                     checks.push(Check::fail("bucket", msg, hint_for(&code, &s.bucket)));
@@ -89,18 +126,42 @@ impl Adapter for ObjectStorage {
             }
             let id = uuid::Uuid::new_v4().simple().to_string();
             let key = format!("{}{PROBE_DIR}{id}.txt", s.prefix);
-            let body = format!("ClueCDC connection test {id} at {}\n", crate::time::now()).into_bytes();
-            if let Err(e) = client.put_object().bucket(&s.bucket).key(&key).body(body.clone().into()).content_type("text/plain").send().await {
+            let body =
+                format!("ClueCDC connection test {id} at {}\n", crate::time::now()).into_bytes();
+            if let Err(e) = client
+                .put_object()
+                .bucket(&s.bucket)
+                .key(&key)
+                .body(body.clone().into())
+                .content_type("text/plain")
+                .send()
+                .await
+            {
                 let (code, msg) = describe(&e, secrets);
                 checks.push(Check::fail("write probe", msg, hint_for(&code, &s.bucket)));
                 return checks;
             }
-            checks.push(Check::pass("write probe", format!("wrote {} bytes to {key}", body.len())));
+            checks.push(Check::pass(
+                "write probe",
+                format!("wrote {} bytes to {key}", body.len()),
+            ));
             match client.get_object().bucket(&s.bucket).key(&key).send().await {
                 Ok(out) => match out.body.collect().await {
-                    Ok(bytes) if bytes.clone().into_bytes().as_ref() == body.as_slice() => checks.push(Check::pass("read back", "read the probe back; the bytes match")),
-                    Ok(_) => checks.push(Check::fail("read back", "the probe read back differs from what was written", "check for a proxy or gateway that rewrites objects")),
-                    Err(e) => checks.push(Check::fail("read back", sanitize(&e.to_string(), secrets), "check the network path to the storage")),
+                    Ok(bytes) if bytes.clone().into_bytes().as_ref() == body.as_slice() => checks
+                        .push(Check::pass(
+                            "read back",
+                            "read the probe back; the bytes match",
+                        )),
+                    Ok(_) => checks.push(Check::fail(
+                        "read back",
+                        "the probe read back differs from what was written",
+                        "check for a proxy or gateway that rewrites objects",
+                    )),
+                    Err(e) => checks.push(Check::fail(
+                        "read back",
+                        sanitize(&e.to_string(), secrets),
+                        "check the network path to the storage",
+                    )),
                 },
                 Err(e) => {
                     let (code, msg) = describe(&e, secrets);
@@ -108,7 +169,13 @@ impl Adapter for ObjectStorage {
                 }
             }
             // The finally step: whatever happened to the read, the probe is removed.
-            match client.delete_object().bucket(&s.bucket).key(&key).send().await {
+            match client
+                .delete_object()
+                .bucket(&s.bucket)
+                .key(&key)
+                .send()
+                .await
+            {
                 Ok(_) => checks.push(Check::pass("delete probe", format!("deleted {key}"))),
                 Err(e) => {
                     let (_, msg) = describe(&e, secrets);
@@ -119,7 +186,17 @@ impl Adapter for ObjectStorage {
         })
     }
 
-    fn discover<'a>(&'a self, conn: &'a Connection, _: &'a BTreeMap<String, Secret<String>>, _: usize) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
-        Box::pin(async move { Err(Error::Conflict(format!("{} is object storage: it has no tables to discover", conn.name))) })
+    fn discover<'a>(
+        &'a self,
+        conn: &'a Connection,
+        _: &'a BTreeMap<String, Secret<String>>,
+        _: usize,
+    ) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
+        Box::pin(async move {
+            Err(Error::Conflict(format!(
+                "{} is object storage: it has no tables to discover",
+                conn.name
+            )))
+        })
     }
 }

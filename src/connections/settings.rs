@@ -29,7 +29,14 @@ impl TlsMode {
         }
     }
     fn parse(s: &str) -> Option<TlsMode> {
-        [TlsMode::Disable, TlsMode::Require, TlsMode::VerifyCa, TlsMode::VerifyFull].into_iter().find(|m| m.as_str() == s)
+        [
+            TlsMode::Disable,
+            TlsMode::Require,
+            TlsMode::VerifyCa,
+            TlsMode::VerifyFull,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
     }
 }
 
@@ -74,9 +81,24 @@ pub enum Settings {
 
 /// Keys that would turn TLS verification off. No such option exists; saying so beats
 /// "unknown setting".
-const TLS_OFF_KEYS: &[&str] = &["insecure", "tls_verify", "verify_ssl", "ssl_verify", "skip_tls_verify", "insecure_skip_verify", "verify"];
+const TLS_OFF_KEYS: &[&str] = &[
+    "insecure",
+    "tls_verify",
+    "verify_ssl",
+    "ssl_verify",
+    "skip_tls_verify",
+    "insecure_skip_verify",
+    "verify",
+];
 /// Secret-looking keys sent in `settings` by mistake.
-const SECRET_KEYS: &[&str] = &["password", "secret_access_key", "access_key_id", "session_token", "secret", "token"];
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "secret_access_key",
+    "access_key_id",
+    "session_token",
+    "secret",
+    "token",
+];
 
 struct Raw<'a> {
     map: &'a Map<String, Value>,
@@ -86,7 +108,9 @@ struct Raw<'a> {
 
 impl<'a> Raw<'a> {
     fn err(&mut self, key: &str, why: impl Into<String>) {
-        self.errors.entry(format!("settings.{key}")).or_insert_with(|| why.into());
+        self.errors
+            .entry(format!("settings.{key}"))
+            .or_insert_with(|| why.into());
     }
 
     fn string(&mut self, key: &'static str) -> Option<String> {
@@ -145,14 +169,25 @@ impl<'a> Raw<'a> {
 
     /// Refuses keys this provider does not know, with the reason when we know it.
     fn finish(mut self) {
-        let unknown: Vec<String> = self.map.keys().filter(|k| !self.used.contains(&k.as_str())).cloned().collect();
+        let unknown: Vec<String> = self
+            .map
+            .keys()
+            .filter(|k| !self.used.contains(&k.as_str()))
+            .cloned()
+            .collect();
         for key in unknown {
             if TLS_OFF_KEYS.contains(&key.as_str()) {
                 self.err(&key, "TLS certificate verification cannot be disabled; remove this setting (for a private CA, give tls_mode verify-ca or verify-full with ca_certificate)");
             } else if SECRET_KEYS.contains(&key.as_str()) {
                 self.err(&key, "secrets go under \"secrets\", not \"settings\", so they are encrypted and never shown");
             } else {
-                self.err(&key, format!("unknown setting; this provider accepts: {}", self.used.join(", ")));
+                self.err(
+                    &key,
+                    format!(
+                        "unknown setting; this provider accepts: {}",
+                        self.used.join(", ")
+                    ),
+                );
             }
         }
     }
@@ -166,7 +201,11 @@ pub fn check_host(host: &str) -> Result<(), String> {
     let ok = host.len() <= 253
         && !host.is_empty()
         && host.split('.').all(|label| {
-            !label.is_empty() && label.len() <= 63 && !label.starts_with('-') && !label.ends_with('-') && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });
     if ok {
         Ok(())
@@ -178,7 +217,9 @@ pub fn check_host(host: &str) -> Result<(), String> {
 fn check_identifier(value: &str, what: &str) -> Result<(), String> {
     let ok = !value.is_empty()
         && value.len() <= 63
-        && value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         && value.starts_with(|c: char| c.is_ascii_lowercase() || c == '_');
     if ok {
         Ok(())
@@ -189,23 +230,53 @@ fn check_identifier(value: &str, what: &str) -> Result<(), String> {
 
 /// A name safe to derive slot/publication names from.
 pub fn slug(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
     s.chars().take(40).collect()
 }
 
-pub fn parse_database(provider: Provider, caps: &[Capability], name: &str, map: &Map<String, Value>, errors: &mut FieldErrors) -> DatabaseSettings {
-    let mut raw = Raw { map, errors, used: Vec::new() };
+pub fn parse_database(
+    provider: Provider,
+    caps: &[Capability],
+    name: &str,
+    map: &Map<String, Value>,
+    errors: &mut FieldErrors,
+) -> DatabaseSettings {
+    let mut raw = Raw {
+        map,
+        errors,
+        used: Vec::new(),
+    };
     let host = raw.required("host", "the database server's hostname or IP address");
     if !host.is_empty() {
         if let Err(why) = check_host(&host) {
             raw.err("host", why);
         }
     }
-    let default_port = if provider == Provider::Postgresql { 5432 } else { 3306 };
+    let default_port = if provider == Provider::Postgresql {
+        5432
+    } else {
+        3306
+    };
     let port = raw.number("port", 1, 65535).unwrap_or(default_port) as u16;
     let database = raw.required("database", "the database name");
-    if database.chars().any(|c| c.is_control() || c == '/' || c == '?' || c == '#') || database.len() > 64 {
-        raw.err("database", "a database name of at most 64 characters, without '/', '?', '#' or control characters");
+    if database
+        .chars()
+        .any(|c| c.is_control() || c == '/' || c == '?' || c == '#')
+        || database.len() > 64
+    {
+        raw.err(
+            "database",
+            "a database name of at most 64 characters, without '/', '?', '#' or control characters",
+        );
     }
     let user = raw.required("user", "the user ClueCDC and the connectors log in as");
     if user.len() > 128 || user.chars().any(char::is_control) {
@@ -214,7 +285,10 @@ pub fn parse_database(provider: Provider, caps: &[Capability], name: &str, map: 
     let tls_mode = match raw.string("tls_mode") {
         None => TlsMode::Require,
         Some(s) => TlsMode::parse(&s).unwrap_or_else(|| {
-            raw.err("tls_mode", "choose disable, require, verify-ca or verify-full");
+            raw.err(
+                "tls_mode",
+                "choose disable, require, verify-ca or verify-full",
+            );
             TlsMode::Require
         }),
     };
@@ -225,7 +299,17 @@ pub fn parse_database(provider: Provider, caps: &[Capability], name: &str, map: 
         _ => {}
     }
     let source = caps.contains(&Capability::Source);
-    let mut settings = DatabaseSettings { host, port, database, user, tls_mode, ca_certificate, slot_name: None, publication_name: None, server_id: None };
+    let mut settings = DatabaseSettings {
+        host,
+        port,
+        database,
+        user,
+        tls_mode,
+        ca_certificate,
+        slot_name: None,
+        publication_name: None,
+        server_id: None,
+    };
     if provider == Provider::Postgresql {
         let slot = raw.string("slot_name");
         let publication = raw.string("publication_name");
@@ -241,14 +325,28 @@ pub fn parse_database(provider: Provider, caps: &[Capability], name: &str, map: 
             settings.slot_name = Some(slot);
             settings.publication_name = Some(publication);
         } else if slot.is_some() || publication.is_some() {
-            raw.err(if slot.is_some() { "slot_name" } else { "publication_name" }, "only a SOURCE connection has a replication slot and publication");
+            raw.err(
+                if slot.is_some() {
+                    "slot_name"
+                } else {
+                    "publication_name"
+                },
+                "only a SOURCE connection has a replication slot and publication",
+            );
         }
     } else {
         let server_id = raw.number("server_id", 1, u64::from(u32::MAX));
         if source {
-            settings.server_id = Some(server_id.map(|n| n as u32).unwrap_or_else(generated_server_id));
+            settings.server_id = Some(
+                server_id
+                    .map(|n| n as u32)
+                    .unwrap_or_else(generated_server_id),
+            );
         } else if server_id.is_some() {
-            raw.err("server_id", "only a SOURCE connection has a replication server id");
+            raw.err(
+                "server_id",
+                "only a SOURCE connection has a replication server id",
+            );
         }
     }
     raw.finish();
@@ -263,10 +361,17 @@ fn generated_server_id() -> u32 {
 
 /// S3 bucket naming rules (general purpose buckets).
 pub fn check_bucket(b: &str) -> Result<(), String> {
-    let chars_ok = b.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
-    let ends_ok = b.starts_with(|c: char| c.is_ascii_alphanumeric()) && b.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let chars_ok = b
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    let ends_ok = b.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && b.ends_with(|c: char| c.is_ascii_alphanumeric());
     let ip_like = b.split('.').count() == 4 && b.split('.').all(|p| p.parse::<u8>().is_ok());
-    let reserved = b.starts_with("xn--") || b.starts_with("sthree-") || b.ends_with("-s3alias") || b.ends_with("--ol-s3") || b.contains("..");
+    let reserved = b.starts_with("xn--")
+        || b.starts_with("sthree-")
+        || b.ends_with("-s3alias")
+        || b.ends_with("--ol-s3")
+        || b.contains("..");
     if (3..=63).contains(&b.len()) && chars_ok && ends_ok && !ip_like && !reserved {
         Ok(())
     } else {
@@ -280,8 +385,12 @@ pub fn check_aws_region(r: &str) -> Result<(), String> {
     let ok = parts.len() >= 3
         && parts[0].len() == 2
         && parts[0].chars().all(|c| c.is_ascii_lowercase())
-        && parts.last().is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-        && parts[1..parts.len() - 1].iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()));
+        && parts
+            .last()
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        && parts[1..parts.len() - 1]
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()));
     if ok {
         Ok(())
     } else {
@@ -293,16 +402,25 @@ fn check_prefix(p: &str) -> Result<String, String> {
     if p.is_empty() {
         return Ok(String::new());
     }
-    let bad = p.starts_with('/') || p.split('/').any(|seg| seg == ".." || seg == ".") || p.chars().any(|c| c.is_control() || c == '\\') || p.contains("//") || p.len() > 512;
+    let bad = p.starts_with('/')
+        || p.split('/').any(|seg| seg == ".." || seg == ".")
+        || p.chars().any(|c| c.is_control() || c == '\\')
+        || p.contains("//")
+        || p.len() > 512;
     if bad {
         return Err("a relative key prefix such as cdc/orders/: no leading '/', no '.', '..', '//' or '\\', at most 512 characters".into());
     }
-    Ok(if p.ends_with('/') { p.to_string() } else { format!("{p}/") })
+    Ok(if p.ends_with('/') {
+        p.to_string()
+    } else {
+        format!("{p}/")
+    })
 }
 
 /// The endpoint of a MinIO server: scheme and authority only.
 pub fn check_endpoint(e: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(e).map_err(|_| "write a URL such as https://minio.internal:9000".to_string())?;
+    let url = url::Url::parse(e)
+        .map_err(|_| "write a URL such as https://minio.internal:9000".to_string())?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err("the endpoint must start with http:// or https://".into());
     }
@@ -336,9 +454,20 @@ pub fn warnings(provider: Provider, settings: &Settings) -> Vec<String> {
     out
 }
 
-pub fn parse_object_storage(provider: Provider, map: &Map<String, Value>, errors: &mut FieldErrors) -> ObjectStorageSettings {
-    let mut raw = Raw { map, errors, used: Vec::new() };
-    let bucket = raw.required("bucket", "the existing bucket to write to (ClueCDC never creates buckets)");
+pub fn parse_object_storage(
+    provider: Provider,
+    map: &Map<String, Value>,
+    errors: &mut FieldErrors,
+) -> ObjectStorageSettings {
+    let mut raw = Raw {
+        map,
+        errors,
+        used: Vec::new(),
+    };
+    let bucket = raw.required(
+        "bucket",
+        "the existing bucket to write to (ClueCDC never creates buckets)",
+    );
     if !bucket.is_empty() {
         if let Err(why) = check_bucket(&bucket) {
             raw.err("bucket", why);
@@ -356,8 +485,15 @@ pub fn parse_object_storage(provider: Provider, map: &Map<String, Value>, errors
         }
         _ => {
             let r = raw.string("region").unwrap_or_else(|| "us-east-1".into());
-            if r.len() > 64 || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                raw.err("region", "letters, digits, '-' and '_' only (MinIO's default is us-east-1)");
+            if r.len() > 64
+                || !r
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                raw.err(
+                    "region",
+                    "letters, digits, '-' and '_' only (MinIO's default is us-east-1)",
+                );
             }
             r
         }
@@ -388,28 +524,52 @@ pub fn parse_object_storage(provider: Provider, map: &Map<String, Value>, errors
     }
     let use_ssl = use_ssl.unwrap_or(scheme_ssl);
     if provider == Provider::AwsS3 && !use_ssl {
-        raw.err("use_ssl", "AWS S3 is reached over TLS only; set use_ssl true");
+        raw.err(
+            "use_ssl",
+            "AWS S3 is reached over TLS only; set use_ssl true",
+        );
     }
     if endpoint.is_some() && use_ssl != scheme_ssl {
-        raw.err("use_ssl", format!("must match the endpoint's scheme: {} for {}", scheme_ssl, if scheme_ssl { "https://" } else { "http://" }));
+        raw.err(
+            "use_ssl",
+            format!(
+                "must match the endpoint's scheme: {} for {}",
+                scheme_ssl,
+                if scheme_ssl { "https://" } else { "http://" }
+            ),
+        );
     }
     // Any endpoint override is addressed path-style (the bucket in the path, not the host).
     let path_style = match (endpoint.is_some(), path_style) {
         (true, Some(false)) => {
-            raw.err("path_style", "an endpoint override requires path-style access; set path_style true");
+            raw.err(
+                "path_style",
+                "an endpoint override requires path-style access; set path_style true",
+            );
             true
         }
         (true, _) => true,
         (false, p) => p.unwrap_or(false),
     };
     raw.finish();
-    ObjectStorageSettings { bucket, region, prefix, endpoint, path_style, use_ssl }
+    ObjectStorageSettings {
+        bucket,
+        region,
+        prefix,
+        endpoint,
+        path_style,
+        use_ssl,
+    }
 }
 
 /// Secret fields per provider kind: (name, required on create).
 pub fn secret_fields(provider: Provider) -> &'static [(&'static str, bool)] {
     if provider.is_object_storage() {
-        &[("access_key_id", true), ("secret_access_key", true), ("session_token", false)]
+        &[
+            ("access_key_id", true),
+            ("secret_access_key", true),
+            ("session_token", false),
+        ]
     } else {
         &[("password", true)]
     }
@@ -417,21 +577,37 @@ pub fn secret_fields(provider: Provider) -> &'static [(&'static str, bool)] {
 
 /// Validates secret input. `require_all`: on create (and rotate) the required fields must be
 /// present. Values are wrapped at once so they cannot be logged by accident.
-pub fn parse_secrets(provider: Provider, map: &Map<String, Value>, require_all: bool, errors: &mut FieldErrors) -> BTreeMap<String, Secret<String>> {
+pub fn parse_secrets(
+    provider: Provider,
+    map: &Map<String, Value>,
+    require_all: bool,
+    errors: &mut FieldErrors,
+) -> BTreeMap<String, Secret<String>> {
     let allowed = secret_fields(provider);
     let mut out = BTreeMap::new();
     for (key, value) in map {
         let Some(_) = allowed.iter().find(|(n, _)| n == key) else {
             errors.insert(
                 format!("secrets.{key}"),
-                format!("unknown secret field; {} takes: {}", provider.as_str(), allowed.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")),
+                format!(
+                    "unknown secret field; {} takes: {}",
+                    provider.as_str(),
+                    allowed
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             );
             continue;
         };
         match value {
             Value::String(s) if !s.is_empty() => {
                 if s.len() > 4096 || s.chars().any(|c| c == '\n' || c == '\r' || c == '\0') {
-                    errors.insert(format!("secrets.{key}"), "at most 4096 characters on one line".into());
+                    errors.insert(
+                        format!("secrets.{key}"),
+                        "at most 4096 characters on one line".into(),
+                    );
                 } else {
                     out.insert(key.clone(), Secret::new(s.clone()));
                 }
@@ -446,7 +622,9 @@ pub fn parse_secrets(provider: Provider, map: &Map<String, Value>, require_all: 
     if require_all {
         for (name, required) in allowed {
             if *required && !out.contains_key(*name) {
-                errors.entry(format!("secrets.{name}")).or_insert_with(|| "required; it is stored encrypted and never shown again".into());
+                errors.entry(format!("secrets.{name}")).or_insert_with(|| {
+                    "required; it is stored encrypted and never shown again".into()
+                });
             }
         }
     }
@@ -470,13 +648,17 @@ mod tests {
 
     #[test]
     fn a_minio_connection_with_an_http_endpoint_is_path_style_and_plain() {
-        let (s, e) = minio(json!({"bucket": "cdc", "endpoint": "http://127.0.0.1:9000/", "prefix": "raw"}));
+        let (s, e) =
+            minio(json!({"bucket": "cdc", "endpoint": "http://127.0.0.1:9000/", "prefix": "raw"}));
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(s.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert!(s.path_style && !s.use_ssl);
         assert_eq!(s.prefix, "raw/");
         assert_eq!(s.region, "us-east-1");
-        assert_eq!(warnings(Provider::Minio, &Settings::ObjectStorage(s)).len(), 1);
+        assert_eq!(
+            warnings(Provider::Minio, &Settings::ObjectStorage(s)).len(),
+            1
+        );
     }
 
     #[test]
@@ -500,29 +682,47 @@ mod tests {
     fn use_ssl_must_match_the_scheme_and_path_style_cannot_be_off_with_an_endpoint() {
         let (_, e) = minio(json!({"bucket": "cdc", "endpoint": "http://m:9000", "use_ssl": true}));
         assert!(e["settings.use_ssl"].contains("match"));
-        let (_, e) = minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "use_ssl": false}));
+        let (_, e) =
+            minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "use_ssl": false}));
         assert!(e["settings.use_ssl"].contains("match"));
-        let (_, e) = minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "path_style": false}));
+        let (_, e) =
+            minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "path_style": false}));
         assert!(e["settings.path_style"].contains("path-style"));
     }
 
     #[test]
     fn aws_refuses_an_endpoint_and_plain_http_and_needs_a_real_region() {
         let mut e = FieldErrors::new();
-        parse_object_storage(Provider::AwsS3, &obj(json!({"bucket": "cdc", "region": "us-east-1", "endpoint": "https://s3.example.com"})), &mut e);
+        parse_object_storage(
+            Provider::AwsS3,
+            &obj(
+                json!({"bucket": "cdc", "region": "us-east-1", "endpoint": "https://s3.example.com"}),
+            ),
+            &mut e,
+        );
         assert!(e["settings.endpoint"].contains("regional endpoint"));
         let mut e = FieldErrors::new();
-        parse_object_storage(Provider::AwsS3, &obj(json!({"bucket": "cdc", "region": "mars", "use_ssl": false})), &mut e);
+        parse_object_storage(
+            Provider::AwsS3,
+            &obj(json!({"bucket": "cdc", "region": "mars", "use_ssl": false})),
+            &mut e,
+        );
         assert!(e["settings.region"].contains("region code"));
         assert!(e["settings.use_ssl"].contains("TLS"));
         let mut e = FieldErrors::new();
-        let s = parse_object_storage(Provider::AwsS3, &obj(json!({"bucket": "cdc", "region": "us-gov-west-1"})), &mut e);
+        let s = parse_object_storage(
+            Provider::AwsS3,
+            &obj(json!({"bucket": "cdc", "region": "us-gov-west-1"})),
+            &mut e,
+        );
         assert!(e.is_empty() && s.use_ssl && !s.path_style);
     }
 
     #[test]
     fn tls_verification_cannot_be_disabled_and_secrets_do_not_go_in_settings() {
-        let (_, e) = minio(json!({"bucket": "cdc", "endpoint": "https://m", "insecure": true, "secret_access_key": "x"}));
+        let (_, e) = minio(
+            json!({"bucket": "cdc", "endpoint": "https://m", "insecure": true, "secret_access_key": "x"}),
+        );
         assert!(e["settings.insecure"].contains("cannot be disabled"));
         assert!(e["settings.secret_access_key"].contains("secrets"));
     }
@@ -532,7 +732,18 @@ mod tests {
         for good in ["cdc", "my.bucket-1", "a1b"] {
             assert!(check_bucket(good).is_ok(), "{good}");
         }
-        for bad in ["ab", "Upper", "-start", "end-", "192.168.1.1", "a..b", "xn--abc", "x-s3alias", "has_underscore", &"a".repeat(64)] {
+        for bad in [
+            "ab",
+            "Upper",
+            "-start",
+            "end-",
+            "192.168.1.1",
+            "a..b",
+            "xn--abc",
+            "x-s3alias",
+            "has_underscore",
+            &"a".repeat(64),
+        ] {
             assert!(check_bucket(bad).is_err(), "{bad}");
         }
     }
@@ -553,7 +764,11 @@ mod tests {
 
     #[test]
     fn a_postgres_source_gets_generated_slot_and_publication_names() {
-        let (s, e) = db(Provider::Postgresql, &[Capability::Source], json!({"host": "db", "database": "orders", "user": "cdc"}));
+        let (s, e) = db(
+            Provider::Postgresql,
+            &[Capability::Source],
+            json!({"host": "db", "database": "orders", "user": "cdc"}),
+        );
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(s.port, 5432);
         assert_eq!(s.tls_mode, TlsMode::Require);
@@ -563,37 +778,67 @@ mod tests {
 
     #[test]
     fn a_mysql_source_gets_a_server_id_and_a_destination_gets_none() {
-        let (s, e) = db(Provider::Mariadb, &[Capability::Source], json!({"host": "db", "database": "app", "user": "cdc"}));
+        let (s, e) = db(
+            Provider::Mariadb,
+            &[Capability::Source],
+            json!({"host": "db", "database": "app", "user": "cdc"}),
+        );
         assert!(e.is_empty());
         assert_eq!(s.port, 3306);
         assert!(s.server_id.unwrap() >= 10_000);
-        let (_, e) = db(Provider::Mysql, &[Capability::Destination], json!({"host": "db", "database": "app", "user": "cdc", "server_id": 5}));
+        let (_, e) = db(
+            Provider::Mysql,
+            &[Capability::Destination],
+            json!({"host": "db", "database": "app", "user": "cdc", "server_id": 5}),
+        );
         assert!(e["settings.server_id"].contains("only a SOURCE"));
     }
 
     #[test]
     fn database_rules_name_the_field() {
-        let (_, e) = db(Provider::Postgresql, &[Capability::Source], json!({"host": "postgres://db", "port": 70000, "user": "u", "tls_mode": "maybe", "slot_name": "Bad-Slot"}));
+        let (_, e) = db(
+            Provider::Postgresql,
+            &[Capability::Source],
+            json!({"host": "postgres://db", "port": 70000, "user": "u", "tls_mode": "maybe", "slot_name": "Bad-Slot"}),
+        );
         assert!(e["settings.host"].contains("hostname"));
         assert!(e["settings.port"].contains("1 to 65535"));
         assert!(e["settings.database"].contains("required"));
         assert!(e["settings.tls_mode"].contains("verify-full"));
         assert!(e["settings.slot_name"].contains("lowercase"));
-        let (_, e) = db(Provider::Postgresql, &[Capability::Destination], json!({"host": "db", "database": "d", "user": "u", "tls_mode": "verify-full"}));
+        let (_, e) = db(
+            Provider::Postgresql,
+            &[Capability::Destination],
+            json!({"host": "db", "database": "d", "user": "u", "tls_mode": "verify-full"}),
+        );
         assert!(e["settings.ca_certificate"].contains("PEM"));
-        let (_, e) = db(Provider::Postgresql, &[Capability::Destination], json!({"host": "db", "database": "d", "user": "u", "sslmode": "disable"}));
+        let (_, e) = db(
+            Provider::Postgresql,
+            &[Capability::Destination],
+            json!({"host": "db", "database": "d", "user": "u", "sslmode": "disable"}),
+        );
         assert!(e["settings.sslmode"].contains("unknown setting"));
     }
 
     #[test]
     fn secrets_are_checked_per_provider() {
         let mut e = FieldErrors::new();
-        let s = parse_secrets(Provider::Minio, &obj(json!({"access_key_id": "AK", "password": "x"})), true, &mut e);
+        let s = parse_secrets(
+            Provider::Minio,
+            &obj(json!({"access_key_id": "AK", "password": "x"})),
+            true,
+            &mut e,
+        );
         assert!(e["secrets.password"].contains("unknown secret field"));
         assert!(e["secrets.secret_access_key"].contains("required"));
         assert_eq!(s.len(), 1);
         let mut e = FieldErrors::new();
-        parse_secrets(Provider::Postgresql, &obj(json!({"password": "line\nbreak"})), true, &mut e);
+        parse_secrets(
+            Provider::Postgresql,
+            &obj(json!({"password": "line\nbreak"})),
+            true,
+            &mut e,
+        );
         assert!(e["secrets.password"].contains("one line"));
     }
 }

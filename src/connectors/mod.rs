@@ -69,7 +69,9 @@ pub struct ConnectorView {
 pub const STALE_AFTER_SECS: i64 = 60;
 
 fn age(t: &Option<String>) -> Option<i64> {
-    t.as_deref().and_then(crate::time::parse).map(|t| (chrono::Utc::now() - t).num_seconds().max(0))
+    t.as_deref()
+        .and_then(crate::time::parse)
+        .map(|t| (chrono::Utc::now() - t).num_seconds().max(0))
 }
 
 #[derive(sqlx::FromRow)]
@@ -104,10 +106,35 @@ const SELECT: &str = "SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, c
     FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id";
 
 fn view(r: Row) -> ConnectorView {
-    let Row { id, name, cluster_id, cluster, owner_kind, config, desired_state, generation, owner_id, restart_requested_by, observed_generation, phase, state, tasks, trace, message, observed_at, live, attempts, offsets, offsets_at, applied, cluster_error } = r;
+    let Row {
+        id,
+        name,
+        cluster_id,
+        cluster,
+        owner_kind,
+        config,
+        desired_state,
+        generation,
+        owner_id,
+        restart_requested_by,
+        observed_generation,
+        phase,
+        state,
+        tasks,
+        trace,
+        message,
+        observed_at,
+        live,
+        attempts,
+        offsets,
+        offsets_at,
+        applied,
+        cluster_error,
+    } = r;
     let config: BTreeMap<String, String> = serde_json::from_str(&config).unwrap_or_default();
     let live: Option<BTreeMap<String, String>> = live.and_then(|l| serde_json::from_str(&l).ok());
-    let applied: Option<BTreeMap<String, String>> = applied.and_then(|a| serde_json::from_str(&a).ok());
+    let applied: Option<BTreeMap<String, String>> =
+        applied.and_then(|a| serde_json::from_str(&a).ok());
     let observed_age_secs = age(&observed_at);
     // Stale: the last attempt to observe the cluster failed, or the observation is old.
     let stale = cluster_error.is_some() || observed_age_secs.is_none_or(|a| a > STALE_AFTER_SECS);
@@ -115,7 +142,12 @@ fn view(r: Row) -> ConnectorView {
         .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
         .unwrap_or_default()
         .into_iter()
-        .map(|t| TaskView { id: t["id"].as_i64().unwrap_or(0), state: t["state"].as_str().unwrap_or("").into(), worker_id: t["worker_id"].as_str().unwrap_or("").into(), trace: t["trace"].as_str().map(String::from) })
+        .map(|t| TaskView {
+            id: t["id"].as_i64().unwrap_or(0),
+            state: t["state"].as_str().unwrap_or("").into(),
+            worker_id: t["worker_id"].as_str().unwrap_or("").into(),
+            trace: t["trace"].as_str().map(String::from),
+        })
         .collect();
     let observed_generation = observed_generation.unwrap_or(0);
     let mut phase = phase.unwrap_or_else(|| "PENDING".into());
@@ -129,9 +161,16 @@ fn view(r: Row) -> ConnectorView {
         phase = "PENDING".into();
     }
     ConnectorView {
-        drift: live.as_ref().map(|l| diff(&config, applied.as_ref(), l)).unwrap_or_default(),
-        pipeline_id: (owner_kind == "pipeline").then(|| owner_id.clone()).flatten(),
-        delivery_id: (owner_kind == "delivery").then(|| owner_id.clone()).flatten(),
+        drift: live
+            .as_ref()
+            .map(|l| diff(&config, applied.as_ref(), l))
+            .unwrap_or_default(),
+        pipeline_id: (owner_kind == "pipeline")
+            .then(|| owner_id.clone())
+            .flatten(),
+        delivery_id: (owner_kind == "delivery")
+            .then(|| owner_id.clone())
+            .flatten(),
         id,
         name,
         connect_cluster_id: cluster_id,
@@ -150,7 +189,10 @@ fn view(r: Row) -> ConnectorView {
         observed_age_secs,
         stale,
         restart_attempts: attempts.unwrap_or(0),
-        offsets_text: offsets.as_deref().and_then(|o| serde_json::from_str::<Value>(o).ok()).and_then(|v| serde_json::to_string_pretty(&v).ok()),
+        offsets_text: offsets
+            .as_deref()
+            .and_then(|o| serde_json::from_str::<Value>(o).ok())
+            .and_then(|v| serde_json::to_string_pretty(&v).ok()),
         offsets: offsets.and_then(|o| serde_json::from_str(&o).ok()),
         offsets_at,
         restart_requested_by,
@@ -159,13 +201,21 @@ fn view(r: Row) -> ConnectorView {
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorView>> {
     who.require(Role::Viewer, "see connectors")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name")).fetch_all(pool).await?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name"))
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(view).collect())
 }
 
 async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE c.id = ?1 OR c.name = ?1 ORDER BY c.id = ?1 DESC LIMIT 1")).bind(key).fetch_optional(pool).await?;
-    row.map(view).ok_or_else(|| Error::NotFound(format!("connector {key}")))
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "{SELECT} WHERE c.id = ?1 OR c.name = ?1 ORDER BY c.id = ?1 DESC LIMIT 1"
+    ))
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    row.map(view)
+        .ok_or_else(|| Error::NotFound(format!("connector {key}")))
 }
 
 /// By id or by name.
@@ -175,7 +225,12 @@ pub async fn get(pool: &SqlitePool, who: &Principal, key: &str) -> Result<Connec
 }
 
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty() || name.len() > 200 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+    if name.is_empty()
+        || name.len() > 200
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
         return Err("use 1–200 characters: letters, digits, '.', '_' or '-'".into());
     }
     Ok(())
@@ -184,10 +239,22 @@ pub fn validate_name(name: &str) -> std::result::Result<(), String> {
 /// Keys whose values must be `${…}` references, never plain text.
 fn looks_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    ["password", "secret", "credential", "token", "private.key", "sasl.jaas.config"].iter().any(|m| k.contains(m))
+    [
+        "password",
+        "secret",
+        "credential",
+        "token",
+        "private.key",
+        "sasl.jaas.config",
+    ]
+    .iter()
+    .any(|m| k.contains(m))
 }
 
-pub fn validate_config(map: &serde_json::Map<String, Value>, errors: &mut FieldErrors) -> BTreeMap<String, String> {
+pub fn validate_config(
+    map: &serde_json::Map<String, Value>,
+    errors: &mut FieldErrors,
+) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (k, v) in map {
         let s = match v {
@@ -195,7 +262,10 @@ pub fn validate_config(map: &serde_json::Map<String, Value>, errors: &mut FieldE
             Value::Number(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
             _ => {
-                errors.insert(format!("config.{k}"), "Connect configs are flat: write this value as text".into());
+                errors.insert(
+                    format!("config.{k}"),
+                    "Connect configs are flat: write this value as text".into(),
+                );
                 continue;
             }
         };
@@ -206,7 +276,10 @@ pub fn validate_config(map: &serde_json::Map<String, Value>, errors: &mut FieldE
         out.insert(k.clone(), s);
     }
     if !out.contains_key("connector.class") {
-        errors.insert("config.connector.class".into(), "required: the connector plugin's class".into());
+        errors.insert(
+            "config.connector.class".into(),
+            "required: the connector plugin's class".into(),
+        );
     }
     out.remove("name");
     out
@@ -218,23 +291,42 @@ async fn changed(pool: &SqlitePool, wake: &crate::reconcile::Handle) -> Result<(
     Ok(())
 }
 
-pub async fn create(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, input: &ConnectorInput) -> Result<ConnectorView> {
+pub async fn create(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    input: &ConnectorInput,
+) -> Result<ConnectorView> {
     who.require(Role::Admin, "add connectors by hand")?;
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default();
     if let Err(why) = validate_name(&name) {
         errors.insert("name".into(), why);
     }
-    let config = validate_config(input.config.as_ref().unwrap_or(&serde_json::Map::new()), &mut errors);
-    let state = DesiredState::parse(input.desired_state.as_deref().unwrap_or("running")).filter(|s| *s != DesiredState::Deleted);
+    let config = validate_config(
+        input.config.as_ref().unwrap_or(&serde_json::Map::new()),
+        &mut errors,
+    );
+    let state = DesiredState::parse(input.desired_state.as_deref().unwrap_or("running"))
+        .filter(|s| *s != DesiredState::Deleted);
     if state.is_none() {
-        errors.insert("desired_state".into(), "choose running, paused or stopped".into());
+        errors.insert(
+            "desired_state".into(),
+            "choose running, paused or stopped".into(),
+        );
     }
     let cluster_id = input.connect_cluster_id.clone().unwrap_or_default();
-    let cluster: Option<(String, String)> = sqlx::query_as("SELECT name, managed_by FROM connect_clusters WHERE id = ?").bind(&cluster_id).fetch_optional(pool).await?;
+    let cluster: Option<(String, String)> =
+        sqlx::query_as("SELECT name, managed_by FROM connect_clusters WHERE id = ?")
+            .bind(&cluster_id)
+            .fetch_optional(pool)
+            .await?;
     match &cluster {
         None => {
-            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+            errors.insert(
+                "connect_cluster_id".into(),
+                "no Connect cluster has this id".into(),
+            );
         }
         Some((cname, managed)) if managed == "strimzi" => {
             errors.insert("connect_cluster_id".into(), format!("{cname} is managed by Strimzi: ClueCDC only observes it; create a KafkaConnector resource instead"));
@@ -264,12 +356,48 @@ pub async fn create(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Pr
 }
 
 /// Pause, resume, stop or delete: recorded as the desired state; the reconciler acts.
-pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str, state: DesiredState) -> Result<ConnectorView> {
-    let needed = if state == DesiredState::Deleted { Role::Admin } else { Role::Operator };
-    who.require(needed, if state == DesiredState::Deleted { "delete connectors" } else { "pause, resume or stop connectors" })?;
+pub async fn set_state(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    key: &str,
+    state: DesiredState,
+) -> Result<ConnectorView> {
+    let needed = if state == DesiredState::Deleted {
+        Role::Admin
+    } else {
+        Role::Operator
+    };
+    who.require(
+        needed,
+        if state == DesiredState::Deleted {
+            "delete connectors"
+        } else {
+            "pause, resume or stop connectors"
+        },
+    )?;
     let c = load(pool, key).await?;
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: &format!("connector.{}", match state { DesiredState::Running => "resume", DesiredState::Paused => "pause", DesiredState::Stopped => "stop", DesiredState::Deleted => "delete" }), target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name, "from": c.desired_state, "to": state.as_str()}) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: &format!(
+                "connector.{}",
+                match state {
+                    DesiredState::Running => "resume",
+                    DesiredState::Paused => "pause",
+                    DesiredState::Stopped => "stop",
+                    DesiredState::Deleted => "delete",
+                }
+            ),
+            target_kind: "connector",
+            target_id: &c.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": c.name, "from": c.desired_state, "to": state.as_str()}),
+        },
+    )
+    .await?;
     sqlx::query("UPDATE connectors SET desired_state = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(state.as_str()).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
     tx.commit().await?;
     changed(pool, wake).await?;
@@ -277,13 +405,33 @@ pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: 
 }
 
 /// Asks the reconciler to restart the connector and all its tasks once.
-pub async fn request_restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
+pub async fn request_restart(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    key: &str,
+) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart connectors")?;
     let c = load(pool, key).await?;
     let by = format!("user:{}", who.user_name);
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connector.restart", target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name}) }).await?;
-    sqlx::query("UPDATE connectors SET restart_requested_by = ? WHERE id = ?").bind(&by).bind(&c.id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connector.restart",
+            target_kind: "connector",
+            target_id: &c.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": c.name}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE connectors SET restart_requested_by = ? WHERE id = ?")
+        .bind(&by)
+        .bind(&c.id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     changed(pool, wake).await?;
     load(pool, &c.id).await
@@ -291,30 +439,65 @@ pub async fn request_restart(pool: &SqlitePool, wake: &crate::reconcile::Handle,
 
 /// Takes the live config from Connect, read now, as the desired one (an admin accepting a
 /// change made directly in Connect), instead of letting the reconciler put ClueCDC's back.
-pub async fn adopt_live(pool: &SqlitePool, store: &crate::secrets::store::SecretStore, wake: &crate::reconcile::Handle, who: &Principal, key: &str) -> Result<ConnectorView> {
+pub async fn adopt_live(
+    pool: &SqlitePool,
+    store: &crate::secrets::store::SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    key: &str,
+) -> Result<ConnectorView> {
     who.require(Role::Admin, "adopt live configs")?;
     let c = load(pool, key).await?;
-    let cluster = crate::clusters::all(pool).await?.into_iter().find(|k| k.id == c.connect_cluster_id).ok_or_else(|| Error::NotFound(format!("Connect cluster {}", c.connect_cluster_id)))?;
+    let cluster = crate::clusters::all(pool)
+        .await?
+        .into_iter()
+        .find(|k| k.id == c.connect_cluster_id)
+        .ok_or_else(|| Error::NotFound(format!("Connect cluster {}", c.connect_cluster_id)))?;
     let client = crate::clusters::connect::client_for(store, &cluster).await?;
-    let live_map = crate::reconcile::plan::normalize(client.connector_config(&c.name).await.map_err(|e| {
-        if e.is_not_found() {
-            Error::Conflict(format!("connector {} is not in Connect; there is no live config to adopt", c.name))
-        } else {
-            Error::Unavailable(e.to_string())
-        }
-    })?);
+    let live_map =
+        crate::reconcile::plan::normalize(client.connector_config(&c.name).await.map_err(|e| {
+            if e.is_not_found() {
+                Error::Conflict(format!(
+                    "connector {} is not in Connect; there is no live config to adopt",
+                    c.name
+                ))
+            } else {
+                Error::Unavailable(e.to_string())
+            }
+        })?);
     let live = json!(live_map).to_string();
     let mut errors = FieldErrors::new();
-    validate_config(&serde_json::to_value(&live_map).ok().and_then(|v| v.as_object().cloned()).unwrap_or_default(), &mut errors);
+    validate_config(
+        &serde_json::to_value(&live_map)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default(),
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(Error::Invalid { message: "the live config holds plain-text secrets; fix it in Connect or let ClueCDC restore its own".into(), fields: errors });
     }
     let diff = diff(&c.config, None, &live_map);
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connector.adopt", target_kind: "connector", target_id: &c.id, outcome: Outcome::Success, summary: json!({"name": c.name, "diff": diff}) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connector.adopt",
+            target_kind: "connector",
+            target_id: &c.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": c.name, "diff": diff}),
+        },
+    )
+    .await?;
     sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(&live).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
     // The live config becomes what ClueCDC has applied: no repair, no new drift.
-    sqlx::query("UPDATE connector_status SET applied_config = ? WHERE connector_id = ?").bind(&live).bind(&c.id).execute(&mut *tx).await?;
+    sqlx::query("UPDATE connector_status SET applied_config = ? WHERE connector_id = ?")
+        .bind(&live)
+        .bind(&c.id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES (?, ?, ?, 'config_changed', ?, ?, 'adopted')")
         .bind(&c.connect_cluster_id)
         .bind(&c.name)
@@ -346,7 +529,12 @@ impl DriftEvent {
         serde_json::from_str::<Vec<Value>>(&self.diff)
             .unwrap_or_default()
             .into_iter()
-            .map(|v| crate::reconcile::plan::DiffLine { key: v["key"].as_str().unwrap_or("").into(), desired: v["desired"].as_str().map(String::from), applied: v["applied"].as_str().map(String::from), live: v["live"].as_str().map(String::from) })
+            .map(|v| crate::reconcile::plan::DiffLine {
+                key: v["key"].as_str().unwrap_or("").into(),
+                desired: v["desired"].as_str().map(String::from),
+                applied: v["applied"].as_str().map(String::from),
+                live: v["live"].as_str().map(String::from),
+            })
             .collect()
     }
 }
@@ -366,7 +554,11 @@ pub struct History {
     pub restarts: Vec<RestartRecord>,
 }
 
-pub async fn history(pool: &SqlitePool, who: &Principal, key: &str) -> Result<(ConnectorView, Vec<DriftEvent>, Vec<RestartRecord>)> {
+pub async fn history(
+    pool: &SqlitePool,
+    who: &Principal,
+    key: &str,
+) -> Result<(ConnectorView, Vec<DriftEvent>, Vec<RestartRecord>)> {
     let c = get(pool, who, key).await?;
     let drift: Vec<DriftEvent> = sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events WHERE connect_cluster_id = ? AND connector_name = ? ORDER BY id DESC LIMIT 50")
         .bind(&c.connect_cluster_id)
@@ -378,7 +570,14 @@ pub async fn history(pool: &SqlitePool, who: &Principal, key: &str) -> Result<(C
 }
 
 pub fn drift_json(events: &[DriftEvent]) -> Vec<Value> {
-    events.iter().map(|e| { let mut v = json!(e); v["diff"] = json!(e.diff_lines()); v }).collect()
+    events
+        .iter()
+        .map(|e| {
+            let mut v = json!(e);
+            v["diff"] = json!(e.diff_lines());
+            v
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]

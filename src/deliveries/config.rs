@@ -30,15 +30,30 @@ pub struct JdbcOptions {
 
 impl Default for JdbcOptions {
     fn default() -> Self {
-        JdbcOptions { insert_mode: "upsert".into(), delete_enabled: true, table_name_format: "${source.table}".into(), schema_evolution: "basic".into(), error_policy: "fail".into(), dead_letter_topic: None }
+        JdbcOptions {
+            insert_mode: "upsert".into(),
+            delete_enabled: true,
+            table_name_format: "${source.table}".into(),
+            schema_evolution: "basic".into(),
+            error_policy: "fail".into(),
+            dead_letter_topic: None,
+        }
     }
 }
 
 /// The JDBC URL of a database connection (no credentials in it: those are separate keys).
 pub fn jdbc_url(c: &Connection) -> String {
-    let Some(d) = c.database() else { return String::new() };
+    let Some(d) = c.database() else {
+        return String::new();
+    };
     match c.provider {
-        Provider::Postgresql => format!("jdbc:postgresql://{}:{}/{}?sslmode={}", d.host, d.port, d.database, d.tls_mode.as_str()),
+        Provider::Postgresql => format!(
+            "jdbc:postgresql://{}:{}/{}?sslmode={}",
+            d.host,
+            d.port,
+            d.database,
+            d.tls_mode.as_str()
+        ),
         Provider::Mariadb => format!(
             "jdbc:mariadb://{}:{}/{}?sslMode={}",
             d.host,
@@ -77,16 +92,25 @@ pub fn jdbc(dest: &Connection, topics: &[String], o: &JdbcOptions) -> Config {
     set("topics", topics.join(","));
     set("connection.url", jdbc_url(dest));
     set("connection.username", user);
-    set("connection.password", format!("${{cluecdc:{}:password}}", dest.secret_ref));
+    set(
+        "connection.password",
+        format!("${{cluecdc:{}:password}}", dest.secret_ref),
+    );
     set("insert.mode", o.insert_mode.clone());
     // Upserts and deletes need the row's key: the Kafka record key Debezium wrote.
     set("primary.key.mode", "record_key".into());
     set("delete.enabled", o.delete_enabled.to_string());
     set("collection.name.format", o.table_name_format.clone());
     set("schema.evolution", o.schema_evolution.clone());
-    set("key.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set(
+        "key.converter",
+        "org.apache.kafka.connect.json.JsonConverter".into(),
+    );
     set("key.converter.schemas.enable", "true".into());
-    set("value.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set(
+        "value.converter",
+        "org.apache.kafka.connect.json.JsonConverter".into(),
+    );
     set("value.converter.schemas.enable", "true".into());
     // Its own consumer group (connect-<connector name>), from the earliest retained offsets.
     set("consumer.override.auto.offset.reset", "earliest".into());
@@ -95,7 +119,10 @@ pub fn jdbc(dest: &Connection, topics: &[String], o: &JdbcOptions) -> Config {
         set("errors.tolerance", "all".into());
         if let Some(dlq) = &o.dead_letter_topic {
             set("errors.deadletterqueue.topic.name", dlq.clone());
-            set("errors.deadletterqueue.context.headers.enable", "true".into());
+            set(
+                "errors.deadletterqueue.context.headers.enable",
+                "true".into(),
+            );
         }
     } else {
         set("errors.tolerance", "none".into());
@@ -115,7 +142,17 @@ mod tests {
             name: "replica".into(),
             provider,
             capabilities: vec![Capability::Destination],
-            settings: Settings::Database(DatabaseSettings { host: "replica.internal".into(), port: 5432, database: "analytics".into(), user: "writer".into(), tls_mode: TlsMode::VerifyFull, ca_certificate: None, slot_name: None, publication_name: None, server_id: None }),
+            settings: Settings::Database(DatabaseSettings {
+                host: "replica.internal".into(),
+                port: 5432,
+                database: "analytics".into(),
+                user: "writer".into(),
+                tls_mode: TlsMode::VerifyFull,
+                ca_certificate: None,
+                slot_name: None,
+                publication_name: None,
+                server_id: None,
+            }),
             secret_ref: "sec_dest".into(),
             generation: 1,
             created_at: String::new(),
@@ -126,8 +163,15 @@ mod tests {
 
     #[test]
     fn the_jdbc_sink_config_matches_its_golden_file() {
-        let c = jdbc(&dest(Provider::Postgresql), &["orders.public.orders".into(), "orders.public.items".into()], &JdbcOptions::default());
-        let path = format!("{}/tests/golden/jdbc-postgres.json", env!("CARGO_MANIFEST_DIR"));
+        let c = jdbc(
+            &dest(Provider::Postgresql),
+            &["orders.public.orders".into(), "orders.public.items".into()],
+            &JdbcOptions::default(),
+        );
+        let path = format!(
+            "{}/tests/golden/jdbc-postgres.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let text = serde_json::to_string_pretty(&c).unwrap() + "\n";
         if std::env::var("UPDATE_GOLDEN").is_ok() {
             std::fs::write(&path, &text).unwrap();
@@ -137,14 +181,21 @@ mod tests {
 
     #[test]
     fn each_destination_gets_its_own_jdbc_url_and_no_credentials_in_it() {
-        assert_eq!(jdbc_url(&dest(Provider::Postgresql)), "jdbc:postgresql://replica.internal:5432/analytics?sslmode=verify-full");
+        assert_eq!(
+            jdbc_url(&dest(Provider::Postgresql)),
+            "jdbc:postgresql://replica.internal:5432/analytics?sslmode=verify-full"
+        );
         assert!(jdbc_url(&dest(Provider::Mariadb)).starts_with("jdbc:mariadb://"));
         assert!(jdbc_url(&dest(Provider::Mysql)).ends_with("sslMode=VERIFY_IDENTITY"));
     }
 
     #[test]
     fn continue_sends_skipped_records_to_the_named_dead_letter_topic() {
-        let o = JdbcOptions { error_policy: "continue".into(), dead_letter_topic: Some("dlq".into()), ..JdbcOptions::default() };
+        let o = JdbcOptions {
+            error_policy: "continue".into(),
+            dead_letter_topic: Some("dlq".into()),
+            ..JdbcOptions::default()
+        };
         let c = jdbc(&dest(Provider::Postgresql), &["t".into()], &o);
         assert_eq!(c["errors.tolerance"], "all");
         assert_eq!(c["errors.deadletterqueue.topic.name"], "dlq");

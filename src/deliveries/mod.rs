@@ -68,7 +68,10 @@ struct Row {
 }
 
 pub fn connector_name(delivery_name: &str) -> String {
-    format!("cluecdc-deliver-{}", connections::settings::slug(delivery_name).replace('_', "-"))
+    format!(
+        "cluecdc-deliver-{}",
+        connections::settings::slug(delivery_name).replace('_', "-")
+    )
 }
 
 impl From<Row> for Delivery {
@@ -92,13 +95,19 @@ impl From<Row> for Delivery {
 const SELECT: &str = "SELECT id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at FROM deliveries";
 
 pub async fn load(pool: &SqlitePool, id: &str) -> Result<Delivery> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1")).bind(id).fetch_optional(pool).await?;
-    row.map(Delivery::from).ok_or_else(|| Error::NotFound(format!("delivery {id}")))
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Delivery::from)
+        .ok_or_else(|| Error::NotFound(format!("delivery {id}")))
 }
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
     who.require(Role::Viewer, "see deliveries")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name")).fetch_all(pool).await?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(Delivery::from).collect())
 }
 
@@ -127,13 +136,23 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
     if let Err(why) = connections::validate_name(&name) {
         errors.insert("name".into(), why);
     }
-    let pipeline = pipelines::load(pool, input.pipeline_id.as_deref().unwrap_or("")).await.ok();
+    let pipeline = pipelines::load(pool, input.pipeline_id.as_deref().unwrap_or(""))
+        .await
+        .ok();
     if pipeline.is_none() {
         errors.insert("pipeline_id".into(), "no pipeline has this id".into());
     }
-    let dest = match connections::load(pool, input.destination_connection_id.as_deref().unwrap_or("")).await {
+    let dest = match connections::load(
+        pool,
+        input.destination_connection_id.as_deref().unwrap_or(""),
+    )
+    .await
+    {
         Ok(c) if !c.capabilities.contains(&Capability::Destination) => {
-            errors.insert("destination_connection_id".into(), format!("{} is not a DESTINATION connection", c.name));
+            errors.insert(
+                "destination_connection_id".into(),
+                format!("{} is not a DESTINATION connection", c.name),
+            );
             None
         }
         Ok(c) if c.provider.is_object_storage() => {
@@ -142,22 +161,43 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
         }
         Ok(c) => Some(c),
         Err(_) => {
-            errors.insert("destination_connection_id".into(), "no connection has this id".into());
+            errors.insert(
+                "destination_connection_id".into(),
+                "no connection has this id".into(),
+            );
             None
         }
     };
-    let cluster_id = input.connect_cluster_id.clone().or_else(|| pipeline.as_ref().map(|p| p.connect_cluster_id.clone())).unwrap_or_default();
+    let cluster_id = input
+        .connect_cluster_id
+        .clone()
+        .or_else(|| pipeline.as_ref().map(|p| p.connect_cluster_id.clone()))
+        .unwrap_or_default();
     let cluster = crate::clusters::get(pool, who, &cluster_id).await.ok();
     match &cluster {
         None => {
-            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+            errors.insert(
+                "connect_cluster_id".into(),
+                "no Connect cluster has this id".into(),
+            );
         }
         Some(c) if c.managed_by == "strimzi" => {
-            errors.insert("connect_cluster_id".into(), format!("{} is managed by Strimzi; ClueCDC only observes it", c.name));
+            errors.insert(
+                "connect_cluster_id".into(),
+                format!("{} is managed by Strimzi; ClueCDC only observes it", c.name),
+            );
         }
         _ => {}
     }
-    let mut available: Vec<String> = pipeline.as_ref().map(|p| p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect()).unwrap_or_default();
+    let mut available: Vec<String> = pipeline
+        .as_ref()
+        .map(|p| {
+            p.tables
+                .iter()
+                .map(|t| table_topic(&p.topic_prefix, t))
+                .collect()
+        })
+        .unwrap_or_default();
     if let Some(p) = &pipeline {
         if let Ok(source) = connections::load(pool, &p.source_connection_id).await {
             available.extend(p.heartbeat_topic(&source));
@@ -165,58 +205,119 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
     }
     let topics = input.topics.clone().unwrap_or_else(|| available.clone());
     if topics.is_empty() {
-        errors.insert("topics".into(), "choose at least one of the pipeline's topics".into());
+        errors.insert(
+            "topics".into(),
+            "choose at least one of the pipeline's topics".into(),
+        );
     } else if let Some(t) = topics.iter().find(|t| !available.contains(t)) {
-        errors.insert("topics".into(), format!("{t} is not a table topic of this pipeline; choose from {}", available.join(", ")));
+        errors.insert(
+            "topics".into(),
+            format!(
+                "{t} is not a table topic of this pipeline; choose from {}",
+                available.join(", ")
+            ),
+        );
     }
     let d = JdbcOptions::default();
     let options = JdbcOptions {
         insert_mode: input.insert_mode.clone().unwrap_or(d.insert_mode),
         delete_enabled: input.delete_enabled.unwrap_or(d.delete_enabled),
-        table_name_format: input.table_name_format.clone().unwrap_or(d.table_name_format),
+        table_name_format: input
+            .table_name_format
+            .clone()
+            .unwrap_or(d.table_name_format),
         schema_evolution: input.schema_evolution.clone().unwrap_or(d.schema_evolution),
         error_policy: input.error_policy.clone().unwrap_or(d.error_policy),
         dead_letter_topic: input.dead_letter_topic.clone().filter(|t| !t.is_empty()),
     };
     if !["insert", "upsert", "update"].contains(&options.insert_mode.as_str()) {
-        errors.insert("insert_mode".into(), "choose insert, upsert (default: replays are harmless) or update".into());
+        errors.insert(
+            "insert_mode".into(),
+            "choose insert, upsert (default: replays are harmless) or update".into(),
+        );
     }
     if !["none", "basic"].contains(&options.schema_evolution.as_str()) {
-        errors.insert("schema_evolution".into(), "basic (create missing tables and columns) or none (tables must exist)".into());
+        errors.insert(
+            "schema_evolution".into(),
+            "basic (create missing tables and columns) or none (tables must exist)".into(),
+        );
     }
     if options.table_name_format.trim().is_empty() || options.table_name_format.len() > 200 {
-        errors.insert("table_name_format".into(), "e.g. ${source.table}, or a literal name; at most 200 characters".into());
+        errors.insert(
+            "table_name_format".into(),
+            "e.g. ${source.table}, or a literal name; at most 200 characters".into(),
+        );
     }
     if !["fail", "continue"].contains(&options.error_policy.as_str()) {
-        errors.insert("error_policy".into(), "fail (default: stop at a bad record) or continue (skip it, an explicit choice)".into());
+        errors.insert(
+            "error_policy".into(),
+            "fail (default: stop at a bad record) or continue (skip it, an explicit choice)".into(),
+        );
     }
     if let Some(dlq) = &options.dead_letter_topic {
         if options.error_policy != "continue" {
-            errors.insert("dead_letter_topic".into(), "only with error_policy continue: with fail, nothing is skipped".into());
+            errors.insert(
+                "dead_letter_topic".into(),
+                "only with error_policy continue: with fail, nothing is skipped".into(),
+            );
         } else if let Err(why) = crate::kafka::check_topic_name(dlq) {
             errors.insert("dead_letter_topic".into(), why);
         }
     }
     Error::check(errors)?;
-    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else { return Err(Error::Unexpected(anyhow::anyhow!("checked input lost a reference"))) };
-    Ok(Checked { name, pipeline, cluster, dest, topics, options })
+    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "checked input lost a reference"
+        )));
+    };
+    Ok(Checked {
+        name,
+        pipeline,
+        cluster,
+        dest,
+        topics,
+        options,
+    })
 }
 
 async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
     let config = jdbc(&c.dest, &c.topics, &c.options);
     let name = connector_name(&c.name);
     let client = crate::clusters::connect::client_for(store, &c.cluster).await?;
-    let plugins = client.plugins().await.map_err(|e| Error::Unavailable(format!("cannot read Connect's plugins: {e}")))?;
+    let plugins = client
+        .plugins()
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot read Connect's plugins: {e}")))?;
     if !plugins.iter().any(|p| p.class == JDBC_SINK) {
-        return Err(Error::field("connect_cluster_id", format!("the Debezium JDBC sink plugin is not installed on {}; install it on every worker", c.cluster.name)));
+        return Err(Error::field(
+            "connect_cluster_id",
+            format!(
+                "the Debezium JDBC sink plugin is not installed on {}; install it on every worker",
+                c.cluster.name
+            ),
+        ));
     }
     let mut with_name = config.clone();
     with_name.insert("name".into(), name.clone());
-    let validation_errors = client.validate(JDBC_SINK, &with_name).await.map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
-    Ok(Preview { connector_name: name, connector_class: JDBC_SINK.into(), config, validation_errors, topics: c.topics.clone() })
+    let validation_errors = client
+        .validate(JDBC_SINK, &with_name)
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
+    Ok(Preview {
+        connector_name: name,
+        connector_class: JDBC_SINK.into(),
+        config,
+        validation_errors,
+        topics: c.topics.clone(),
+    })
 }
 
-pub async fn preview(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &DeliveryInput) -> Result<Preview> {
+pub async fn preview(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &DeliveryInput,
+) -> Result<Preview> {
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
     preview_of(store, &c).await
@@ -224,29 +325,75 @@ pub async fn preview(pool: &SqlitePool, store: &SecretStore, who: &Principal, in
 
 /// Checks the destination (reachable, may create and alter tables) and the config with the
 /// plugin, then records the desired sink connector. Nothing is deployed when a check fails.
-pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, input: &DeliveryInput) -> Result<Delivery> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    input: &DeliveryInput,
+) -> Result<Delivery> {
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
-    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM deliveries WHERE name = ?").bind(&c.name).fetch_one(pool).await? > 0 {
-        return Err(Error::Conflict(format!("a delivery named {:?} already exists", c.name)));
+    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM deliveries WHERE name = ?")
+        .bind(&c.name)
+        .fetch_one(pool)
+        .await?
+        > 0
+    {
+        return Err(Error::Conflict(format!(
+            "a delivery named {:?} already exists",
+            c.name
+        )));
     }
     let report = connections::test(pool, store, who, &c.dest.id).await?;
     if !report.ok {
-        let failed: Vec<String> = report.checks.iter().filter(|k| k.status == CheckStatus::Fail).map(|k| format!("{}: {}{}", k.name, k.message, k.hint.as_deref().map(|h| format!(" (fix: {h})")).unwrap_or_default())).collect();
-        return Err(Error::field("destination_connection_id", format!("the destination check failed: {}", failed.join("; "))));
+        let failed: Vec<String> = report
+            .checks
+            .iter()
+            .filter(|k| k.status == CheckStatus::Fail)
+            .map(|k| {
+                format!(
+                    "{}: {}{}",
+                    k.name,
+                    k.message,
+                    k.hint
+                        .as_deref()
+                        .map(|h| format!(" (fix: {h})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        return Err(Error::field(
+            "destination_connection_id",
+            format!("the destination check failed: {}", failed.join("; ")),
+        ));
     }
     let preview = preview_of(store, &c).await?;
     if !preview.validation_errors.is_empty() {
-        let fields: FieldErrors = preview.validation_errors.iter().map(|(k, v)| (format!("config.{k}"), v.join("; "))).collect();
-        return Err(Error::Invalid { message: "the sink plugin refused the config".into(), fields });
+        let fields: FieldErrors = preview
+            .validation_errors
+            .iter()
+            .map(|(k, v)| (format!("config.{k}"), v.join("; ")))
+            .collect();
+        return Err(Error::Invalid {
+            message: "the sink plugin refused the config".into(),
+            fields,
+        });
     }
     if let Some(dlq) = &c.options.dead_letter_topic {
         let kafka = crate::clusters::kafka::get(pool, who, &c.pipeline.kafka_cluster_id).await?;
         let access = crate::clusters::kafka::access(store, &kafka).await?;
-        let spec = crate::kafka::TopicSpec { name: dlq.clone(), partitions: 1, replication_factor: c.pipeline.replication_factor as i32, configs: [("cleanup.policy".to_string(), "delete".to_string())].into() };
+        let spec = crate::kafka::TopicSpec {
+            name: dlq.clone(),
+            partitions: 1,
+            replication_factor: c.pipeline.replication_factor as i32,
+            configs: [("cleanup.policy".to_string(), "delete".to_string())].into(),
+        };
         if let Err(e) = crate::kafka::create_topic(&access, &spec).await {
             if !e.contains("TopicAlreadyExists") {
-                return Err(Error::Unavailable(format!("creating the dead-letter topic {dlq}: {e}")));
+                return Err(Error::Unavailable(format!(
+                    "creating the dead-letter topic {dlq}: {e}"
+                )));
             }
         }
     }
@@ -285,34 +432,69 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
     load(pool, &id).await
 }
 
-pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str, state: DesiredState) -> Result<ConnectorView> {
+pub async fn set_state(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    state: DesiredState,
+) -> Result<ConnectorView> {
     who.require(Role::Operator, "pause or resume deliveries")?;
     let d = load(pool, id).await?;
     connectors::set_state(pool, wake, who, &d.connector_id, state).await
 }
 
-pub async fn restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<ConnectorView> {
+pub async fn restart(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart deliveries")?;
     let d = load(pool, id).await?;
     connectors::request_restart(pool, wake, who, &d.connector_id).await
 }
 
-pub async fn delete(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<()> {
+pub async fn delete(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+) -> Result<()> {
     who.require(Role::Operator, "delete deliveries")?;
     let d = load(pool, id).await?;
     connectors::set_state(pool, wake, who, &d.connector_id, DesiredState::Deleted).await?;
     for _ in 0..120 {
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?").bind(&d.connector_id).fetch_one(pool).await?;
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
+            .bind(&d.connector_id)
+            .fetch_one(pool)
+            .await?;
         if left == 0 {
             let mut tx = pool.begin().await?;
-            audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.delete", target_kind: "delivery", target_id: &d.id, outcome: Outcome::Success, summary: json!({"name": d.name}) }).await?;
-            sqlx::query("DELETE FROM deliveries WHERE id = ?").bind(&d.id).execute(&mut *tx).await?;
+            audit::record(
+                &mut tx,
+                Entry {
+                    actor: who.into(),
+                    action: "delivery.delete",
+                    target_kind: "delivery",
+                    target_id: &d.id,
+                    outcome: Outcome::Success,
+                    summary: json!({"name": d.name}),
+                },
+            )
+            .await?;
+            sqlx::query("DELETE FROM deliveries WHERE id = ?")
+                .bind(&d.id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(Error::Unavailable("the sink connector was not removed from Connect within 60 s; try again".into()))
+    Err(Error::Unavailable(
+        "the sink connector was not removed from Connect within 60 s; try again".into(),
+    ))
 }
 
 #[derive(Debug, Serialize)]
@@ -333,32 +515,58 @@ pub struct Detail {
 
 pub const SEMANTICS: &str = "At-least-once: after a restart or a retry some records are written again. Upserts by primary key make replays harmless for rows; deletes are applied by key.";
 
-pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Detail> {
+pub async fn detail(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<Detail> {
     who.require(Role::Viewer, "see deliveries")?;
     let d = load(pool, id).await?;
     let connector = connectors::get(pool, who, &d.connector_id).await.ok();
     let pipeline = pipelines::load(pool, &d.pipeline_id).await?;
     let kafka = crate::clusters::kafka::get(pool, who, &pipeline.kafka_cluster_id).await?;
     let access = crate::clusters::kafka::access(store, &kafka).await?;
-    let (lag, lag_error) = match crate::kafka::group_lag(&access, &d.consumer_group, &d.topics).await {
-        Ok(l) => (l, None),
-        Err(e) => (vec![], Some(e)),
-    };
+    let (lag, lag_error) =
+        match crate::kafka::group_lag(&access, &d.consumer_group, &d.topics).await {
+            Ok(l) => (l, None),
+            Err(e) => (vec![], Some(e)),
+        };
     let newest = heartbeat_at(pool, store, &d, &pipeline).await?;
-    let freshness_secs = newest.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
-    let current_as_of = newest.and_then(chrono::DateTime::from_timestamp_millis).map(crate::time::format);
-    Ok(Detail { delivery: d, connector, freshness_secs, current_as_of, lag, lag_error, semantics: SEMANTICS })
+    let freshness_secs =
+        newest.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
+    let current_as_of = newest
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(crate::time::format);
+    Ok(Detail {
+        delivery: d,
+        connector,
+        freshness_secs,
+        current_as_of,
+        lag,
+        lag_error,
+        semantics: SEMANTICS,
+    })
 }
 
 /// Reads the newest heartbeat in the destination, when the pipeline has a heartbeat, the
 /// delivery carries its topic, and the table name can be told from the name format.
-async fn heartbeat_at(pool: &SqlitePool, store: &SecretStore, d: &Delivery, pipeline: &pipelines::Pipeline) -> Result<Option<i64>> {
+async fn heartbeat_at(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    d: &Delivery,
+    pipeline: &pipelines::Pipeline,
+) -> Result<Option<i64>> {
     let source = connections::load(pool, &pipeline.source_connection_id).await?;
-    let Some(topic) = pipeline.heartbeat_topic(&source) else { return Ok(None) };
+    let Some(topic) = pipeline.heartbeat_topic(&source) else {
+        return Ok(None);
+    };
     if !d.topics.contains(&topic) {
         return Ok(None);
     }
-    let format = d.options["table_name_format"].as_str().unwrap_or("${source.table}");
+    let format = d.options["table_name_format"]
+        .as_str()
+        .unwrap_or("${source.table}");
     let table = format.replace("${source.table}", crate::pipelines::config::HEARTBEAT_TABLE);
     if table.contains("${") {
         return Ok(None);
@@ -369,5 +577,10 @@ async fn heartbeat_at(pool: &SqlitePool, store: &SecretStore, d: &Delivery, pipe
 
 /// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).
 pub async fn of_pipeline(pool: &SqlitePool, pipeline_id: &str) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = ? ORDER BY name").bind(pipeline_id).fetch_all(pool).await?)
+    Ok(
+        sqlx::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = ? ORDER BY name")
+            .bind(pipeline_id)
+            .fetch_all(pool)
+            .await?,
+    )
 }

@@ -28,7 +28,14 @@ pub struct KafkaAccess {
 
 impl KafkaAccess {
     pub fn plain(bootstrap: &str) -> Self {
-        KafkaAccess { bootstrap_servers: bootstrap.into(), security_protocol: "PLAINTEXT".into(), sasl_mechanism: None, sasl_username: None, sasl_password: None, tls_ca_pem: None }
+        KafkaAccess {
+            bootstrap_servers: bootstrap.into(),
+            security_protocol: "PLAINTEXT".into(),
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+            tls_ca_pem: None,
+        }
     }
 
     fn config(&self) -> ClientConfig {
@@ -90,15 +97,23 @@ pub struct TopicInfo {
 
 impl TopicInfo {
     pub fn replication_factor(&self) -> usize {
-        self.partitions.first().map(|p| p.replicas.len()).unwrap_or(0)
+        self.partitions
+            .first()
+            .map(|p| p.replicas.len())
+            .unwrap_or(0)
     }
 
     pub fn fully_replicated(&self) -> bool {
-        self.partitions.iter().all(|p| p.isr.len() == p.replicas.len())
+        self.partitions
+            .iter()
+            .all(|p| p.isr.len() == p.replicas.len())
     }
 
     pub fn messages(&self) -> i64 {
-        self.partitions.iter().map(|p| p.high_watermark - p.low_watermark).sum()
+        self.partitions
+            .iter()
+            .map(|p| p.high_watermark - p.low_watermark)
+            .sum()
     }
 }
 
@@ -111,12 +126,21 @@ pub struct TopicSpec {
     pub configs: BTreeMap<String, String>,
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())?
 }
 
 fn consumer(access: &KafkaAccess) -> Result<BaseConsumer, String> {
-    access.config().set("group.id", "cluecdc-metadata").set("enable.auto.commit", "false").create().map_err(|e| e.to_string())
+    access
+        .config()
+        .set("group.id", "cluecdc-metadata")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())
 }
 
 pub async fn health(access: &KafkaAccess) -> Health {
@@ -126,7 +150,15 @@ pub async fn health(access: &KafkaAccess) -> Health {
         let md = c.fetch_metadata(None, TIMEOUT).map_err(|e| e.to_string())?;
         Ok(Health {
             reachable: true,
-            brokers: md.brokers().iter().map(|b| BrokerInfo { id: b.id(), host: b.host().to_string(), port: b.port() }).collect(),
+            brokers: md
+                .brokers()
+                .iter()
+                .map(|b| BrokerInfo {
+                    id: b.id(),
+                    host: b.host().to_string(),
+                    port: b.port(),
+                })
+                .collect(),
             topics: md.topics().len(),
             error: None,
         })
@@ -134,7 +166,12 @@ pub async fn health(access: &KafkaAccess) -> Health {
     .await
     {
         Ok(h) => h,
-        Err(e) => Health { reachable: false, brokers: vec![], topics: 0, error: Some(e) },
+        Err(e) => Health {
+            reachable: false,
+            brokers: vec![],
+            topics: 0,
+            error: Some(e),
+        },
     }
 }
 
@@ -144,7 +181,9 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
     let single = only.clone();
     let mut topics = blocking(move || {
         let c = consumer(&a)?;
-        let md = c.fetch_metadata(single.as_deref(), TIMEOUT).map_err(|e| e.to_string())?;
+        let md = c
+            .fetch_metadata(single.as_deref(), TIMEOUT)
+            .map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for t in md.topics() {
             if let Some(err) = t.error() {
@@ -155,11 +194,25 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
             }
             let mut partitions = Vec::new();
             for p in t.partitions() {
-                let (low, high) = c.fetch_watermarks(t.name(), p.id(), TIMEOUT).unwrap_or((-1, -1));
-                partitions.push(PartitionInfo { id: p.id(), leader: p.leader(), replicas: p.replicas().to_vec(), isr: p.isr().to_vec(), low_watermark: low, high_watermark: high });
+                let (low, high) = c
+                    .fetch_watermarks(t.name(), p.id(), TIMEOUT)
+                    .unwrap_or((-1, -1));
+                partitions.push(PartitionInfo {
+                    id: p.id(),
+                    leader: p.leader(),
+                    replicas: p.replicas().to_vec(),
+                    isr: p.isr().to_vec(),
+                    low_watermark: low,
+                    high_watermark: high,
+                });
             }
             partitions.sort_by_key(|p| p.id);
-            out.push(TopicInfo { name: t.name().to_string(), internal: t.name().starts_with("__"), partitions, configs: BTreeMap::new() });
+            out.push(TopicInfo {
+                name: t.name().to_string(),
+                internal: t.name().starts_with("__"),
+                partitions,
+                configs: BTreeMap::new(),
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -171,10 +224,17 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
     Ok(topics)
 }
 
-pub async fn topic_configs(access: &KafkaAccess, name: &str) -> Result<BTreeMap<String, String>, String> {
-    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
+pub async fn topic_configs(
+    access: &KafkaAccess,
+    name: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let admin: AdminClient<DefaultClientContext> =
+        access.config().create().map_err(|e| e.to_string())?;
     let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
-    let results = admin.describe_configs(&[ResourceSpecifier::Topic(name)], &opts).await.map_err(|e| e.to_string())?;
+    let results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(name)], &opts)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut out = BTreeMap::new();
     for r in results {
         let r = r.map_err(|e| format!("{e:?}"))?;
@@ -190,13 +250,23 @@ pub async fn topic_configs(access: &KafkaAccess, name: &str) -> Result<BTreeMap<
 }
 
 pub async fn create_topic(access: &KafkaAccess, spec: &TopicSpec) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
-    let mut t = NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(spec.replication_factor));
+    let admin: AdminClient<DefaultClientContext> =
+        access.config().create().map_err(|e| e.to_string())?;
+    let mut t = NewTopic::new(
+        &spec.name,
+        spec.partitions,
+        TopicReplication::Fixed(spec.replication_factor),
+    );
     for (k, v) in &spec.configs {
         t = t.set(k, v);
     }
-    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
-    let results = admin.create_topics(&[t], &opts).await.map_err(|e| e.to_string())?;
+    let opts = AdminOptions::new()
+        .request_timeout(Some(TIMEOUT))
+        .operation_timeout(Some(TIMEOUT));
+    let results = admin
+        .create_topics(&[t], &opts)
+        .await
+        .map_err(|e| e.to_string())?;
     for r in results {
         r.map_err(|(name, code)| format!("creating topic {name}: {code}"))?;
     }
@@ -204,9 +274,16 @@ pub async fn create_topic(access: &KafkaAccess, spec: &TopicSpec) -> Result<(), 
 }
 
 pub async fn delete_topic(access: &KafkaAccess, name: &str) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> = access.config().create().map_err(|e| e.to_string())?;
-    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
-    for r in admin.delete_topics(&[name], &opts).await.map_err(|e| e.to_string())? {
+    let admin: AdminClient<DefaultClientContext> =
+        access.config().create().map_err(|e| e.to_string())?;
+    let opts = AdminOptions::new()
+        .request_timeout(Some(TIMEOUT))
+        .operation_timeout(Some(TIMEOUT));
+    for r in admin
+        .delete_topics(&[name], &opts)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         r.map_err(|(name, code)| format!("deleting topic {name}: {code}"))?;
     }
     Ok(())
@@ -214,7 +291,13 @@ pub async fn delete_topic(access: &KafkaAccess, name: &str) -> Result<(), String
 
 /// Kafka's rules for topic names.
 pub fn check_topic_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty() && name.len() <= 249 && name != "." && name != ".." && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     if ok {
         Ok(())
     } else {
@@ -233,29 +316,52 @@ pub struct PartitionLag {
 }
 
 /// A consumer group's lag per partition of the given topics, without joining the group.
-pub async fn group_lag(access: &KafkaAccess, group: &str, topics: &[String]) -> Result<Vec<PartitionLag>, String> {
+pub async fn group_lag(
+    access: &KafkaAccess,
+    group: &str,
+    topics: &[String],
+) -> Result<Vec<PartitionLag>, String> {
     let access = access.clone();
     let group = group.to_string();
     let topics = topics.to_vec();
     blocking(move || {
-        let c: BaseConsumer = access.config().set("group.id", &group).set("enable.auto.commit", "false").create().map_err(|e| e.to_string())?;
+        let c: BaseConsumer = access
+            .config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| e.to_string())?;
         let mut tpl = rdkafka::TopicPartitionList::new();
         let md = c.fetch_metadata(None, TIMEOUT).map_err(|e| e.to_string())?;
-        for t in md.topics().iter().filter(|t| topics.iter().any(|w| w == t.name())) {
+        for t in md
+            .topics()
+            .iter()
+            .filter(|t| topics.iter().any(|w| w == t.name()))
+        {
             for p in t.partitions() {
                 tpl.add_partition(t.name(), p.id());
             }
         }
-        let committed = c.committed_offsets(tpl, TIMEOUT).map_err(|e| e.to_string())?;
+        let committed = c
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for e in committed.elements() {
-            let (low, high) = c.fetch_watermarks(e.topic(), e.partition(), TIMEOUT).map_err(|e| e.to_string())?;
+            let (low, high) = c
+                .fetch_watermarks(e.topic(), e.partition(), TIMEOUT)
+                .map_err(|e| e.to_string())?;
             let committed = match e.offset() {
                 rdkafka::Offset::Offset(o) => Some(o),
                 _ => None,
             };
             let lag = high - committed.unwrap_or(low);
-            out.push(PartitionLag { topic: e.topic().to_string(), partition: e.partition(), committed, end_offset: high, lag: lag.max(0) });
+            out.push(PartitionLag {
+                topic: e.topic().to_string(),
+                partition: e.partition(),
+                committed,
+                end_offset: high,
+                lag: lag.max(0),
+            });
         }
         out.sort_by(|a, b| (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition)));
         Ok(out)

@@ -22,7 +22,13 @@ pub struct Alert {
 }
 
 /// Opens an alert, or refreshes the open one for the same kind and subject.
-pub async fn fire(pool: &SqlitePool, kind: &str, subject: &str, severity: &str, message: &str) -> Result<()> {
+pub async fn fire(
+    pool: &SqlitePool,
+    kind: &str,
+    subject: &str,
+    severity: &str,
+    message: &str,
+) -> Result<()> {
     let now = crate::time::now();
     let updated = sqlx::query("UPDATE alerts SET last_seen = ?, message = ?, severity = ? WHERE kind = ? AND subject = ? AND state = 'firing'")
         .bind(&now)
@@ -48,7 +54,12 @@ pub async fn fire(pool: &SqlitePool, kind: &str, subject: &str, severity: &str, 
 }
 
 /// Resolves open alerts of `kind` whose subject starts with `scope` and is not in `still`.
-pub async fn resolve_absent(pool: &SqlitePool, kind: &str, scope: &str, still: &[String]) -> Result<()> {
+pub async fn resolve_absent(
+    pool: &SqlitePool,
+    kind: &str,
+    scope: &str,
+    still: &[String],
+) -> Result<()> {
     let open: Vec<(i64, String)> = sqlx::query_as("SELECT id, subject FROM alerts WHERE kind = ? AND state = 'firing' AND substr(subject, 1, length(?)) = ?")
         .bind(kind)
         .bind(scope)
@@ -58,29 +69,60 @@ pub async fn resolve_absent(pool: &SqlitePool, kind: &str, scope: &str, still: &
     for (id, subject) in open {
         if !still.contains(&subject) {
             tracing::info!(kind, subject, "alert resolved");
-            sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?").bind(crate::time::now()).bind(id).execute(pool).await?;
+            sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?")
+                .bind(crate::time::now())
+                .bind(id)
+                .execute(pool)
+                .await?;
         }
     }
     Ok(())
 }
 
 /// Like `fire`, and returns the alert when this call opened it (a transition to notify).
-pub async fn fire_returning(pool: &SqlitePool, kind: &str, subject: &str, severity: &str, message: &str) -> Result<Option<Alert>> {
-    let open: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing')").bind(kind).bind(subject).fetch_one(pool).await?;
+pub async fn fire_returning(
+    pool: &SqlitePool,
+    kind: &str,
+    subject: &str,
+    severity: &str,
+    message: &str,
+) -> Result<Option<Alert>> {
+    let open: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing')",
+    )
+    .bind(kind)
+    .bind(subject)
+    .fetch_one(pool)
+    .await?;
     fire(pool, kind, subject, severity, message).await?;
     if open {
         return Ok(None);
     }
-    Ok(sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'").bind(kind).bind(subject).fetch_optional(pool).await?)
+    Ok(
+        sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'")
+            .bind(kind)
+            .bind(subject)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 /// Resolves the open alert for (kind, subject); returns it when there was one.
 pub async fn resolve(pool: &SqlitePool, kind: &str, subject: &str) -> Result<Option<Alert>> {
-    let open: Option<Alert> = sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'").bind(kind).bind(subject).fetch_optional(pool).await?;
+    let open: Option<Alert> =
+        sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'")
+            .bind(kind)
+            .bind(subject)
+            .fetch_optional(pool)
+            .await?;
     let Some(mut a) = open else { return Ok(None) };
     let now = crate::time::now();
     tracing::info!(kind, subject, "alert resolved");
-    sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?").bind(&now).bind(a.id).execute(pool).await?;
+    sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?")
+        .bind(&now)
+        .bind(a.id)
+        .execute(pool)
+        .await?;
     a.state = "resolved".into();
     a.resolved_at = Some(now);
     Ok(Some(a))
@@ -93,7 +135,18 @@ pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: i64) -> Result<
     if n == 0 {
         return Err(crate::error::Error::NotFound(format!("firing alert {id}")));
     }
-    crate::audit::record_alone(pool, crate::audit::Entry { actor: who.into(), action: "alert.acknowledge", target_kind: "alert", target_id: &id.to_string(), outcome: crate::audit::Outcome::Success, summary: serde_json::json!({}) }).await?;
+    crate::audit::record_alone(
+        pool,
+        crate::audit::Entry {
+            actor: who.into(),
+            action: "alert.acknowledge",
+            target_kind: "alert",
+            target_id: &id.to_string(),
+            outcome: crate::audit::Outcome::Success,
+            summary: serde_json::json!({}),
+        },
+    )
+    .await?;
     Ok(())
 }
 
@@ -108,5 +161,9 @@ pub async fn list(pool: &SqlitePool, who: &Principal, only_firing: bool) -> Resu
 }
 
 pub async fn firing_count(pool: &SqlitePool) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'").fetch_one(pool).await?)
+    Ok(
+        sqlx::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'")
+            .fetch_one(pool)
+            .await?,
+    )
 }

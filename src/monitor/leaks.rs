@@ -27,14 +27,22 @@ pub struct Finding {
 }
 
 /// Searches `text` for any of the secrets; pure, for unit tests.
-pub fn find_in<'a>(text: &str, secrets: &'a [(String, String, String)]) -> Vec<&'a (String, String, String)> {
-    secrets.iter().filter(|(_, _, v)| v.len() >= MIN_SECRET_LEN && text.contains(v.as_str())).collect()
+pub fn find_in<'a>(
+    text: &str,
+    secrets: &'a [(String, String, String)],
+) -> Vec<&'a (String, String, String)> {
+    secrets
+        .iter()
+        .filter(|(_, _, v)| v.len() >= MIN_SECRET_LEN && text.contains(v.as_str()))
+        .collect()
 }
 
 /// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
 /// reachability is reported elsewhere).
 pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usize> {
-    let refs: Vec<(String, String)> = sqlx::query_as("SELECT secret_ref, name FROM connections").fetch_all(pool).await?;
+    let refs: Vec<(String, String)> = sqlx::query_as("SELECT secret_ref, name FROM connections")
+        .fetch_all(pool)
+        .await?;
     let names: std::collections::HashMap<String, String> = refs.into_iter().collect();
     // (connection name, field, value): held only for this pass.
     let secrets: Vec<(String, String, String)> = store
@@ -46,7 +54,9 @@ pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usiz
     let mut total = 0;
     for cluster in crate::clusters::all(pool).await? {
         let client = ConnectClient::new(&cluster.url, None);
-        let Ok(info) = client.server_info().await else { continue };
+        let Ok(info) = client.server_info().await else {
+            continue;
+        };
         let scope = format!("{}/", cluster.name);
         if version_serves_tasks_config(&info.version) {
             alerts::fire(
@@ -60,30 +70,50 @@ pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usiz
         } else {
             alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
         }
-        let Ok(expanded) = client.list_expanded().await else { continue };
+        let Ok(expanded) = client.list_expanded().await else {
+            continue;
+        };
         let mut findings = Vec::new();
         for (name, e) in &expanded {
             let mut places: Vec<(String, String)> = Vec::new();
             if let Some(info) = &e.info {
-                places.push(("connector config".into(), serde_json::to_string(&info.config).unwrap_or_default()));
+                places.push((
+                    "connector config".into(),
+                    serde_json::to_string(&info.config).unwrap_or_default(),
+                ));
             }
             if let Some(status) = &e.status {
-                places.push(("connector status trace".into(), status.connector.trace.clone().unwrap_or_default()));
+                places.push((
+                    "connector status trace".into(),
+                    status.connector.trace.clone().unwrap_or_default(),
+                ));
                 for t in &status.tasks {
-                    places.push((format!("task {} status trace", t.id), t.trace.clone().unwrap_or_default()));
+                    places.push((
+                        format!("task {} status trace", t.id),
+                        t.trace.clone().unwrap_or_default(),
+                    ));
                 }
             }
             if let Ok(tasks) = client.task_configs(name).await {
-                places.push(("task configs".into(), serde_json::to_string(&tasks).unwrap_or_default()));
+                places.push((
+                    "task configs".into(),
+                    serde_json::to_string(&tasks).unwrap_or_default(),
+                ));
             }
             for (place, text) in places {
                 for (connection, field, _) in find_in(&text, &secrets) {
-                    findings.push(Finding { connector: name.clone(), place: place.clone(), connection: connection.clone(), field: field.clone() });
+                    findings.push(Finding {
+                        connector: name.clone(),
+                        place: place.clone(),
+                        connection: connection.clone(),
+                        field: field.clone(),
+                    });
                 }
             }
         }
         // One alert per connector, naming every secret and every place it was seen.
-        let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> = std::collections::BTreeMap::new();
+        let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
+            std::collections::BTreeMap::new();
         for f in &findings {
             let entry = by_connector.entry(f.connector.as_str()).or_default();
             let what = format!("the {} of connection {}", f.field, f.connection);
@@ -114,16 +144,26 @@ pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usiz
 
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 /// Runs `scan` every `interval` until shutdown.
-pub fn spawn(pool: SqlitePool, state: Arc<crate::app::StateInner>, interval: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+pub fn spawn(
+    pool: SqlitePool,
+    state: Arc<crate::app::StateInner>,
+    interval: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             match scan(&pool, &state.secrets).await {
                 Ok(0) => tracing::debug!("leak scan: nothing found"),
-                Ok(n) => tracing::warn!(findings = n, "leak scan found stored secrets in Kafka Connect"),
+                Ok(n) => tracing::warn!(
+                    findings = n,
+                    "leak scan found stored secrets in Kafka Connect"
+                ),
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "leak scan failed"),
             }
             tokio::select! {
@@ -141,9 +181,23 @@ mod tests {
 
     #[test]
     fn only_values_long_enough_are_searched_for() {
-        let secrets = vec![("pg".to_string(), "password".to_string(), "hunter2-long".to_string()), ("s3".to_string(), "x".to_string(), "abc".to_string())];
-        assert_eq!(find_in(r#"{"database.password":"hunter2-long"}"#, &secrets).len(), 1);
+        let secrets = vec![
+            (
+                "pg".to_string(),
+                "password".to_string(),
+                "hunter2-long".to_string(),
+            ),
+            ("s3".to_string(), "x".to_string(), "abc".to_string()),
+        ];
+        assert_eq!(
+            find_in(r#"{"database.password":"hunter2-long"}"#, &secrets).len(),
+            1
+        );
         assert!(find_in("abc abc abc", &secrets).is_empty());
-        assert!(find_in(r#"{"database.password":"${cluecdc:sec_1:password}"}"#, &secrets).is_empty());
+        assert!(find_in(
+            r#"{"database.password":"${cluecdc:sec_1:password}"}"#,
+            &secrets
+        )
+        .is_empty());
     }
 }

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 
 use sqlx::SqlitePool;
 
-const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 #[derive(Default)]
 struct Series {
@@ -38,10 +40,16 @@ impl HttpMetrics {
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
-pub async fn render(pool: &SqlitePool, http: &HttpMetrics, reconciler: &crate::reconcile::Handle) -> anyhow::Result<String> {
+pub async fn render(
+    pool: &SqlitePool,
+    http: &HttpMetrics,
+    reconciler: &crate::reconcile::Handle,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     let o = &mut out;
     writeln!(o, "# HELP cluecdc_build_info ClueCDC version.\n# TYPE cluecdc_build_info gauge\ncluecdc_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))?;
@@ -50,7 +58,11 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics, reconciler: &crate::r
     {
         let m = http.series.lock().unwrap_or_else(|e| e.into_inner());
         for ((method, status), s) in m.iter() {
-            writeln!(o, "cluecdc_http_requests_total{{method=\"{method}\",status=\"{status}\"}} {}", s.count)?;
+            writeln!(
+                o,
+                "cluecdc_http_requests_total{{method=\"{method}\",status=\"{status}\"}} {}",
+                s.count
+            )?;
         }
         writeln!(o, "# HELP cluecdc_http_request_duration_seconds Time to answer HTTP requests.\n# TYPE cluecdc_http_request_duration_seconds histogram")?;
         for ((method, status), s) in m.iter() {
@@ -63,8 +75,12 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics, reconciler: &crate::r
         }
     }
 
-    let passes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes").fetch_one(pool).await?;
-    let actions: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(actions), 0) FROM reconcile_passes").fetch_one(pool).await?;
+    let passes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
+        .fetch_one(pool)
+        .await?;
+    let actions: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(actions), 0) FROM reconcile_passes")
+        .fetch_one(pool)
+        .await?;
     let _ = reconciler;
     writeln!(o, "# HELP cluecdc_reconcile_passes_total Reconcile passes recorded (last 1000 kept).\n# TYPE cluecdc_reconcile_passes_total counter\ncluecdc_reconcile_passes_total {passes}")?;
     writeln!(o, "# HELP cluecdc_reconcile_actions_total Changes the reconciler made in Connect (recorded passes).\n# TYPE cluecdc_reconcile_actions_total counter\ncluecdc_reconcile_actions_total {actions}")?;
@@ -72,26 +88,51 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics, reconciler: &crate::r
     writeln!(o, "# HELP cluecdc_connector_state Connectors by ClueCDC phase (1 for the current one).\n# TYPE cluecdc_connector_state gauge")?;
     let states: Vec<(String, Option<String>)> = sqlx::query_as("SELECT c.name, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id ORDER BY c.name").fetch_all(pool).await?;
     for (name, phase) in &states {
-        writeln!(o, "cluecdc_connector_state{{connector=\"{}\",state=\"{}\"}} 1", escape(name), phase.as_deref().unwrap_or("PENDING"))?;
+        writeln!(
+            o,
+            "cluecdc_connector_state{{connector=\"{}\",state=\"{}\"}} 1",
+            escape(name),
+            phase.as_deref().unwrap_or("PENDING")
+        )?;
     }
     let failed_tasks: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connector_status s, json_each(COALESCE(s.tasks, '[]')) t WHERE json_extract(t.value, '$.state') = 'FAILED'").fetch_one(pool).await?;
     writeln!(o, "# HELP cluecdc_failed_tasks Connector tasks FAILED at the last observation.\n# TYPE cluecdc_failed_tasks gauge\ncluecdc_failed_tasks {failed_tasks}")?;
 
     for (kind, metric, help) in [
-        ("delivery_lag_records", "cluecdc_delivery_lag_records", "Records a delivery's consumer group is behind, summed over partitions."),
-        ("slot_retained_wal_bytes", "cluecdc_slot_retained_wal_bytes", "WAL a pipeline's replication slot retains on the source."),
-        ("delivery_freshness_seconds", "cluecdc_delivery_freshness_seconds", "Age of the newest heartbeat a delivery wrote to its destination."),
+        (
+            "delivery_lag_records",
+            "cluecdc_delivery_lag_records",
+            "Records a delivery's consumer group is behind, summed over partitions.",
+        ),
+        (
+            "slot_retained_wal_bytes",
+            "cluecdc_slot_retained_wal_bytes",
+            "WAL a pipeline's replication slot retains on the source.",
+        ),
+        (
+            "delivery_freshness_seconds",
+            "cluecdc_delivery_freshness_seconds",
+            "Age of the newest heartbeat a delivery wrote to its destination.",
+        ),
     ] {
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
         let latest: Vec<(String, f64)> = sqlx::query_as("SELECT subject, value FROM samples s WHERE kind = ? AND at = (SELECT MAX(at) FROM samples WHERE kind = s.kind AND subject = s.subject) ORDER BY subject").bind(kind).fetch_all(pool).await?;
-        let label = if kind.starts_with("delivery") { "delivery" } else { "pipeline" };
+        let label = if kind.starts_with("delivery") {
+            "delivery"
+        } else {
+            "pipeline"
+        };
         for (subject, value) in latest {
             writeln!(o, "{metric}{{{label}=\"{}\"}} {value}", escape(&subject))?;
         }
     }
 
     writeln!(o, "# HELP cluecdc_alerts_firing Alerts firing now, by kind.\n# TYPE cluecdc_alerts_firing gauge")?;
-    let firing: Vec<(String, i64)> = sqlx::query_as("SELECT kind, COUNT(*) FROM alerts WHERE state = 'firing' GROUP BY kind ORDER BY kind").fetch_all(pool).await?;
+    let firing: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, COUNT(*) FROM alerts WHERE state = 'firing' GROUP BY kind ORDER BY kind",
+    )
+    .fetch_all(pool)
+    .await?;
     for (kind, n) in firing {
         writeln!(o, "cluecdc_alerts_firing{{kind=\"{kind}\"}} {n}")?;
     }

@@ -42,30 +42,92 @@ pub struct WebhookInput {
     pub secret: Option<Secret<String>>,
 }
 
-pub async fn create(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &WebhookInput) -> Result<Webhook> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &WebhookInput,
+) -> Result<Webhook> {
     who.require(Role::Admin, "manage webhooks")?;
-    let url = crate::clusters::validate_url(input.url.as_deref().unwrap_or("")).map_err(|why| Error::field("url", why))?;
-    let secret = input.secret.clone().filter(|s| s.expose().len() >= 16).ok_or_else(|| Error::field("secret", "a shared signing secret of at least 16 characters"))?;
+    let url = crate::clusters::validate_url(input.url.as_deref().unwrap_or(""))
+        .map_err(|why| Error::field("url", why))?;
+    let secret = input
+        .secret
+        .clone()
+        .filter(|s| s.expose().len() >= 16)
+        .ok_or_else(|| {
+            Error::field(
+                "secret",
+                "a shared signing secret of at least 16 characters",
+            )
+        })?;
     let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
     let secret_ref = new_ref();
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "webhook.create", target_kind: "webhook", target_id: &id, outcome: Outcome::Success, summary: json!({"url": url}) }).await?;
-    sqlx::query("INSERT INTO webhooks (id, url, secret_ref, created_at) VALUES (?, ?, ?, ?)").bind(&id).bind(&url).bind(&secret_ref).bind(crate::time::now()).execute(&mut *tx).await?;
-    store.put(&mut tx, &secret_ref, &[("signing_secret".to_string(), secret)].into()).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "webhook.create",
+            target_kind: "webhook",
+            target_id: &id,
+            outcome: Outcome::Success,
+            summary: json!({"url": url}),
+        },
+    )
+    .await?;
+    sqlx::query("INSERT INTO webhooks (id, url, secret_ref, created_at) VALUES (?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&url)
+        .bind(&secret_ref)
+        .bind(crate::time::now())
+        .execute(&mut *tx)
+        .await?;
+    store
+        .put(
+            &mut tx,
+            &secret_ref,
+            &[("signing_secret".to_string(), secret)].into(),
+        )
+        .await?;
     tx.commit().await?;
-    Ok(Webhook { id, url, secret_ref, created_at: crate::time::now() })
+    Ok(Webhook {
+        id,
+        url,
+        secret_ref,
+        created_at: crate::time::now(),
+    })
 }
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Webhook>> {
     who.require(Role::Admin, "manage webhooks")?;
-    Ok(sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks ORDER BY created_at").fetch_all(pool).await?)
+    Ok(
+        sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks ORDER BY created_at")
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage webhooks")?;
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "webhook.delete", target_kind: "webhook", target_id: id, outcome: Outcome::Success, summary: json!({}) }).await?;
-    let n = sqlx::query("DELETE FROM webhooks WHERE id = ?").bind(id).execute(&mut *tx).await?.rows_affected();
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "webhook.delete",
+            target_kind: "webhook",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({}),
+        },
+    )
+    .await?;
+    let n = sqlx::query("DELETE FROM webhooks WHERE id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
     if n == 0 {
         return Err(Error::NotFound(format!("webhook {id}")));
     }
@@ -76,18 +138,33 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
 /// Sends `payload` to every webhook in the background: up to 4 attempts, 1 s, 2 s, 4 s apart.
 pub fn notify(pool: SqlitePool, store: std::sync::Arc<SecretStore>, payload: Value) {
     tokio::spawn(async move {
-        let hooks: Vec<Webhook> = match sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks").fetch_all(&pool).await {
-            Ok(h) => h,
-            Err(e) => return tracing::warn!(error = %e, "cannot read webhooks"),
-        };
+        let hooks: Vec<Webhook> =
+            match sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks")
+                .fetch_all(&pool)
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => return tracing::warn!(error = %e, "cannot read webhooks"),
+            };
         let body = payload.to_string();
-        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap_or_default();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
         for hook in hooks {
-            let Ok(Some(secret)) = store.get(&hook.secret_ref, "signing_secret").await else { continue };
+            let Ok(Some(secret)) = store.get(&hook.secret_ref, "signing_secret").await else {
+                continue;
+            };
             let signature = sign(secret.expose(), body.as_bytes());
             let mut delay = std::time::Duration::from_secs(1);
             for attempt in 1..=4 {
-                let sent = http.post(&hook.url).header("content-type", "application/json").header(SIGNATURE_HEADER, &signature).body(body.clone()).send().await;
+                let sent = http
+                    .post(&hook.url)
+                    .header("content-type", "application/json")
+                    .header(SIGNATURE_HEADER, &signature)
+                    .body(body.clone())
+                    .send()
+                    .await;
                 match sent {
                     Ok(r) if r.status().is_success() => break,
                     other => {
@@ -115,6 +192,9 @@ mod tests {
     #[test]
     fn signatures_are_hmac_sha256_hex() {
         // RFC 4231 test case 2.
-        assert_eq!(sign("Jefe", b"what do ya want for nothing?"), "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(
+            sign("Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 }

@@ -58,7 +58,11 @@ pub fn reference(c: &Connection, field: &str) -> String {
 pub fn signal_collection(provider: Provider, d: &DatabaseSettings, tables: &[String]) -> String {
     match provider {
         Provider::Postgresql => {
-            let schema = tables.first().and_then(|t| t.split_once('.')).map(|(s, _)| s.to_string()).unwrap_or_else(|| "public".into());
+            let schema = tables
+                .first()
+                .and_then(|t| t.split_once('.'))
+                .map(|(s, _)| s.to_string())
+                .unwrap_or_else(|| "public".into());
             format!("{schema}.{SIGNAL_TABLE}")
         }
         _ => format!("{}.{SIGNAL_TABLE}", d.database),
@@ -68,7 +72,10 @@ pub fn signal_collection(provider: Provider, d: &DatabaseSettings, tables: &[Str
 /// The heartbeat table, beside the signal table.
 pub fn heartbeat_collection(provider: Provider, d: &DatabaseSettings, tables: &[String]) -> String {
     let signal = signal_collection(provider, d, tables);
-    let schema = signal.split_once('.').map(|(s, _)| s.to_string()).unwrap_or_default();
+    let schema = signal
+        .split_once('.')
+        .map(|(s, _)| s.to_string())
+        .unwrap_or_default();
     format!("{schema}.{HEARTBEAT_TABLE}")
 }
 
@@ -84,10 +91,31 @@ pub fn heartbeat_query(provider: Provider, collection: &str) -> String {
 /// Keys ClueCDC sets itself; options may not override them.
 pub fn managed_keys() -> &'static [&'static str] {
     &[
-        "connector.class", "tasks.max", "topic.prefix", "table.include.list", "database.hostname", "database.port", "database.user", "database.password",
-        "database.dbname", "database.server.id", "database.include.list", "slot.name", "publication.name", "plugin.name", "signal.data.collection",
-        "schema.history.internal.kafka.bootstrap.servers", "schema.history.internal.kafka.topic", "key.converter", "value.converter",
-        "key.converter.schemas.enable", "value.converter.schemas.enable", "name", "snapshot.mode", "publication.autocreate.mode", "heartbeat.action.query",
+        "connector.class",
+        "tasks.max",
+        "topic.prefix",
+        "table.include.list",
+        "database.hostname",
+        "database.port",
+        "database.user",
+        "database.password",
+        "database.dbname",
+        "database.server.id",
+        "database.include.list",
+        "slot.name",
+        "publication.name",
+        "plugin.name",
+        "signal.data.collection",
+        "schema.history.internal.kafka.bootstrap.servers",
+        "schema.history.internal.kafka.topic",
+        "key.converter",
+        "value.converter",
+        "key.converter.schemas.enable",
+        "value.converter.schemas.enable",
+        "name",
+        "snapshot.mode",
+        "publication.autocreate.mode",
+        "heartbeat.action.query",
     ]
 }
 
@@ -95,7 +123,9 @@ pub fn managed_keys() -> &'static [&'static str] {
 /// plugin's validation then refuses).
 pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
     let mut c = Config::new();
-    let Some(d) = conn.database().cloned() else { return c };
+    let Some(d) = conn.database().cloned() else {
+        return c;
+    };
     let mut set = |k: &str, v: String| {
         c.insert(k.to_string(), v);
     };
@@ -108,9 +138,15 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
     set("topic.prefix", spec.topic_prefix.clone());
     set("snapshot.mode", spec.snapshot_mode.clone());
     // JSON with schemas: what the JDBC sink and the object-storage delivery consume.
-    set("key.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set(
+        "key.converter",
+        "org.apache.kafka.connect.json.JsonConverter".into(),
+    );
     set("key.converter.schemas.enable", "true".into());
-    set("value.converter", "org.apache.kafka.connect.json.JsonConverter".into());
+    set(
+        "value.converter",
+        "org.apache.kafka.connect.json.JsonConverter".into(),
+    );
     set("value.converter.schemas.enable", "true".into());
     set("heartbeat.interval.ms", HEARTBEAT_MS.into());
     let signal = signal_collection(conn.provider, &d, &spec.tables);
@@ -121,7 +157,10 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
     if spec.heartbeat {
         let hb = heartbeat_collection(conn.provider, &d, &spec.tables);
         include.push(escape_table(&hb));
-        set("heartbeat.action.query", heartbeat_query(conn.provider, &hb));
+        set(
+            "heartbeat.action.query",
+            heartbeat_query(conn.provider, &hb),
+        );
     }
     set("table.include.list", include.join(","));
     match conn.provider {
@@ -129,15 +168,24 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
             set("plugin.name", "pgoutput".into());
             set("database.dbname", d.database.clone());
             set("slot.name", d.slot_name.clone().unwrap_or_default());
-            set("publication.name", d.publication_name.clone().unwrap_or_default());
+            set(
+                "publication.name",
+                d.publication_name.clone().unwrap_or_default(),
+            );
             set("publication.autocreate.mode", spec.publication_mode.clone());
             set("database.sslmode", d.tls_mode.as_str().into());
         }
         _ => {
             set("database.server.id", d.server_id.unwrap_or(0).to_string());
             set("database.include.list", d.database.clone());
-            set("schema.history.internal.kafka.bootstrap.servers", spec.kafka_bootstrap.clone());
-            set("schema.history.internal.kafka.topic", schema_history_topic(&spec.topic_prefix));
+            set(
+                "schema.history.internal.kafka.bootstrap.servers",
+                spec.kafka_bootstrap.clone(),
+            );
+            set(
+                "schema.history.internal.kafka.topic",
+                schema_history_topic(&spec.topic_prefix),
+            );
             set("include.schema.changes", "false".into());
             // The two connectors name the same modes differently (their validators say so).
             let ssl = match (conn.provider, d.tls_mode) {
@@ -178,7 +226,11 @@ pub fn table_topic(prefix: &str, table: &str) -> String {
 pub fn publication_sql(publication: &str, tables: &[String], signal: &str) -> String {
     let mut all: Vec<String> = tables.iter().map(|t| quote_pg(t)).collect();
     all.push(quote_pg(signal));
-    format!("CREATE PUBLICATION {} FOR TABLE {};", quote_ident(publication), all.join(", "))
+    format!(
+        "CREATE PUBLICATION {} FOR TABLE {};",
+        quote_ident(publication),
+        all.join(", ")
+    )
 }
 
 fn quote_ident(s: &str) -> String {
@@ -231,7 +283,11 @@ mod tests {
             snapshot_mode: "initial".into(),
             publication_mode: "filtered".into(),
             kafka_bootstrap: "kafka:9092".into(),
-            options: [("max.batch.size".to_string(), "4096".to_string()), ("connector.class".to_string(), "evil".to_string())].into(),
+            options: [
+                ("max.batch.size".to_string(), "4096".to_string()),
+                ("connector.class".to_string(), "evil".to_string()),
+            ]
+            .into(),
             heartbeat: false,
         }
     }
@@ -243,32 +299,56 @@ mod tests {
         if std::env::var("UPDATE_GOLDEN").is_ok() {
             std::fs::write(&path, &text).unwrap();
         }
-        let want = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden file {path}; run with UPDATE_GOLDEN=1"));
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|_| panic!("missing golden file {path}; run with UPDATE_GOLDEN=1"));
         assert_eq!(text, want, "{name} differs from its golden file");
     }
 
     #[test]
     fn postgres_config_matches_its_golden_file() {
-        golden("postgres", &build(&conn(Provider::Postgresql), &spec(&["public.orders", "public.order_items"])));
+        golden(
+            "postgres",
+            &build(
+                &conn(Provider::Postgresql),
+                &spec(&["public.orders", "public.order_items"]),
+            ),
+        );
     }
 
     #[test]
     fn mariadb_config_matches_its_golden_file() {
-        golden("mariadb", &build(&conn(Provider::Mariadb), &spec(&["orders.orders", "orders.order_items"])));
+        golden(
+            "mariadb",
+            &build(
+                &conn(Provider::Mariadb),
+                &spec(&["orders.orders", "orders.order_items"]),
+            ),
+        );
     }
 
     #[test]
     fn mysql_uses_its_own_connector_class() {
-        assert_eq!(build(&conn(Provider::Mysql), &spec(&["orders.t"]))["connector.class"], "io.debezium.connector.mysql.MySqlConnector");
+        assert_eq!(
+            build(&conn(Provider::Mysql), &spec(&["orders.t"]))["connector.class"],
+            "io.debezium.connector.mysql.MySqlConnector"
+        );
     }
 
     #[test]
     fn table_names_are_regex_escaped_and_managed_keys_cannot_be_overridden() {
         let c = build(&conn(Provider::Postgresql), &spec(&["public.a$b"]));
-        assert_eq!(c["table.include.list"], "public\\.a\\$b,public\\.cluecdc_signal");
-        assert_eq!(c["connector.class"], "io.debezium.connector.postgresql.PostgresConnector");
+        assert_eq!(
+            c["table.include.list"],
+            "public\\.a\\$b,public\\.cluecdc_signal"
+        );
+        assert_eq!(
+            c["connector.class"],
+            "io.debezium.connector.postgresql.PostgresConnector"
+        );
         assert_eq!(c["max.batch.size"], "4096");
-        assert!(!c.values().any(|v| v.contains("secret") && !v.starts_with("${cluecdc:")));
+        assert!(!c
+            .values()
+            .any(|v| v.contains("secret") && !v.starts_with("${cluecdc:")));
     }
 
     #[test]
@@ -277,13 +357,21 @@ mod tests {
         sp.heartbeat = true;
         let c = build(&conn(Provider::Postgresql), &sp);
         assert!(c["table.include.list"].ends_with(",public\\.cluecdc_heartbeat"));
-        assert!(c["heartbeat.action.query"].starts_with("INSERT INTO public.cluecdc_heartbeat (id, ts_ms)"));
-        let m = build(&conn(Provider::Mariadb), &{ let mut s = spec(&["orders.t"]); s.heartbeat = true; s });
+        assert!(c["heartbeat.action.query"]
+            .starts_with("INSERT INTO public.cluecdc_heartbeat (id, ts_ms)"));
+        let m = build(&conn(Provider::Mariadb), &{
+            let mut s = spec(&["orders.t"]);
+            s.heartbeat = true;
+            s
+        });
         assert!(m["heartbeat.action.query"].contains("ON DUPLICATE KEY UPDATE"));
     }
 
     #[test]
     fn the_publication_statement_quotes_every_name() {
-        assert_eq!(publication_sql("pub", &["public.orders".into()], "public.cluecdc_signal"), r#"CREATE PUBLICATION "pub" FOR TABLE "public"."orders", "public"."cluecdc_signal";"#);
+        assert_eq!(
+            publication_sql("pub", &["public.orders".into()], "public.cluecdc_signal"),
+            r#"CREATE PUBLICATION "pub" FOR TABLE "public"."orders", "public"."cluecdc_signal";"#
+        );
     }
 }

@@ -74,66 +74,142 @@ struct Checked {
     heartbeat: bool,
 }
 
-const SNAPSHOT_MODES: [&str; 5] = ["initial", "no_data", "when_needed", "always", "initial_only"];
+const SNAPSHOT_MODES: [&str; 5] = [
+    "initial",
+    "no_data",
+    "when_needed",
+    "always",
+    "initial_only",
+];
 
 fn check_prefix(p: &str) -> std::result::Result<(), String> {
-    if p.is_empty() || p.len() > 100 || !p.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-        return Err("1–100 characters: letters, digits, '.', '_' and '-' (it starts every topic name)".into());
+    if p.is_empty()
+        || p.len() > 100
+        || !p
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        return Err(
+            "1–100 characters: letters, digits, '.', '_' and '-' (it starts every topic name)"
+                .into(),
+        );
     }
     Ok(())
 }
 
-async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &PipelineInput, existing_id: Option<&str>) -> Result<Checked> {
+async fn check(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &PipelineInput,
+    existing_id: Option<&str>,
+) -> Result<Checked> {
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = connections::validate_name(&name) {
         errors.insert("name".into(), why);
     }
-    let source = match connections::load(pool, input.source_connection_id.as_deref().unwrap_or("")).await {
-        Ok(c) if !c.is_source() => {
-            errors.insert("source_connection_id".into(), format!("{} is not a SOURCE connection", c.name));
-            None
-        }
-        Ok(c) if c.database().is_none() => {
-            errors.insert("source_connection_id".into(), "object storage cannot be a capture source".into());
-            None
-        }
-        Ok(c) => Some(c),
-        Err(_) => {
-            errors.insert("source_connection_id".into(), "no connection has this id".into());
-            None
-        }
-    };
-    let kafka = kclusters::get(pool, who, input.kafka_cluster_id.as_deref().unwrap_or("")).await.ok();
+    let source =
+        match connections::load(pool, input.source_connection_id.as_deref().unwrap_or("")).await {
+            Ok(c) if !c.is_source() => {
+                errors.insert(
+                    "source_connection_id".into(),
+                    format!("{} is not a SOURCE connection", c.name),
+                );
+                None
+            }
+            Ok(c) if c.database().is_none() => {
+                errors.insert(
+                    "source_connection_id".into(),
+                    "object storage cannot be a capture source".into(),
+                );
+                None
+            }
+            Ok(c) => Some(c),
+            Err(_) => {
+                errors.insert(
+                    "source_connection_id".into(),
+                    "no connection has this id".into(),
+                );
+                None
+            }
+        };
+    let kafka = kclusters::get(pool, who, input.kafka_cluster_id.as_deref().unwrap_or(""))
+        .await
+        .ok();
     if kafka.is_none() {
-        errors.insert("kafka_cluster_id".into(), "no Kafka cluster has this id".into());
+        errors.insert(
+            "kafka_cluster_id".into(),
+            "no Kafka cluster has this id".into(),
+        );
     }
-    let connect = crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or("")).await.ok();
+    let connect =
+        crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or(""))
+            .await
+            .ok();
     match &connect {
         None => {
-            errors.insert("connect_cluster_id".into(), "no Connect cluster has this id".into());
+            errors.insert(
+                "connect_cluster_id".into(),
+                "no Connect cluster has this id".into(),
+            );
         }
         Some(c) if c.managed_by == "strimzi" => {
-            errors.insert("connect_cluster_id".into(), format!("{} is managed by Strimzi; ClueCDC only observes it", c.name));
+            errors.insert(
+                "connect_cluster_id".into(),
+                format!("{} is managed by Strimzi; ClueCDC only observes it", c.name),
+            );
         }
         _ => {}
     }
-    let mut tables: Vec<String> = input.tables.clone().unwrap_or_default().into_iter().map(|t| t.trim().to_string()).collect();
+    let mut tables: Vec<String> = input
+        .tables
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.trim().to_string())
+        .collect();
     tables.dedup();
     if tables.is_empty() {
-        errors.insert("tables".into(), "choose at least one table, as schema.table".into());
-    } else if let Some(bad) = tables.iter().find(|t| t.split('.').count() != 2 || t.split('.').any(str::is_empty)) {
-        errors.insert("tables".into(), format!("{bad:?}: write schema.table (for MySQL and MariaDB: database.table)"));
-    } else if tables.iter().any(|t| t.ends_with(&format!(".{}", config::SIGNAL_TABLE))) {
-        errors.insert("tables".into(), "the signal table is captured automatically; leave it out".into());
+        errors.insert(
+            "tables".into(),
+            "choose at least one table, as schema.table".into(),
+        );
+    } else if let Some(bad) = tables
+        .iter()
+        .find(|t| t.split('.').count() != 2 || t.split('.').any(str::is_empty))
+    {
+        errors.insert(
+            "tables".into(),
+            format!("{bad:?}: write schema.table (for MySQL and MariaDB: database.table)"),
+        );
+    } else if tables
+        .iter()
+        .any(|t| t.ends_with(&format!(".{}", config::SIGNAL_TABLE)))
+    {
+        errors.insert(
+            "tables".into(),
+            "the signal table is captured automatically; leave it out".into(),
+        );
     }
-    let prefix = input.topic_prefix.clone().unwrap_or_else(|| connections::settings::slug(&name).replace('_', "-"));
+    let prefix = input
+        .topic_prefix
+        .clone()
+        .unwrap_or_else(|| connections::settings::slug(&name).replace('_', "-"));
     if let Err(why) = check_prefix(&prefix) {
         errors.insert("topic_prefix".into(), why);
     }
-    let taken: Option<String> = sqlx::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = ? AND id <> ?").bind(&prefix).bind(existing_id.unwrap_or("")).fetch_optional(pool).await?;
+    let taken: Option<String> =
+        sqlx::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = ? AND id <> ?")
+            .bind(&prefix)
+            .bind(existing_id.unwrap_or(""))
+            .fetch_optional(pool)
+            .await?;
     if let Some(other) = taken {
-        errors.insert("topic_prefix".into(), format!("pipeline {other} uses this prefix; topics would collide"));
+        errors.insert(
+            "topic_prefix".into(),
+            format!("pipeline {other} uses this prefix; topics would collide"),
+        );
     }
     let partitions = input.partitions.unwrap_or(1);
     if !(1..=1000).contains(&partitions) {
@@ -141,22 +217,46 @@ async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &
     }
     let rf = input.replication_factor.unwrap_or(1);
     if !(1..=10).contains(&rf) {
-        errors.insert("replication_factor".into(), "1 to 10, at most the number of brokers".into());
+        errors.insert(
+            "replication_factor".into(),
+            "1 to 10, at most the number of brokers".into(),
+        );
     }
     let retention_ms = Some(input.retention_ms.unwrap_or(7 * 24 * 3_600_000));
     if retention_ms.is_some_and(|r| r != -1 && r < 60_000) {
-        errors.insert("retention_ms".into(), "at least 60000 (one minute), or -1 to keep forever".into());
+        errors.insert(
+            "retention_ms".into(),
+            "at least 60000 (one minute), or -1 to keep forever".into(),
+        );
     }
-    let snapshot_mode = input.snapshot_mode.clone().unwrap_or_else(|| "initial".into());
+    let snapshot_mode = input
+        .snapshot_mode
+        .clone()
+        .unwrap_or_else(|| "initial".into());
     if !SNAPSHOT_MODES.contains(&snapshot_mode.as_str()) {
-        errors.insert("snapshot_mode".into(), format!("choose one of {}", SNAPSHOT_MODES.join(", ")));
+        errors.insert(
+            "snapshot_mode".into(),
+            format!("choose one of {}", SNAPSHOT_MODES.join(", ")),
+        );
     }
-    let publication_mode = input.publication_mode.clone().unwrap_or_else(|| "filtered".into());
+    let publication_mode = input
+        .publication_mode
+        .clone()
+        .unwrap_or_else(|| "filtered".into());
     if !["filtered", "disabled"].contains(&publication_mode.as_str()) {
         errors.insert("publication_mode".into(), "filtered (ClueCDC's connector creates and updates the publication) or disabled (a table owner creates it)".into());
     }
     let mut option_errors = FieldErrors::new();
-    let options = connectors::validate_config(&input.options.clone().unwrap_or_default().into_iter().chain([("connector.class".to_string(), json!("x"))]).collect(), &mut option_errors);
+    let options = connectors::validate_config(
+        &input
+            .options
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .chain([("connector.class".to_string(), json!("x"))])
+            .collect(),
+        &mut option_errors,
+    );
     for (k, v) in option_errors {
         errors.insert(k.replacen("config.", "options.", 1), v);
     }
@@ -164,27 +264,69 @@ async fn check(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &
     options.remove("connector.class");
     for k in options.keys() {
         if config::managed_keys().contains(&k.as_str()) {
-            errors.insert(format!("options.{k}"), "ClueCDC sets this key itself; use the pipeline's own field".into());
+            errors.insert(
+                format!("options.{k}"),
+                "ClueCDC sets this key itself; use the pipeline's own field".into(),
+            );
         }
     }
     // The tables must exist in the source (discovery, bounded).
-    if let (Some(src), true) = (&source, !errors.contains_key("tables") && !tables.is_empty()) {
+    if let (Some(src), true) = (
+        &source,
+        !errors.contains_key("tables") && !tables.is_empty(),
+    ) {
         match connections::discover(pool, store, who, &src.id).await {
             Ok(found) => {
-                let known: BTreeSet<String> = found.items.iter().map(|t| format!("{}.{}", t.schema, t.name)).collect();
+                let known: BTreeSet<String> = found
+                    .items
+                    .iter()
+                    .map(|t| format!("{}.{}", t.schema, t.name))
+                    .collect();
                 let missing: Vec<&String> = tables.iter().filter(|t| !known.contains(*t)).collect();
                 if !missing.is_empty() {
-                    errors.insert("tables".into(), format!("not found in {}: {}", src.name, missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                    errors.insert(
+                        "tables".into(),
+                        format!(
+                            "not found in {}: {}",
+                            src.name,
+                            missing
+                                .iter()
+                                .map(|s| s.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    );
                 }
             }
             Err(e) => {
-                errors.insert("source_connection_id".into(), format!("cannot list its tables: {e}"));
+                errors.insert(
+                    "source_connection_id".into(),
+                    format!("cannot list its tables: {e}"),
+                );
             }
         }
     }
     Error::check(errors)?;
-    let (Some(source), Some(kafka), Some(connect)) = (source, kafka, connect) else { return Err(Error::Unexpected(anyhow::anyhow!("checked input lost a reference"))) };
-    Ok(Checked { name, source, kafka, connect, tables, prefix, partitions: partitions as i32, rf: rf as i32, retention_ms, snapshot_mode, publication_mode, options, heartbeat: input.heartbeat.unwrap_or(false) })
+    let (Some(source), Some(kafka), Some(connect)) = (source, kafka, connect) else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "checked input lost a reference"
+        )));
+    };
+    Ok(Checked {
+        name,
+        source,
+        kafka,
+        connect,
+        tables,
+        prefix,
+        partitions: partitions as i32,
+        rf: rf as i32,
+        retention_ms,
+        snapshot_mode,
+        publication_mode,
+        options,
+        heartbeat: input.heartbeat.unwrap_or(false),
+    })
 }
 
 pub fn connector_name(prefix: &str) -> String {
@@ -192,38 +334,89 @@ pub fn connector_name(prefix: &str) -> String {
 }
 
 fn spec_of(c: &Checked) -> CaptureSpec {
-    CaptureSpec { tables: c.tables.clone(), topic_prefix: c.prefix.clone(), snapshot_mode: c.snapshot_mode.clone(), publication_mode: c.publication_mode.clone(), kafka_bootstrap: c.kafka.bootstrap_servers.clone(), options: c.options.clone(), heartbeat: c.heartbeat }
+    CaptureSpec {
+        tables: c.tables.clone(),
+        topic_prefix: c.prefix.clone(),
+        snapshot_mode: c.snapshot_mode.clone(),
+        publication_mode: c.publication_mode.clone(),
+        kafka_bootstrap: c.kafka.bootstrap_servers.clone(),
+        options: c.options.clone(),
+        heartbeat: c.heartbeat,
+    }
 }
 
 fn topics_of(c: &Checked) -> Vec<TopicSpec> {
     let d = c.source.database().cloned();
-    let signal = d.as_ref().map(|d| signal_collection(c.source.provider, d, &c.tables)).unwrap_or_default();
+    let signal = d
+        .as_ref()
+        .map(|d| signal_collection(c.source.provider, d, &c.tables))
+        .unwrap_or_default();
     let data = |name: String| TopicSpec {
         name,
         partitions: c.partitions,
         replication_factor: c.rf,
-        configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), c.retention_ms.unwrap_or(-1).to_string())].into(),
+        configs: [
+            ("cleanup.policy".to_string(), "delete".to_string()),
+            (
+                "retention.ms".to_string(),
+                c.retention_ms.unwrap_or(-1).to_string(),
+            ),
+        ]
+        .into(),
     };
-    let mut out: Vec<TopicSpec> = c.tables.iter().map(|t| data(table_topic(&c.prefix, t))).collect();
+    let mut out: Vec<TopicSpec> = c
+        .tables
+        .iter()
+        .map(|t| data(table_topic(&c.prefix, t)))
+        .collect();
     out.push(data(table_topic(&c.prefix, &signal)));
     if c.heartbeat {
         if let Some(d) = &d {
-            out.push(data(table_topic(&c.prefix, &config::heartbeat_collection(c.source.provider, d, &c.tables))));
+            out.push(data(table_topic(
+                &c.prefix,
+                &config::heartbeat_collection(c.source.provider, d, &c.tables),
+            )));
         }
     }
-    out.push(TopicSpec { name: config::heartbeat_topic(&c.prefix), partitions: 1, replication_factor: c.rf, configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "86400000".to_string())].into() });
+    out.push(TopicSpec {
+        name: config::heartbeat_topic(&c.prefix),
+        partitions: 1,
+        replication_factor: c.rf,
+        configs: [
+            ("cleanup.policy".to_string(), "delete".to_string()),
+            ("retention.ms".to_string(), "86400000".to_string()),
+        ]
+        .into(),
+    });
     if c.source.provider != Provider::Postgresql {
         // Debezium needs the whole schema history: one partition, kept forever.
-        out.push(TopicSpec { name: schema_history_topic(&c.prefix), partitions: 1, replication_factor: c.rf, configs: [("cleanup.policy".to_string(), "delete".to_string()), ("retention.ms".to_string(), "-1".to_string())].into() });
+        out.push(TopicSpec {
+            name: schema_history_topic(&c.prefix),
+            partitions: 1,
+            replication_factor: c.rf,
+            configs: [
+                ("cleanup.policy".to_string(), "delete".to_string()),
+                ("retention.ms".to_string(), "-1".to_string()),
+            ]
+            .into(),
+        });
     }
     out
 }
 
-async fn validate_with_plugin(store: &SecretStore, c: &Checked, name: &str, config: &BTreeMap<String, String>) -> Result<BTreeMap<String, Vec<String>>> {
+async fn validate_with_plugin(
+    store: &SecretStore,
+    c: &Checked,
+    name: &str,
+    config: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, Vec<String>>> {
     let client = crate::clusters::connect::client_for(store, &c.connect).await?;
     let mut with_name = config.clone();
     with_name.insert("name".into(), name.into());
-    client.validate(&config["connector.class"], &with_name).await.map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))
+    client
+        .validate(&config["connector.class"], &with_name)
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))
 }
 
 async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
@@ -233,34 +426,71 @@ async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
     let validation_errors = validate_with_plugin(store, c, &name, &config).await?;
     let d = c.source.database().cloned();
     let publication_sql = match (&d, c.source.provider, c.publication_mode.as_str()) {
-        (Some(d), Provider::Postgresql, "disabled") => Some(config::publication_sql(d.publication_name.as_deref().unwrap_or(""), &c.tables, &signal_collection(c.source.provider, d, &c.tables))),
+        (Some(d), Provider::Postgresql, "disabled") => Some(config::publication_sql(
+            d.publication_name.as_deref().unwrap_or(""),
+            &c.tables,
+            &signal_collection(c.source.provider, d, &c.tables),
+        )),
         _ => None,
     };
     let mut warnings = Vec::new();
     if c.source.provider == Provider::Postgresql && c.publication_mode == "filtered" {
         warnings.push("The connector creates and updates the publication; its user must own the captured tables.".to_string());
     }
-    Ok(Preview { connector_class: config["connector.class"].clone(), connector_name: name, config, validation_errors, topics: topics_of(c).into_iter().map(|t| t.name).collect(), publication_sql, warnings })
+    Ok(Preview {
+        connector_class: config["connector.class"].clone(),
+        connector_name: name,
+        config,
+        validation_errors,
+        topics: topics_of(c).into_iter().map(|t| t.name).collect(),
+        publication_sql,
+        warnings,
+    })
 }
 
 /// Checks everything (including the plugin's own validation) and creates nothing.
-pub async fn preview(pool: &SqlitePool, store: &SecretStore, who: &Principal, input: &PipelineInput) -> Result<Preview> {
+pub async fn preview(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &PipelineInput,
+) -> Result<Preview> {
     who.require(Role::Operator, "create pipelines")?;
     let c = check(pool, store, who, input, None).await?;
     preview_of(store, &c).await
 }
 
 fn plugin_errors(errors: &BTreeMap<String, Vec<String>>) -> Error {
-    let fields: FieldErrors = errors.iter().map(|(k, v)| (format!("config.{k}"), v.join("; "))).collect();
-    Error::Invalid { message: format!("the connector plugin refused the config: {}", fields.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")), fields }
+    let fields: FieldErrors = errors
+        .iter()
+        .map(|(k, v)| (format!("config.{k}"), v.join("; ")))
+        .collect();
+    Error::Invalid {
+        message: format!(
+            "the connector plugin refused the config: {}",
+            fields
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        fields,
+    }
 }
 
-async fn create_topics(store: &SecretStore, kafka: &kclusters::KafkaCluster, topics: &[TopicSpec]) -> Result<()> {
+async fn create_topics(
+    store: &SecretStore,
+    kafka: &kclusters::KafkaCluster,
+    topics: &[TopicSpec],
+) -> Result<()> {
     let access = kclusters::access(store, kafka).await?;
     for t in topics {
         if let Err(e) = crate::kafka::create_topic(&access, t).await {
             if !e.contains("TopicAlreadyExists") && !e.to_lowercase().contains("already exists") {
-                return Err(Error::Unavailable(format!("creating topic {}: {e}", t.name)));
+                return Err(Error::Unavailable(format!(
+                    "creating topic {}: {e}",
+                    t.name
+                )));
             }
         }
     }
@@ -292,7 +522,12 @@ impl Pipeline {
     /// The topic carrying heartbeat rows, when the pipeline has opted in.
     pub fn heartbeat_topic(&self, source: &Connection) -> Option<String> {
         let d = source.database()?;
-        self.heartbeat.then(|| table_topic(&self.topic_prefix, &config::heartbeat_collection(source.provider, d, &self.tables)))
+        self.heartbeat.then(|| {
+            table_topic(
+                &self.topic_prefix,
+                &config::heartbeat_collection(source.provider, d, &self.tables),
+            )
+        })
     }
 }
 
@@ -342,37 +577,80 @@ impl From<Row> for Pipeline {
 }
 
 pub async fn load(pool: &SqlitePool, id: &str) -> Result<Pipeline> {
-    let row: Option<Row> = sqlx::query_as("SELECT * FROM pipelines WHERE id = ?1 OR name = ?1").bind(id).fetch_optional(pool).await?;
-    row.map(Pipeline::from).ok_or_else(|| Error::NotFound(format!("pipeline {id}")))
+    let row: Option<Row> = sqlx::query_as("SELECT * FROM pipelines WHERE id = ?1 OR name = ?1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Pipeline::from)
+        .ok_or_else(|| Error::NotFound(format!("pipeline {id}")))
 }
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Pipeline>> {
     who.require(Role::Viewer, "see pipelines")?;
-    let rows: Vec<Row> = sqlx::query_as("SELECT * FROM pipelines ORDER BY name").fetch_all(pool).await?;
+    let rows: Vec<Row> = sqlx::query_as("SELECT * FROM pipelines ORDER BY name")
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().map(Pipeline::from).collect())
 }
 
 /// Creates a pipeline: plugin validation first (nothing is created when it fails), then the
 /// signal table and every topic, then the desired connector the reconciler deploys.
-pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, input: &PipelineInput) -> Result<Pipeline> {
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    input: &PipelineInput,
+) -> Result<Pipeline> {
     who.require(Role::Operator, "create pipelines")?;
     let c = check(pool, store, who, input, None).await?;
-    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?").bind(&c.name).fetch_one(pool).await? > 0 {
-        return Err(Error::Conflict(format!("a pipeline named {:?} already exists", c.name)));
+    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?")
+        .bind(&c.name)
+        .fetch_one(pool)
+        .await?
+        > 0
+    {
+        return Err(Error::Conflict(format!(
+            "a pipeline named {:?} already exists",
+            c.name
+        )));
     }
     let preview = preview_of(store, &c).await?;
     if !preview.validation_errors.is_empty() {
         return Err(plugin_errors(&preview.validation_errors));
     }
-    let d = c.source.database().cloned().ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
+    let d = c
+        .source
+        .database()
+        .cloned()
+        .ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
     if let Some(sql) = &preview.publication_sql {
-        if !source::publication_exists(store, &c.source, d.publication_name.as_deref().unwrap_or("")).await? {
-            return Err(Error::field("publication_mode", format!("the publication does not exist yet; a table owner must run: {sql}")));
+        if !source::publication_exists(
+            store,
+            &c.source,
+            d.publication_name.as_deref().unwrap_or(""),
+        )
+        .await?
+        {
+            return Err(Error::field(
+                "publication_mode",
+                format!("the publication does not exist yet; a table owner must run: {sql}"),
+            ));
         }
     }
-    source::ensure_signal_table(store, &c.source, &signal_collection(c.source.provider, &d, &c.tables)).await?;
+    source::ensure_signal_table(
+        store,
+        &c.source,
+        &signal_collection(c.source.provider, &d, &c.tables),
+    )
+    .await?;
     if c.heartbeat {
-        source::ensure_heartbeat_table(store, &c.source, &config::heartbeat_collection(c.source.provider, &d, &c.tables)).await?;
+        source::ensure_heartbeat_table(
+            store,
+            &c.source,
+            &config::heartbeat_collection(c.source.provider, &d, &c.tables),
+        )
+        .await?;
     }
     create_topics(store, &c.kafka, &topics_of(&c)).await?;
     let id = format!("pl_{}", uuid::Uuid::new_v4().simple());
@@ -420,7 +698,14 @@ pub async fn create(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
 /// Adds and removes tables on a running pipeline as one action: topics for added tables, the
 /// new include list (the connector updates its filtered publication when it restarts), and
 /// an incremental snapshot of only the added tables, signalled once the new config runs.
-pub async fn set_tables(pool: &SqlitePool, store: &Arc<SecretStore>, wake: &Arc<crate::reconcile::Handle>, who: &Principal, id: &str, tables: Vec<String>) -> Result<(Pipeline, Vec<String>)> {
+pub async fn set_tables(
+    pool: &SqlitePool,
+    store: &Arc<SecretStore>,
+    wake: &Arc<crate::reconcile::Handle>,
+    who: &Principal,
+    id: &str,
+    tables: Vec<String>,
+) -> Result<(Pipeline, Vec<String>)> {
     who.require(Role::Operator, "change pipelines")?;
     let p = load(pool, id).await?;
     let input = PipelineInput {
@@ -435,35 +720,84 @@ pub async fn set_tables(pool: &SqlitePool, store: &Arc<SecretStore>, wake: &Arc<
         retention_ms: p.retention_ms,
         snapshot_mode: Some(p.snapshot_mode.clone()),
         publication_mode: Some(p.publication_mode.clone()),
-        options: Some(p.options.iter().map(|(k, v)| (k.clone(), json!(v))).collect()),
+        options: Some(
+            p.options
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect(),
+        ),
         heartbeat: Some(p.heartbeat),
     };
     let c = check(pool, store, who, &input, Some(&p.id)).await?;
-    let added: Vec<String> = c.tables.iter().filter(|t| !p.tables.contains(t)).cloned().collect();
-    let removed: Vec<String> = p.tables.iter().filter(|t| !c.tables.contains(t)).cloned().collect();
+    let added: Vec<String> = c
+        .tables
+        .iter()
+        .filter(|t| !p.tables.contains(t))
+        .cloned()
+        .collect();
+    let removed: Vec<String> = p
+        .tables
+        .iter()
+        .filter(|t| !c.tables.contains(t))
+        .cloned()
+        .collect();
     let preview = preview_of(store, &c).await?;
     if !preview.validation_errors.is_empty() {
         return Err(plugin_errors(&preview.validation_errors));
     }
     create_topics(store, &c.kafka, &topics_of(&c)).await?;
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.tables", target_kind: "pipeline", target_id: &p.id, outcome: Outcome::Success, summary: json!({"name": p.name, "added": added, "removed": removed}) }).await?;
-    sqlx::query("UPDATE pipelines SET tables = ?, updated_at = ? WHERE id = ?").bind(json!(c.tables).to_string()).bind(crate::time::now()).bind(&p.id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "pipeline.tables",
+            target_kind: "pipeline",
+            target_id: &p.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": p.name, "added": added, "removed": removed}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE pipelines SET tables = ?, updated_at = ? WHERE id = ?")
+        .bind(json!(c.tables).to_string())
+        .bind(crate::time::now())
+        .bind(&p.id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&p.connector_id).execute(&mut *tx).await?;
     tx.commit().await?;
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
     if !added.is_empty() {
-        let d = c.source.database().cloned().ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
+        let d = c
+            .source
+            .database()
+            .cloned()
+            .ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
         let signal = signal_collection(c.source.provider, &d, &c.tables);
-        spawn_snapshot_signal(pool.clone(), store.clone(), c.source.clone(), p.connector_id.clone(), signal, added.clone());
+        spawn_snapshot_signal(
+            pool.clone(),
+            store.clone(),
+            c.source.clone(),
+            p.connector_id.clone(),
+            signal,
+            added.clone(),
+        );
     }
     Ok((load(pool, &p.id).await?, added))
 }
 
 /// Waits until the reconciler has applied the new config and the connector runs, then sends
 /// the incremental snapshot signal, so the connector that reads it already includes the tables.
-fn spawn_snapshot_signal(pool: SqlitePool, store: Arc<SecretStore>, source: Connection, connector_id: String, signal: String, tables: Vec<String>) {
+fn spawn_snapshot_signal(
+    pool: SqlitePool,
+    store: Arc<SecretStore>,
+    source: Connection,
+    connector_id: String,
+    signal: String,
+    tables: Vec<String>,
+) {
     tokio::spawn(async move {
         for _ in 0..240 {
             let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
@@ -474,9 +808,15 @@ fn spawn_snapshot_signal(pool: SqlitePool, store: Arc<SecretStore>, source: Conn
                 .flatten();
             if let Some((generation, Some(observed), Some(phase))) = row {
                 if observed >= generation && phase == "RUNNING" {
-                    match source::signal_incremental_snapshot(&store, &source, &signal, &tables).await {
-                        Ok(id) => tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested"),
-                        Err(e) => tracing::warn!(error = %e, "could not request the incremental snapshot"),
+                    match source::signal_incremental_snapshot(&store, &source, &signal, &tables)
+                        .await
+                    {
+                        Ok(id) => {
+                            tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested")
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not request the incremental snapshot")
+                        }
                     }
                     return;
                 }
@@ -487,13 +827,24 @@ fn spawn_snapshot_signal(pool: SqlitePool, store: Arc<SecretStore>, source: Conn
     });
 }
 
-pub async fn set_state(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str, state: DesiredState) -> Result<ConnectorView> {
+pub async fn set_state(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    state: DesiredState,
+) -> Result<ConnectorView> {
     who.require(Role::Operator, "pause or resume pipelines")?;
     let p = load(pool, id).await?;
     connectors::set_state(pool, wake, who, &p.connector_id, state).await
 }
 
-pub async fn restart(pool: &SqlitePool, wake: &crate::reconcile::Handle, who: &Principal, id: &str) -> Result<ConnectorView> {
+pub async fn restart(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart pipelines")?;
     let p = load(pool, id).await?;
     connectors::request_restart(pool, wake, who, &p.connector_id).await
@@ -509,19 +860,33 @@ pub struct Deleted {
 
 /// Deletes the pipeline's connector; drops the replication slot only when asked (a dropped
 /// slot loses the stream's position); never deletes topics.
-pub async fn delete(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconcile::Handle, who: &Principal, id: &str, drop_slot: bool) -> Result<Deleted> {
+pub async fn delete(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    drop_slot: bool,
+) -> Result<Deleted> {
     who.require(Role::Operator, "delete pipelines")?;
     let p = load(pool, id).await?;
     let users = crate::deliveries::of_pipeline(pool, &p.id).await?;
     if !users.is_empty() {
-        return Err(Error::Conflict(format!("pipeline {} is read by delivery {}; delete those first", p.name, users.join(", "))));
+        return Err(Error::Conflict(format!(
+            "pipeline {} is read by delivery {}; delete those first",
+            p.name,
+            users.join(", ")
+        )));
     }
     let source = connections::load(pool, &p.source_connection_id).await?;
     connectors::set_state(pool, wake, who, &p.connector_id, DesiredState::Deleted).await?;
     // The reconciler removes the connector and then forgets its row.
     let mut removed = false;
     for _ in 0..120 {
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?").bind(&p.connector_id).fetch_one(pool).await?;
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
+            .bind(&p.connector_id)
+            .fetch_one(pool)
+            .await?;
         if left == 0 {
             removed = true;
             break;
@@ -530,7 +895,9 @@ pub async fn delete(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
     }
     let slot_dropped = if drop_slot && removed {
         match source.database().and_then(|d| d.slot_name.clone()) {
-            Some(slot) if source.provider == Provider::Postgresql => source::drop_slot(store, &source, &slot).await?,
+            Some(slot) if source.provider == Provider::Postgresql => {
+                source::drop_slot(store, &source, &slot).await?
+            }
             _ => false,
         }
     } else {
@@ -539,14 +906,25 @@ pub async fn delete(pool: &SqlitePool, store: &SecretStore, wake: &crate::reconc
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.delete", target_kind: "pipeline", target_id: &p.id, outcome: if removed { Outcome::Success } else { Outcome::Failure }, summary: json!({"name": p.name, "connector_removed": removed, "drop_slot": drop_slot, "slot_dropped": slot_dropped}) }).await?;
     if removed {
-        sqlx::query("DELETE FROM pipelines WHERE id = ?").bind(&p.id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM pipelines WHERE id = ?")
+            .bind(&p.id)
+            .execute(&mut *tx)
+            .await?;
     }
     tx.commit().await?;
     if !removed {
         return Err(Error::Unavailable("the connector was not removed from Connect within 60 s; the pipeline is kept, try again".into()));
     }
-    let topics_kept = p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect();
-    Ok(Deleted { connector_removed: removed, slot_dropped, topics_kept })
+    let topics_kept = p
+        .tables
+        .iter()
+        .map(|t| table_topic(&p.topic_prefix, t))
+        .collect();
+    Ok(Deleted {
+        connector_removed: removed,
+        slot_dropped,
+        topics_kept,
+    })
 }
 
 /// The pipeline page's live facts.
@@ -567,27 +945,58 @@ pub struct TopicSize {
     pub partitions: usize,
 }
 
-pub async fn detail(pool: &SqlitePool, store: &SecretStore, who: &Principal, id: &str) -> Result<Detail> {
+pub async fn detail(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<Detail> {
     who.require(Role::Viewer, "see pipelines")?;
     let p = load(pool, id).await?;
     let connector = connectors::get(pool, who, &p.connector_id).await.ok();
     let source = connections::load(pool, &p.source_connection_id).await?;
-    let slot = match (source.provider, source.database().and_then(|d| d.slot_name.clone())) {
+    let slot = match (
+        source.provider,
+        source.database().and_then(|d| d.slot_name.clone()),
+    ) {
         (Provider::Postgresql, Some(s)) => source::slot(store, &source, &s).await.ok(),
         _ => None,
     };
     let mut topics = Vec::new();
     if let Ok(kafka) = kclusters::get(pool, who, &p.kafka_cluster_id).await {
-        if let Ok(all) = crate::kafka::topics(&kclusters::access(store, &kafka).await?, None).await {
-            let wanted: BTreeSet<String> = p.tables.iter().map(|t| table_topic(&p.topic_prefix, t)).collect();
-            topics = all.into_iter().filter(|t| wanted.contains(&t.name)).map(|t| TopicSize { records: t.messages(), partitions: t.partitions.len(), name: t.name }).collect();
+        if let Ok(all) = crate::kafka::topics(&kclusters::access(store, &kafka).await?, None).await
+        {
+            let wanted: BTreeSet<String> = p
+                .tables
+                .iter()
+                .map(|t| table_topic(&p.topic_prefix, t))
+                .collect();
+            topics = all
+                .into_iter()
+                .filter(|t| wanted.contains(&t.name))
+                .map(|t| TopicSize {
+                    records: t.messages(),
+                    partitions: t.partitions.len(),
+                    name: t.name,
+                })
+                .collect();
         }
     }
-    let snapshot = connector.as_ref().and_then(|c| c.offsets.as_ref()).and_then(|o| {
-        let text = o.to_string();
-        text.contains("incremental_snapshot_collections").then(|| "an incremental snapshot is in progress".to_string())
-    });
-    Ok(Detail { pipeline: p, connector, topics, slot, snapshot })
+    let snapshot = connector
+        .as_ref()
+        .and_then(|c| c.offsets.as_ref())
+        .and_then(|o| {
+            let text = o.to_string();
+            text.contains("incremental_snapshot_collections")
+                .then(|| "an incremental snapshot is in progress".to_string())
+        });
+    Ok(Detail {
+        pipeline: p,
+        connector,
+        topics,
+        slot,
+        snapshot,
+    })
 }
 
 /// A replication slot on a source, and the pipeline that owns it (None: an orphan).
@@ -599,37 +1008,66 @@ pub struct OwnedSlot {
 }
 
 /// The logical slots in a PostgreSQL source's database, each with its owning pipeline.
-pub async fn source_slots(pool: &SqlitePool, store: &SecretStore, who: &Principal, connection_id: &str) -> Result<Vec<OwnedSlot>> {
+pub async fn source_slots(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    connection_id: &str,
+) -> Result<Vec<OwnedSlot>> {
     who.require(Role::Viewer, "see replication slots")?;
     let c = connections::load(pool, connection_id).await?;
     if c.provider != Provider::Postgresql || !c.is_source() {
-        return Err(Error::Conflict(format!("{} is not a PostgreSQL source; only those have replication slots", c.name)));
+        return Err(Error::Conflict(format!(
+            "{} is not a PostgreSQL source; only those have replication slots",
+            c.name
+        )));
     }
-    let owner: Option<String> = sqlx::query_scalar("SELECT name FROM pipelines WHERE source_connection_id = ? LIMIT 1").bind(&c.id).fetch_optional(pool).await?;
+    let owner: Option<String> =
+        sqlx::query_scalar("SELECT name FROM pipelines WHERE source_connection_id = ? LIMIT 1")
+            .bind(&c.id)
+            .fetch_optional(pool)
+            .await?;
     let own_slot = c.database().and_then(|d| d.slot_name.clone());
     Ok(source::slots(store, &c)
         .await?
         .into_iter()
         .map(|slot| {
-            let pipeline = if Some(&slot.name) == own_slot.as_ref() { owner.clone() } else { None };
+            let pipeline = if Some(&slot.name) == own_slot.as_ref() {
+                owner.clone()
+            } else {
+                None
+            };
             OwnedSlot { slot, pipeline }
         })
         .collect())
 }
 
 /// Drops a slot no pipeline owns: an explicit, confirmed (name repeated), audited action.
-pub async fn drop_orphan_slot(pool: &SqlitePool, store: &SecretStore, who: &Principal, connection_id: &str, name: &str, confirm: &str) -> Result<()> {
+pub async fn drop_orphan_slot(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    connection_id: &str,
+    name: &str,
+    confirm: &str,
+) -> Result<()> {
     who.require(Role::Admin, "drop replication slots")?;
     if confirm != name {
         return Err(Error::field("confirm", format!("type the slot name {name} to confirm: whatever reads it loses its position for good")));
     }
     let slots = source_slots(pool, store, who, connection_id).await?;
-    let Some(found) = slots.iter().find(|s| s.slot.name == name) else { return Err(Error::NotFound(format!("replication slot {name}"))) };
+    let Some(found) = slots.iter().find(|s| s.slot.name == name) else {
+        return Err(Error::NotFound(format!("replication slot {name}")));
+    };
     if let Some(p) = &found.pipeline {
-        return Err(Error::Conflict(format!("slot {name} belongs to pipeline {p}; delete the pipeline with its slot option instead")));
+        return Err(Error::Conflict(format!(
+            "slot {name} belongs to pipeline {p}; delete the pipeline with its slot option instead"
+        )));
     }
     if found.slot.active {
-        return Err(Error::Conflict(format!("slot {name} is in use by a connection right now; stop that reader first")));
+        return Err(Error::Conflict(format!(
+            "slot {name} is in use by a connection right now; stop that reader first"
+        )));
     }
     let c = connections::load(pool, connection_id).await?;
     let dropped = source::drop_slot(store, &c, name).await;

@@ -19,7 +19,12 @@ pub fn now_ms() -> i64 {
 
 impl Lease {
     pub fn new(pool: SqlitePool, name: &'static str, holder: String, ttl_ms: i64) -> Self {
-        Lease { pool, name, holder, ttl_ms }
+        Lease {
+            pool,
+            name,
+            holder,
+            ttl_ms,
+        }
     }
 
     /// Takes the lease if it is free or expired, or renews it if held; true when held after.
@@ -43,17 +48,31 @@ impl Lease {
     /// Checked right before every mutating call: held, with a margin before expiry so a
     /// slow call cannot overlap a successor.
     pub async fn still_held(&self) -> anyhow::Result<bool> {
-        let row: Option<(String, i64)> = sqlx::query_as("SELECT holder, expires_at FROM leases WHERE name = ?").bind(self.name).fetch_optional(&self.pool).await?;
+        let row: Option<(String, i64)> =
+            sqlx::query_as("SELECT holder, expires_at FROM leases WHERE name = ?")
+                .bind(self.name)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(matches!(row, Some((h, exp)) if h == self.holder && exp > now_ms() + self.ttl_ms / 3))
     }
 
     pub async fn release(&self) {
-        let _ = sqlx::query("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ?").bind(self.name).bind(&self.holder).execute(&self.pool).await;
+        let _ = sqlx::query("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ?")
+            .bind(self.name)
+            .bind(&self.holder)
+            .execute(&self.pool)
+            .await;
     }
 
     /// Who holds it now (if anyone does).
     pub async fn current(pool: &SqlitePool, name: &str) -> anyhow::Result<Option<(String, i64)>> {
-        Ok(sqlx::query_as("SELECT holder, expires_at FROM leases WHERE name = ? AND expires_at > ?").bind(name).bind(now_ms()).fetch_optional(pool).await?)
+        Ok(sqlx::query_as(
+            "SELECT holder, expires_at FROM leases WHERE name = ? AND expires_at > ?",
+        )
+        .bind(name)
+        .bind(now_ms())
+        .fetch_optional(pool)
+        .await?)
     }
 }
 
@@ -77,7 +96,10 @@ mod tests {
         assert!(!b.try_hold().await.unwrap(), "b must wait while a holds it");
         assert!(a.try_hold().await.unwrap(), "a renews");
         tokio::time::sleep(std::time::Duration::from_millis(350)).await;
-        assert!(b.try_hold().await.unwrap(), "a stopped renewing (crashed): b takes over");
+        assert!(
+            b.try_hold().await.unwrap(),
+            "a stopped renewing (crashed): b takes over"
+        );
         assert!(!a.still_held().await.unwrap());
         assert!(!a.try_hold().await.unwrap());
     }

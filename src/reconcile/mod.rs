@@ -41,7 +41,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { interval: Duration::from_secs(10), lease_ttl: Duration::from_secs(15), policy: Policy::default(), offsets_interval: Duration::from_secs(60) }
+        Settings {
+            interval: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(15),
+            policy: Policy::default(),
+            offsets_interval: Duration::from_secs(60),
+        }
     }
 }
 
@@ -68,7 +73,12 @@ pub async fn bump_desired_version(pool: &SqlitePool) -> anyhow::Result<()> {
 }
 
 async fn desired_version(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar::<_, String>("SELECT value FROM instance_meta WHERE key = 'desired_version'").fetch_one(pool).await.ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    sqlx::query_scalar::<_, String>("SELECT value FROM instance_meta WHERE key = 'desired_version'")
+        .fetch_one(pool)
+        .await
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 pub struct Reconciler {
@@ -81,14 +91,38 @@ pub struct Reconciler {
 }
 
 pub fn holder_id(role: &str) -> String {
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
-    format!("{role}@{host}:{}:{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8])
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!(
+        "{role}@{host}:{}:{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
 }
 
 impl Reconciler {
-    pub fn new(pool: SqlitePool, secrets: Arc<SecretStore>, settings: Settings, handle: Arc<Handle>, holder: String) -> Self {
-        let lease = Lease::new(pool.clone(), RECONCILER, holder, settings.lease_ttl.as_millis() as i64);
-        Reconciler { pool, secrets, settings, lease, handle, last_offsets: std::sync::Mutex::new(None) }
+    pub fn new(
+        pool: SqlitePool,
+        secrets: Arc<SecretStore>,
+        settings: Settings,
+        handle: Arc<Handle>,
+        holder: String,
+    ) -> Self {
+        let lease = Lease::new(
+            pool.clone(),
+            RECONCILER,
+            holder,
+            settings.lease_ttl.as_millis() as i64,
+        );
+        Reconciler {
+            pool,
+            secrets,
+            settings,
+            lease,
+            handle,
+            last_offsets: std::sync::Mutex::new(None),
+        }
     }
 
     pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
@@ -99,12 +133,16 @@ impl Reconciler {
                 let held = match self.lease.try_hold().await {
                     Ok(h) => h,
                     Err(e) => {
-                        tracing::warn!(error = format!("{e:#}"), "cannot read the reconciler lease");
+                        tracing::warn!(
+                            error = format!("{e:#}"),
+                            "cannot read the reconciler lease"
+                        );
                         false
                     }
                 };
                 let version = desired_version(&self.pool).await;
-                let due = last_pass.is_none_or(|t| t.elapsed() >= self.settings.interval) || version != seen_version;
+                let due = last_pass.is_none_or(|t| t.elapsed() >= self.settings.interval)
+                    || version != seen_version;
                 if held && due {
                     seen_version = version;
                     last_pass = Some(Instant::now());
@@ -138,10 +176,20 @@ impl Reconciler {
 
     async fn client(&self, cluster: &ConnectCluster) -> ConnectClient {
         let auth = match (&cluster.basic_auth_user, &cluster.secret_ref) {
-            (Some(user), Some(r)) => self.secrets.get(r, "basic_auth_password").await.ok().flatten().map(|p| (user.clone(), p.expose().clone())),
+            (Some(user), Some(r)) => self
+                .secrets
+                .get(r, "basic_auth_password")
+                .await
+                .ok()
+                .flatten()
+                .map(|p| (user.clone(), p.expose().clone())),
             _ => None,
         };
-        ConnectClient::with_agent(&cluster.url, auth, &format!("cluecdc-reconciler ({})", self.lease.holder))
+        ConnectClient::with_agent(
+            &cluster.url,
+            auth,
+            &format!("cluecdc-reconciler ({})", self.lease.holder),
+        )
     }
 
     /// One pass over every cluster.
@@ -171,7 +219,9 @@ impl Reconciler {
             }
         }
         self.handle.passes.fetch_add(1, Ordering::Relaxed);
-        self.handle.actions.fetch_add(actions as u64, Ordering::Relaxed);
+        self.handle
+            .actions
+            .fetch_add(actions as u64, Ordering::Relaxed);
         sqlx::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(&self.lease.holder)
             .bind(started_at)
@@ -186,10 +236,21 @@ impl Reconciler {
     }
 
     /// Connect did not answer: keep the last observation, back off (capped, jittered).
-    async fn record_unreachable(&self, cluster: &ConnectCluster, e: &ConnectError) -> anyhow::Result<()> {
-        let failures: i64 = sqlx::query_scalar("SELECT failures FROM connect_clusters WHERE id = ?").bind(&cluster.id).fetch_one(&self.pool).await?;
+    async fn record_unreachable(
+        &self,
+        cluster: &ConnectCluster,
+        e: &ConnectError,
+    ) -> anyhow::Result<()> {
+        let failures: i64 =
+            sqlx::query_scalar("SELECT failures FROM connect_clusters WHERE id = ?")
+                .bind(&cluster.id)
+                .fetch_one(&self.pool)
+                .await?;
         let attempt = (failures + 1) as u32;
-        let backoff = Duration::from_secs(1).saturating_mul(1 << attempt.min(6)).min(Duration::from_secs(60)).mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+        let backoff = Duration::from_secs(1)
+            .saturating_mul(1 << attempt.min(6))
+            .min(Duration::from_secs(60))
+            .mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
         tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
         sqlx::query("UPDATE connect_clusters SET failures = failures + 1, last_error = ?, next_attempt_at = ? WHERE id = ?")
             .bind(e.to_string())
@@ -201,7 +262,19 @@ impl Reconciler {
     }
 
     async fn load_desired(&self, cluster_id: &str) -> anyhow::Result<Vec<Desired>> {
-        type Row = (String, String, String, String, i64, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        type Row = (
+            String,
+            String,
+            String,
+            String,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
                     s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at
@@ -213,25 +286,43 @@ impl Reconciler {
         .await?;
         Ok(rows
             .into_iter()
-            .filter_map(|(id, name, config, state, generation, restart_requested, applied, attempts, next, healthy, applied_at)| {
-                Some(Desired {
-                    config: serde_json::from_str(&config).ok()?,
-                    state: DesiredState::parse(&state)?,
-                    applied_config: applied.and_then(|a| serde_json::from_str(&a).ok()),
-                    restart_attempts: attempts.unwrap_or(0) as u32,
-                    next_restart_at: next,
-                    healthy_since: healthy,
-                    restart_requested,
-                    applied_at,
+            .filter_map(
+                |(
                     id,
                     name,
+                    config,
+                    state,
                     generation,
-                })
-            })
+                    restart_requested,
+                    applied,
+                    attempts,
+                    next,
+                    healthy,
+                    applied_at,
+                )| {
+                    Some(Desired {
+                        config: serde_json::from_str(&config).ok()?,
+                        state: DesiredState::parse(&state)?,
+                        applied_config: applied.and_then(|a| serde_json::from_str(&a).ok()),
+                        restart_attempts: attempts.unwrap_or(0) as u32,
+                        next_restart_at: next,
+                        healthy_since: healthy,
+                        restart_requested,
+                        applied_at,
+                        id,
+                        name,
+                        generation,
+                    })
+                },
+            )
             .collect())
     }
 
-    async fn reconcile_cluster(&self, cluster: &ConnectCluster, read_offsets: bool) -> Result<usize, ConnectError> {
+    async fn reconcile_cluster(
+        &self,
+        cluster: &ConnectCluster,
+        read_offsets: bool,
+    ) -> Result<usize, ConnectError> {
         let client = self.client(cluster).await;
         let desired = self.load_desired(&cluster.id).await.map_err(db_err)?;
         // The one list call of this pass for this cluster.
@@ -247,7 +338,16 @@ impl Reconciler {
                         config: info.config,
                         state: status.connector.state,
                         trace: status.connector.trace,
-                        tasks: status.tasks.into_iter().map(|t| LiveTask { id: t.id, state: t.state, worker_id: t.worker_id, trace: t.trace }).collect(),
+                        tasks: status
+                            .tasks
+                            .into_iter()
+                            .map(|t| LiveTask {
+                                id: t.id,
+                                state: t.state,
+                                worker_id: t.worker_id,
+                                trace: t.trace,
+                            })
+                            .collect(),
                     },
                 ))
             })
@@ -255,9 +355,19 @@ impl Reconciler {
         let observe_only = cluster.managed_by == "strimzi";
         let plan = {
             let mut rng = rand::thread_rng();
-            plan::compute(&desired, &live, now_ms(), &self.settings.policy, observe_only, &mut || rng.gen_range(0.5..=1.0))
+            plan::compute(
+                &desired,
+                &live,
+                now_ms(),
+                &self.settings.policy,
+                observe_only,
+                &mut || rng.gen_range(0.5..=1.0),
+            )
         };
-        let applied = self.apply(&client, cluster, &desired, &plan).await.map_err(db_err)?;
+        let applied = self
+            .apply(&client, cluster, &desired, &plan)
+            .await
+            .map_err(db_err)?;
         sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
             .bind(crate::time::now())
             .bind(&cluster.id)
@@ -276,7 +386,13 @@ impl Reconciler {
 
     /// Executes the steps (each only while the lease is still ours) and records observations,
     /// drift, restarts and unknown connectors.
-    async fn apply(&self, client: &ConnectClient, cluster: &ConnectCluster, desired: &[Desired], plan: &Plan) -> anyhow::Result<usize> {
+    async fn apply(
+        &self,
+        client: &ConnectClient,
+        cluster: &ConnectCluster,
+        desired: &[Desired],
+        plan: &Plan,
+    ) -> anyhow::Result<usize> {
         let by_id: BTreeMap<&str, &Desired> = desired.iter().map(|d| (d.id.as_str(), d)).collect();
         let mut applied_configs: BTreeMap<String, Config> = BTreeMap::new();
         let mut failed_steps: BTreeMap<String, String> = BTreeMap::new();
@@ -287,37 +403,73 @@ impl Reconciler {
                 return Ok(done);
             }
             let (id, action, result) = match step {
-                Step::Create { id, name, config, initial_state } => (id, "create", client.create(name, config, initial_state).await.map(|_| {
-                    applied_configs.insert(id.clone(), config.clone());
-                })),
-                Step::UpdateConfig { id, name, config } => (id, "update_config", client.put_config(name, config).await.map(|_| {
-                    applied_configs.insert(id.clone(), config.clone());
-                })),
+                Step::Create {
+                    id,
+                    name,
+                    config,
+                    initial_state,
+                } => (
+                    id,
+                    "create",
+                    client.create(name, config, initial_state).await.map(|_| {
+                        applied_configs.insert(id.clone(), config.clone());
+                    }),
+                ),
+                Step::UpdateConfig { id, name, config } => (
+                    id,
+                    "update_config",
+                    client.put_config(name, config).await.map(|_| {
+                        applied_configs.insert(id.clone(), config.clone());
+                    }),
+                ),
                 Step::Pause { id, name } => (id, "pause", client.pause(name).await),
                 Step::Resume { id, name } => (id, "resume", client.resume(name).await),
                 Step::Stop { id, name } => (id, "stop", client.stop(name).await),
                 Step::Delete { id, name } => (id, "delete", client.delete(name).await),
-                Step::Restart { id, name, attempt, reason } => {
+                Step::Restart {
+                    id,
+                    name,
+                    attempt,
+                    reason,
+                } => {
                     let r = client.restart(name, true, true).await;
-                    self.record_restart(id, reason, "reconciler", *attempt, &r).await?;
+                    self.record_restart(id, reason, "reconciler", *attempt, &r)
+                        .await?;
                     (id, "restart", r)
                 }
                 Step::RequestedRestart { id, name, by } => {
                     let r = client.restart(name, true, false).await;
                     self.record_restart(id, "requested", by, 0, &r).await?;
                     if r.is_ok() {
-                        sqlx::query("UPDATE connectors SET restart_requested_by = NULL WHERE id = ?").bind(id).execute(&self.pool).await?;
+                        sqlx::query(
+                            "UPDATE connectors SET restart_requested_by = NULL WHERE id = ?",
+                        )
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await?;
                     }
                     (id, "restart", r)
                 }
                 Step::Forget { id } => {
-                    sqlx::query("DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'").bind(id).execute(&self.pool).await?;
+                    sqlx::query(
+                        "DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'",
+                    )
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
                     continue;
                 }
             };
             done += 1;
-            let name = by_id.get(id.as_str()).map(|d| d.name.clone()).unwrap_or_default();
-            let outcome = if result.is_ok() { Outcome::Success } else { Outcome::Failure };
+            let name = by_id
+                .get(id.as_str())
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            let outcome = if result.is_ok() {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            };
             if let Err(e) = &result {
                 tracing::warn!(connector = %name, action, error = %e, "reconcile step failed");
                 failed_steps.insert(id.clone(), format!("{action} failed: {e}"));
@@ -340,9 +492,14 @@ impl Reconciler {
         let now = crate::time::now();
         let mut tx = self.pool.begin().await?;
         for o in &plan.observations {
-            let Some(d) = by_id.get(o.id.as_str()) else { continue };
+            let Some(d) = by_id.get(o.id.as_str()) else {
+                continue;
+            };
             let acted = plan.steps.iter().any(|s| step_id(s) == Some(o.id.as_str()));
-            let message = failed_steps.get(&o.id).cloned().unwrap_or_else(|| o.message.clone());
+            let message = failed_steps
+                .get(&o.id)
+                .cloned()
+                .unwrap_or_else(|| o.message.clone());
             let applied = applied_configs.get(&o.id).map(|c| json!(c).to_string());
             sqlx::query(
                 "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since, applied_at)
@@ -381,7 +538,11 @@ impl Reconciler {
                 .fetch_optional(&mut *tx)
                 .await?;
             let diff = json!(drift.diff).to_string();
-            if drift.action == "reported" && last.as_ref().is_some_and(|(k, d)| k == drift.kind && *d == diff) {
+            if drift.action == "reported"
+                && last
+                    .as_ref()
+                    .is_some_and(|(k, d)| k == drift.kind && *d == diff)
+            {
                 continue;
             }
             tracing::warn!(connector = %drift.name, kind = drift.kind, action = drift.action, "drift detected");
@@ -419,15 +580,33 @@ impl Reconciler {
             .execute(&mut *tx)
             .await?;
         }
-        let gone: Vec<String> = sqlx::query_scalar("SELECT name FROM unmanaged_connectors WHERE connect_cluster_id = ?").bind(&cluster.id).fetch_all(&mut *tx).await?;
+        let gone: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM unmanaged_connectors WHERE connect_cluster_id = ?",
+        )
+        .bind(&cluster.id)
+        .fetch_all(&mut *tx)
+        .await?;
         for name in gone.into_iter().filter(|n| !names.contains(n)) {
-            sqlx::query("DELETE FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?").bind(&cluster.id).bind(name).execute(&mut *tx).await?;
+            sqlx::query(
+                "DELETE FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?",
+            )
+            .bind(&cluster.id)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(done)
     }
 
-    async fn record_restart(&self, id: &str, reason: &str, by: &str, attempt: u32, result: &Result<(), ConnectError>) -> anyhow::Result<()> {
+    async fn record_restart(
+        &self,
+        id: &str,
+        reason: &str,
+        by: &str,
+        attempt: u32,
+        result: &Result<(), ConnectError>,
+    ) -> anyhow::Result<()> {
         sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(id)
             .bind(crate::time::now())
@@ -458,7 +637,14 @@ pub async fn keep_renewing(lease: &Lease, ttl: Duration) {
 
 fn step_id(s: &Step) -> Option<&str> {
     match s {
-        Step::Create { id, .. } | Step::UpdateConfig { id, .. } | Step::Pause { id, .. } | Step::Resume { id, .. } | Step::Stop { id, .. } | Step::Delete { id, .. } | Step::Restart { id, .. } | Step::RequestedRestart { id, .. } => Some(id),
+        Step::Create { id, .. }
+        | Step::UpdateConfig { id, .. }
+        | Step::Pause { id, .. }
+        | Step::Resume { id, .. }
+        | Step::Stop { id, .. }
+        | Step::Delete { id, .. }
+        | Step::Restart { id, .. }
+        | Step::RequestedRestart { id, .. } => Some(id),
         Step::Forget { .. } => None,
     }
 }

@@ -88,17 +88,49 @@ pub struct Live {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    Create { id: String, name: String, config: Config, initial_state: &'static str },
-    UpdateConfig { id: String, name: String, config: Config },
-    Pause { id: String, name: String },
-    Resume { id: String, name: String },
-    Stop { id: String, name: String },
-    Delete { id: String, name: String },
+    Create {
+        id: String,
+        name: String,
+        config: Config,
+        initial_state: &'static str,
+    },
+    UpdateConfig {
+        id: String,
+        name: String,
+        config: Config,
+    },
+    Pause {
+        id: String,
+        name: String,
+    },
+    Resume {
+        id: String,
+        name: String,
+    },
+    Stop {
+        id: String,
+        name: String,
+    },
+    Delete {
+        id: String,
+        name: String,
+    },
     /// Desired `deleted` and gone from Connect: drop the spec row.
-    Forget { id: String },
-    Restart { id: String, name: String, attempt: u32, reason: String },
+    Forget {
+        id: String,
+    },
+    Restart {
+        id: String,
+        name: String,
+        attempt: u32,
+        reason: String,
+    },
     /// A restart a person asked for: connector and all tasks, counted apart from failure restarts.
-    RequestedRestart { id: String, name: String, by: String },
+    RequestedRestart {
+        id: String,
+        name: String,
+        by: String,
+    },
 }
 
 impl Step {
@@ -156,17 +188,33 @@ pub fn normalize(mut c: Config) -> Config {
 }
 
 pub fn diff(desired: &Config, applied: Option<&Config>, live: &Config) -> Vec<DiffLine> {
-    let keys: BTreeSet<&String> = desired.keys().chain(live.keys()).chain(applied.into_iter().flat_map(|a| a.keys())).collect();
+    let keys: BTreeSet<&String> = desired
+        .keys()
+        .chain(live.keys())
+        .chain(applied.into_iter().flat_map(|a| a.keys()))
+        .collect();
     keys.into_iter()
         .filter(|k| desired.get(*k) != live.get(*k))
-        .map(|k| DiffLine { key: k.clone(), desired: desired.get(k).cloned(), applied: applied.and_then(|a| a.get(k).cloned()), live: live.get(k).cloned() })
+        .map(|k| DiffLine {
+            key: k.clone(),
+            desired: desired.get(k).cloned(),
+            applied: applied.and_then(|a| a.get(k).cloned()),
+            live: live.get(k).cloned(),
+        })
         .collect()
 }
 
 /// Computes one cluster's plan. `observe_only` (Strimzi-managed clusters) yields no mutating
 /// step: drift and failures are reported, nothing is changed. `jitter` yields numbers in
 /// [0.5, 1.0] for backoff.
-pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, policy: &Policy, observe_only: bool, jitter: &mut dyn FnMut() -> f64) -> Plan {
+pub fn compute(
+    desired: &[Desired],
+    live: &BTreeMap<String, Live>,
+    now_ms: i64,
+    policy: &Policy,
+    observe_only: bool,
+    jitter: &mut dyn FnMut() -> f64,
+) -> Plan {
     let mut plan = Plan::default();
     let mut restarts = 0usize;
     let names: BTreeSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
@@ -189,21 +237,39 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
                 plan.steps.push(Step::Forget { id: d.id.clone() });
                 continue;
             }
-            if d.applied_config.is_some() && d.applied_at.is_some_and(|t| now_ms - t < REGISTRATION_GRACE_MS) {
+            if d.applied_config.is_some()
+                && d.applied_at
+                    .is_some_and(|t| now_ms - t < REGISTRATION_GRACE_MS)
+            {
                 obs.message = "created; waiting for Connect to list it".into();
                 plan.observations.push(obs);
                 continue;
             }
             if d.applied_config.is_some() {
-                plan.drifts.push(Drift { connector_id: Some(d.id.clone()), name: d.name.clone(), kind: "deleted", diff: vec![], action: repair });
-                obs.message = if observe_only { "deleted directly in Connect; this cluster is observed only".into() } else { "deleted directly in Connect; recreating it".into() };
+                plan.drifts.push(Drift {
+                    connector_id: Some(d.id.clone()),
+                    name: d.name.clone(),
+                    kind: "deleted",
+                    diff: vec![],
+                    action: repair,
+                });
+                obs.message = if observe_only {
+                    "deleted directly in Connect; this cluster is observed only".into()
+                } else {
+                    "deleted directly in Connect; recreating it".into()
+                };
             } else {
                 obs.message = "not in Connect yet; creating it".into();
             }
             if observe_only {
                 obs.phase = "DRIFTED";
             } else {
-                plan.steps.push(Step::Create { id: d.id.clone(), name: d.name.clone(), config: d.config.clone(), initial_state: d.state.initial_state() });
+                plan.steps.push(Step::Create {
+                    id: d.id.clone(),
+                    name: d.name.clone(),
+                    config: d.config.clone(),
+                    initial_state: d.state.initial_state(),
+                });
             }
             plan.observations.push(obs);
             continue;
@@ -214,7 +280,10 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
         obs.live_config = Some(live_config.clone());
         if d.state == DesiredState::Deleted {
             if !observe_only {
-                plan.steps.push(Step::Delete { id: d.id.clone(), name: d.name.clone() });
+                plan.steps.push(Step::Delete {
+                    id: d.id.clone(),
+                    name: d.name.clone(),
+                });
             }
             obs.message = "deleting".into();
             plan.observations.push(obs);
@@ -224,29 +293,57 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
         if live_config != d.config {
             let changed_in_connect = d.applied_config.as_ref() != Some(&live_config);
             if changed_in_connect {
-                plan.drifts.push(Drift { connector_id: Some(d.id.clone()), name: d.name.clone(), kind: "config_changed", diff: diff(&d.config, d.applied_config.as_ref(), &live_config), action: repair });
+                plan.drifts.push(Drift {
+                    connector_id: Some(d.id.clone()),
+                    name: d.name.clone(),
+                    kind: "config_changed",
+                    diff: diff(&d.config, d.applied_config.as_ref(), &live_config),
+                    action: repair,
+                });
             }
             if observe_only {
                 obs.phase = "DRIFTED";
-                obs.message = "its config in Connect differs from ClueCDC's; this cluster is observed only".into();
+                obs.message =
+                    "its config in Connect differs from ClueCDC's; this cluster is observed only"
+                        .into();
                 plan.observations.push(obs);
                 continue;
             }
-            plan.steps.push(Step::UpdateConfig { id: d.id.clone(), name: d.name.clone(), config: d.config.clone() });
-            obs.message = if changed_in_connect { "its config was changed directly in Connect; restoring ClueCDC's".into() } else { "applying the new config".into() };
+            plan.steps.push(Step::UpdateConfig {
+                id: d.id.clone(),
+                name: d.name.clone(),
+                config: d.config.clone(),
+            });
+            obs.message = if changed_in_connect {
+                "its config was changed directly in Connect; restoring ClueCDC's".into()
+            } else {
+                "applying the new config".into()
+            };
             pending = true;
         }
         let state = l.state.as_str();
         let wanted = match d.state {
-            DesiredState::Running if matches!(state, "PAUSED" | "STOPPED") => Some(Step::Resume { id: d.id.clone(), name: d.name.clone() }),
-            DesiredState::Paused if !matches!(state, "PAUSED") => Some(Step::Pause { id: d.id.clone(), name: d.name.clone() }),
-            DesiredState::Stopped if !matches!(state, "STOPPED") => Some(Step::Stop { id: d.id.clone(), name: d.name.clone() }),
+            DesiredState::Running if matches!(state, "PAUSED" | "STOPPED") => Some(Step::Resume {
+                id: d.id.clone(),
+                name: d.name.clone(),
+            }),
+            DesiredState::Paused if !matches!(state, "PAUSED") => Some(Step::Pause {
+                id: d.id.clone(),
+                name: d.name.clone(),
+            }),
+            DesiredState::Stopped if !matches!(state, "STOPPED") => Some(Step::Stop {
+                id: d.id.clone(),
+                name: d.name.clone(),
+            }),
             _ => None,
         };
         if let Some(step) = wanted {
             if observe_only {
                 obs.phase = "DRIFTED";
-                obs.message = format!("Connect shows {state}; ClueCDC wants {}; this cluster is observed only", d.state.as_str());
+                obs.message = format!(
+                    "Connect shows {state}; ClueCDC wants {}; this cluster is observed only",
+                    d.state.as_str()
+                );
                 plan.observations.push(obs);
                 continue;
             }
@@ -258,7 +355,11 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
         }
         if let Some(by) = &d.restart_requested {
             if !observe_only {
-                plan.steps.push(Step::RequestedRestart { id: d.id.clone(), name: d.name.clone(), by: by.clone() });
+                plan.steps.push(Step::RequestedRestart {
+                    id: d.id.clone(),
+                    name: d.name.clone(),
+                    by: by.clone(),
+                });
                 obs.restart_attempts = 0;
                 obs.next_restart_at = None;
                 obs.message = format!("restarting as {by} asked");
@@ -270,7 +371,11 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
         let failed_task = l.tasks.iter().find(|t| t.state == "FAILED");
         let failed = l.state == "FAILED" || failed_task.is_some();
         if d.state == DesiredState::Running && failed {
-            let trace = l.trace.clone().or_else(|| failed_task.and_then(|t| t.trace.clone())).unwrap_or_default();
+            let trace = l
+                .trace
+                .clone()
+                .or_else(|| failed_task.and_then(|t| t.trace.clone()))
+                .unwrap_or_default();
             obs.trace = Some(trace.clone());
             obs.phase = "FAILED";
             obs.healthy_since = None;
@@ -283,18 +388,33 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
                         obs.message = format!("failed ({reason}); gave up after {} restarts — read the trace, fix the cause, then restart it", d.restart_attempts);
                     } else if d.next_restart_at.is_some_and(|t| now_ms < t) {
                         let wait = (d.next_restart_at.unwrap_or(now_ms) - now_ms) / 1000;
-                        obs.message = format!("failed ({reason}); restart {} of {} in {wait} s", d.restart_attempts + 1, policy.max_restarts);
+                        obs.message = format!(
+                            "failed ({reason}); restart {} of {} in {wait} s",
+                            d.restart_attempts + 1,
+                            policy.max_restarts
+                        );
                     } else if observe_only {
                         obs.message = format!("failed ({reason}); this cluster is observed only");
                     } else if restarts >= policy.restarts_per_pass {
-                        obs.message = format!("failed ({reason}); restart deferred: too many restarts this pass");
+                        obs.message = format!(
+                            "failed ({reason}); restart deferred: too many restarts this pass"
+                        );
                     } else {
                         let attempt = d.restart_attempts + 1;
                         restarts += 1;
                         obs.restart_attempts = attempt;
-                        obs.next_restart_at = Some(now_ms + policy.backoff(attempt + 1, jitter()).as_millis() as i64);
-                        obs.message = format!("failed ({reason}); restarting (attempt {attempt} of {})", policy.max_restarts);
-                        plan.steps.push(Step::Restart { id: d.id.clone(), name: d.name.clone(), attempt, reason: reason.to_string() });
+                        obs.next_restart_at =
+                            Some(now_ms + policy.backoff(attempt + 1, jitter()).as_millis() as i64);
+                        obs.message = format!(
+                            "failed ({reason}); restarting (attempt {attempt} of {})",
+                            policy.max_restarts
+                        );
+                        plan.steps.push(Step::Restart {
+                            id: d.id.clone(),
+                            name: d.name.clone(),
+                            attempt,
+                            reason: reason.to_string(),
+                        });
                     }
                 }
             }
@@ -303,7 +423,9 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
                 "RUNNING" | "PAUSED" | "STOPPED" | "UNASSIGNED" | "FAILED" => static_state(state),
                 _ => "PENDING",
             };
-            let all_running = state == "RUNNING" && !l.tasks.is_empty() && l.tasks.iter().all(|t| t.state == "RUNNING");
+            let all_running = state == "RUNNING"
+                && !l.tasks.is_empty()
+                && l.tasks.iter().all(|t| t.state == "RUNNING");
             if all_running {
                 let since = d.healthy_since.unwrap_or(now_ms);
                 obs.healthy_since = Some(since);
@@ -312,7 +434,11 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
                     obs.next_restart_at = None;
                 }
                 if obs.message.is_empty() {
-                    obs.message = format!("running with {} task{}", l.tasks.len(), if l.tasks.len() == 1 { "" } else { "s" });
+                    obs.message = format!(
+                        "running with {} task{}",
+                        l.tasks.len(),
+                        if l.tasks.len() == 1 { "" } else { "s" }
+                    );
                 }
             } else if state == "RUNNING" && l.tasks.is_empty() {
                 obs.phase = "PENDING";
@@ -325,7 +451,8 @@ pub fn compute(desired: &[Desired], live: &BTreeMap<String, Live>, now_ms: i64, 
     }
     for (name, l) in live {
         if !names.contains(name.as_str()) {
-            plan.unknown.push((name.clone(), l.state.clone(), normalize(l.config.clone())));
+            plan.unknown
+                .push((name.clone(), l.state.clone(), normalize(l.config.clone())));
         }
     }
     plan
@@ -346,43 +473,109 @@ mod tests {
     use super::*;
 
     fn cfg(pairs: &[(&str, &str)]) -> Config {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
-    fn desired(name: &str, config: Config, state: DesiredState, applied: Option<Config>) -> Desired {
-        Desired { id: format!("id-{name}"), name: name.into(), config, state, generation: 1, applied_config: applied, restart_attempts: 0, next_restart_at: None, healthy_since: None, restart_requested: None, applied_at: None }
+    fn desired(
+        name: &str,
+        config: Config,
+        state: DesiredState,
+        applied: Option<Config>,
+    ) -> Desired {
+        Desired {
+            id: format!("id-{name}"),
+            name: name.into(),
+            config,
+            state,
+            generation: 1,
+            applied_config: applied,
+            restart_attempts: 0,
+            next_restart_at: None,
+            healthy_since: None,
+            restart_requested: None,
+            applied_at: None,
+        }
     }
 
     fn live(config: Config, state: &str, tasks: &[&str]) -> Live {
         let mut c = config;
         c.insert("name".into(), "ignored".into());
-        Live { config: c, state: state.into(), trace: None, tasks: tasks.iter().enumerate().map(|(i, s)| LiveTask { id: i as i32, state: s.to_string(), worker_id: "w".into(), trace: None }).collect() }
+        Live {
+            config: c,
+            state: state.into(),
+            trace: None,
+            tasks: tasks
+                .iter()
+                .enumerate()
+                .map(|(i, s)| LiveTask {
+                    id: i as i32,
+                    state: s.to_string(),
+                    worker_id: "w".into(),
+                    trace: None,
+                })
+                .collect(),
+        }
     }
 
     fn run(d: &[Desired], l: &[(&str, Live)], observe_only: bool) -> Plan {
         let map = l.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-        compute(d, &map, 1_000_000, &Policy::default(), observe_only, &mut || 1.0)
+        compute(
+            d,
+            &map,
+            1_000_000,
+            &Policy::default(),
+            observe_only,
+            &mut || 1.0,
+        )
     }
 
     #[test]
     fn an_unchanged_running_connector_needs_no_step() {
         let c = cfg(&[("a", "1")]);
-        let p = run(&[desired("x", c.clone(), DesiredState::Running, Some(c.clone()))], &[("x", live(c, "RUNNING", &["RUNNING"]))], false);
+        let p = run(
+            &[desired(
+                "x",
+                c.clone(),
+                DesiredState::Running,
+                Some(c.clone()),
+            )],
+            &[("x", live(c, "RUNNING", &["RUNNING"]))],
+            false,
+        );
         assert!(p.steps.is_empty() && p.drifts.is_empty());
         assert_eq!(p.observations[0].phase, "RUNNING");
     }
 
     #[test]
     fn a_new_connector_is_created_in_its_desired_state_without_drift() {
-        let p = run(&[desired("x", cfg(&[("a", "1")]), DesiredState::Paused, None)], &[], false);
-        assert_eq!(p.steps, vec![Step::Create { id: "id-x".into(), name: "x".into(), config: cfg(&[("a", "1")]), initial_state: "PAUSED" }]);
+        let p = run(
+            &[desired("x", cfg(&[("a", "1")]), DesiredState::Paused, None)],
+            &[],
+            false,
+        );
+        assert_eq!(
+            p.steps,
+            vec![Step::Create {
+                id: "id-x".into(),
+                name: "x".into(),
+                config: cfg(&[("a", "1")]),
+                initial_state: "PAUSED"
+            }]
+        );
         assert!(p.drifts.is_empty());
     }
 
     #[test]
     fn a_connector_deleted_in_connect_is_recreated_and_recorded_as_drift() {
         let c = cfg(&[("a", "1")]);
-        let p = run(&[desired("x", c.clone(), DesiredState::Running, Some(c))], &[], false);
+        let p = run(
+            &[desired("x", c.clone(), DesiredState::Running, Some(c))],
+            &[],
+            false,
+        );
         assert!(matches!(p.steps[0], Step::Create { .. }));
         assert_eq!(p.drifts[0].kind, "deleted");
         assert_eq!(p.drifts[0].action, "repaired");
@@ -396,21 +589,51 @@ mod tests {
         let p = run(&[d.clone()], &[], false);
         assert!(p.steps.is_empty() && p.drifts.is_empty());
         d.applied_at = Some(1_000_000 - REGISTRATION_GRACE_MS - 1);
-        assert_eq!(run(&[d], &[], false).drifts.len(), 1, "after the grace period it is drift");
+        assert_eq!(
+            run(&[d], &[], false).drifts.len(),
+            1,
+            "after the grace period it is drift"
+        );
     }
 
     #[test]
     fn a_config_changed_in_connect_is_restored_with_a_three_way_diff() {
         let c = cfg(&[("a", "1"), ("b", "2")]);
         let changed = cfg(&[("a", "9"), ("b", "2"), ("c", "3")]);
-        let p = run(&[desired("x", c.clone(), DesiredState::Running, Some(c.clone()))], &[("x", live(changed, "RUNNING", &["RUNNING"]))], false);
-        assert_eq!(p.steps, vec![Step::UpdateConfig { id: "id-x".into(), name: "x".into(), config: c }]);
+        let p = run(
+            &[desired(
+                "x",
+                c.clone(),
+                DesiredState::Running,
+                Some(c.clone()),
+            )],
+            &[("x", live(changed, "RUNNING", &["RUNNING"]))],
+            false,
+        );
+        assert_eq!(
+            p.steps,
+            vec![Step::UpdateConfig {
+                id: "id-x".into(),
+                name: "x".into(),
+                config: c
+            }]
+        );
         assert_eq!(p.drifts[0].kind, "config_changed");
         assert_eq!(
             p.drifts[0].diff,
             vec![
-                DiffLine { key: "a".into(), desired: Some("1".into()), applied: Some("1".into()), live: Some("9".into()) },
-                DiffLine { key: "c".into(), desired: None, applied: None, live: Some("3".into()) },
+                DiffLine {
+                    key: "a".into(),
+                    desired: Some("1".into()),
+                    applied: Some("1".into()),
+                    live: Some("9".into())
+                },
+                DiffLine {
+                    key: "c".into(),
+                    desired: None,
+                    applied: None,
+                    live: Some("3".into())
+                },
             ]
         );
     }
@@ -419,7 +642,16 @@ mod tests {
     fn a_config_changed_in_clue_cdc_is_applied_without_drift() {
         let old = cfg(&[("a", "1")]);
         let new = cfg(&[("a", "2")]);
-        let p = run(&[desired("x", new.clone(), DesiredState::Running, Some(old.clone()))], &[("x", live(old, "RUNNING", &["RUNNING"]))], false);
+        let p = run(
+            &[desired(
+                "x",
+                new.clone(),
+                DesiredState::Running,
+                Some(old.clone()),
+            )],
+            &[("x", live(old, "RUNNING", &["RUNNING"]))],
+            false,
+        );
         assert!(matches!(p.steps[0], Step::UpdateConfig { .. }));
         assert!(p.drifts.is_empty());
     }
@@ -427,7 +659,14 @@ mod tests {
     #[test]
     fn observe_only_clusters_report_but_never_change() {
         let c = cfg(&[("a", "1")]);
-        let p = run(&[desired("x", c.clone(), DesiredState::Running, Some(c.clone())), desired("y", c.clone(), DesiredState::Running, Some(c.clone()))], &[("x", live(cfg(&[("a", "2")]), "RUNNING", &["RUNNING"]))], true);
+        let p = run(
+            &[
+                desired("x", c.clone(), DesiredState::Running, Some(c.clone())),
+                desired("y", c.clone(), DesiredState::Running, Some(c.clone())),
+            ],
+            &[("x", live(cfg(&[("a", "2")]), "RUNNING", &["RUNNING"]))],
+            true,
+        );
         assert!(p.steps.is_empty());
         assert_eq!(p.drifts.len(), 2);
         assert!(p.drifts.iter().all(|d| d.action == "reported"));
@@ -438,14 +677,45 @@ mod tests {
     fn desired_states_drive_pause_resume_stop_and_delete() {
         let c = cfg(&[("a", "1")]);
         let l = |s: &str| live(c.clone(), s, &["RUNNING"]);
-        let step = |d: DesiredState, s: &str| run(&[desired("x", c.clone(), d, Some(c.clone()))], &[("x", l(s))], false).steps;
-        assert!(matches!(step(DesiredState::Paused, "RUNNING")[0], Step::Pause { .. }));
-        assert!(matches!(step(DesiredState::Running, "PAUSED")[0], Step::Resume { .. }));
-        assert!(matches!(step(DesiredState::Running, "STOPPED")[0], Step::Resume { .. }));
-        assert!(matches!(step(DesiredState::Stopped, "RUNNING")[0], Step::Stop { .. }));
-        assert!(matches!(step(DesiredState::Deleted, "RUNNING")[0], Step::Delete { .. }));
+        let step = |d: DesiredState, s: &str| {
+            run(
+                &[desired("x", c.clone(), d, Some(c.clone()))],
+                &[("x", l(s))],
+                false,
+            )
+            .steps
+        };
+        assert!(matches!(
+            step(DesiredState::Paused, "RUNNING")[0],
+            Step::Pause { .. }
+        ));
+        assert!(matches!(
+            step(DesiredState::Running, "PAUSED")[0],
+            Step::Resume { .. }
+        ));
+        assert!(matches!(
+            step(DesiredState::Running, "STOPPED")[0],
+            Step::Resume { .. }
+        ));
+        assert!(matches!(
+            step(DesiredState::Stopped, "RUNNING")[0],
+            Step::Stop { .. }
+        ));
+        assert!(matches!(
+            step(DesiredState::Deleted, "RUNNING")[0],
+            Step::Delete { .. }
+        ));
         assert!(step(DesiredState::Paused, "PAUSED").is_empty());
-        let gone = run(&[desired("x", c.clone(), DesiredState::Deleted, Some(c.clone()))], &[], false);
+        let gone = run(
+            &[desired(
+                "x",
+                c.clone(),
+                DesiredState::Deleted,
+                Some(c.clone()),
+            )],
+            &[],
+            false,
+        );
         assert_eq!(gone.steps, vec![Step::Forget { id: "id-x".into() }]);
     }
 
@@ -465,32 +735,69 @@ mod tests {
         assert!(matches!(&p.steps[0], Step::Restart { attempt: 1, .. }));
         let o = &p.observations[0];
         assert_eq!(o.restart_attempts, 1);
-        assert_eq!(o.next_restart_at, Some(1_000_000 + 10_000), "backoff before the next attempt: 5 s · 2");
+        assert_eq!(
+            o.next_restart_at,
+            Some(1_000_000 + 10_000),
+            "backoff before the next attempt: 5 s · 2"
+        );
         let waiting = failing("Connection refused", 1, Some(1_005_000));
         assert!(waiting.steps.is_empty(), "not before the backoff ends");
-        assert!(waiting.observations[0].message.contains("restart 2 of 5 in 5 s"));
+        assert!(waiting.observations[0]
+            .message
+            .contains("restart 2 of 5 in 5 s"));
         let given_up = failing("Connection refused", 5, None);
         assert!(given_up.steps.is_empty());
-        assert!(given_up.observations[0].message.contains("gave up after 5 restarts"));
-        assert_eq!(given_up.observations[0].trace.as_deref(), Some("Connection refused"));
+        assert!(given_up.observations[0]
+            .message
+            .contains("gave up after 5 restarts"));
+        assert_eq!(
+            given_up.observations[0].trace.as_deref(),
+            Some("Connection refused")
+        );
     }
 
     #[test]
     fn a_permanent_failure_is_reported_not_restarted() {
-        let p = failing("FATAL: password authentication failed for user cdc", 0, None);
+        let p = failing(
+            "FATAL: password authentication failed for user cdc",
+            0,
+            None,
+        );
         assert!(p.steps.is_empty());
-        assert!(p.observations[0].message.contains("rotate the connection's credentials"));
+        assert!(p.observations[0]
+            .message
+            .contains("rotate the connection's credentials"));
     }
 
     #[test]
     fn restarts_are_rate_limited_per_pass() {
         let c = cfg(&[("a", "1")]);
-        let ds: Vec<Desired> = (0..8).map(|i| desired(&format!("c{i}"), c.clone(), DesiredState::Running, Some(c.clone()))).collect();
-        let ls: Vec<(String, Live)> = (0..8).map(|i| (format!("c{i}"), live(c.clone(), "FAILED", &["FAILED"]))).collect();
+        let ds: Vec<Desired> = (0..8)
+            .map(|i| {
+                desired(
+                    &format!("c{i}"),
+                    c.clone(),
+                    DesiredState::Running,
+                    Some(c.clone()),
+                )
+            })
+            .collect();
+        let ls: Vec<(String, Live)> = (0..8)
+            .map(|i| (format!("c{i}"), live(c.clone(), "FAILED", &["FAILED"])))
+            .collect();
         let l: Vec<(&str, Live)> = ls.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let p = run(&ds, &l, false);
-        assert_eq!(p.steps.iter().filter(|s| matches!(s, Step::Restart { .. })).count(), Policy::default().restarts_per_pass);
-        assert!(p.observations.iter().any(|o| o.message.contains("deferred")));
+        assert_eq!(
+            p.steps
+                .iter()
+                .filter(|s| matches!(s, Step::Restart { .. }))
+                .count(),
+            Policy::default().restarts_per_pass
+        );
+        assert!(p
+            .observations
+            .iter()
+            .any(|o| o.message.contains("deferred")));
     }
 
     #[test]
@@ -510,14 +817,31 @@ mod tests {
         d.restart_requested = Some("user:ada".into());
         d.restart_attempts = 5;
         let p = run(&[d], &[("x", live(c, "FAILED", &["FAILED"]))], false);
-        assert_eq!(p.steps, vec![Step::RequestedRestart { id: "id-x".into(), name: "x".into(), by: "user:ada".into() }]);
+        assert_eq!(
+            p.steps,
+            vec![Step::RequestedRestart {
+                id: "id-x".into(),
+                name: "x".into(),
+                by: "user:ada".into()
+            }]
+        );
         assert_eq!(p.observations[0].restart_attempts, 0);
     }
 
     #[test]
     fn unknown_connectors_are_reported() {
-        let p = run(&[], &[("stranger", live(cfg(&[("a", "1")]), "RUNNING", &["RUNNING"]))], false);
+        let p = run(
+            &[],
+            &[(
+                "stranger",
+                live(cfg(&[("a", "1")]), "RUNNING", &["RUNNING"]),
+            )],
+            false,
+        );
         assert_eq!(p.unknown.len(), 1);
-        assert!(p.steps.is_empty(), "ClueCDC never deletes a connector it does not manage");
+        assert!(
+            p.steps.is_empty(),
+            "ClueCDC never deletes a connector it does not manage"
+        );
     }
 }

@@ -17,7 +17,13 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { max_restarts: 5, base_backoff: Duration::from_secs(5), max_backoff: Duration::from_secs(300), healthy_window: Duration::from_secs(120), restarts_per_pass: 5 }
+        Policy {
+            max_restarts: 5,
+            base_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(300),
+            healthy_window: Duration::from_secs(120),
+            restarts_per_pass: 5,
+        }
     }
 }
 
@@ -25,7 +31,9 @@ impl Policy {
     /// The wait before restart `attempt` (1-based): base·2^(attempt−1), capped, then scaled by
     /// `jitter` in [0.5, 1.0] so many connectors failing together do not restart in lockstep.
     pub fn backoff(&self, attempt: u32, jitter: f64) -> Duration {
-        let exp = self.base_backoff.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let exp = self
+            .base_backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
         exp.min(self.max_backoff).mul_f64(jitter.clamp(0.5, 1.0))
     }
 }
@@ -35,7 +43,10 @@ pub enum Failure {
     /// Worth restarting: the cause usually goes away by itself.
     Transient { reason: &'static str },
     /// Restarting will not help; a person must act.
-    Permanent { reason: &'static str, what_to_do: &'static str },
+    Permanent {
+        reason: &'static str,
+        what_to_do: &'static str,
+    },
 }
 
 /// (needle, reason, what to do). Needles are matched case-insensitively against the trace.
@@ -64,7 +75,10 @@ const PERMANENT: &[(&str, &str, &str)] = &[
 /// Checked before the permanent list: these phrases contain permanent-looking words but are
 /// passing conditions (e.g. "replication slot … is active for PID").
 const TRANSIENT_FIRST: &[(&str, &str)] = &[
-    ("is active for pid", "replication slot held by another connection"),
+    (
+        "is active for pid",
+        "replication slot held by another connection",
+    ),
     ("rebalance", "Connect rebalance in progress"),
 ];
 
@@ -78,7 +92,10 @@ const TRANSIENT: &[(&str, &str)] = &[
     ("connection reset", "network failure"),
     ("the database system is shutting down", "server shutdown"),
     ("the database system is starting up", "server starting"),
-    ("terminating connection due to administrator command", "server shutdown"),
+    (
+        "terminating connection due to administrator command",
+        "server shutdown",
+    ),
     ("server shutdown", "server shutdown"),
     ("networkexception", "network failure"),
     ("disconnectexception", "network failure"),
@@ -106,7 +123,9 @@ pub fn classify(trace: &str) -> Failure {
         }
     }
     // Unknown causes get the benefit of the doubt, within the restart limit.
-    Failure::Transient { reason: "unclassified failure" }
+    Failure::Transient {
+        reason: "unclassified failure",
+    }
 }
 
 #[cfg(test)]
@@ -115,13 +134,25 @@ mod tests {
 
     #[test]
     fn backoff_doubles_caps_and_jitters() {
-        let p = Policy { base_backoff: Duration::from_secs(2), max_backoff: Duration::from_secs(20), ..Policy::default() };
+        let p = Policy {
+            base_backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(20),
+            ..Policy::default()
+        };
         assert_eq!(p.backoff(1, 1.0), Duration::from_secs(2));
         assert_eq!(p.backoff(2, 1.0), Duration::from_secs(4));
         assert_eq!(p.backoff(3, 1.0), Duration::from_secs(8));
         assert_eq!(p.backoff(10, 1.0), Duration::from_secs(20), "capped");
-        assert_eq!(p.backoff(3, 0.5), Duration::from_secs(4), "jitter scales down to half");
-        assert_eq!(p.backoff(3, 0.1), Duration::from_secs(4), "jitter below half is clamped");
+        assert_eq!(
+            p.backoff(3, 0.5),
+            Duration::from_secs(4),
+            "jitter scales down to half"
+        );
+        assert_eq!(
+            p.backoff(3, 0.1),
+            Duration::from_secs(4),
+            "jitter below half is clamped"
+        );
     }
 
     #[test]

@@ -31,12 +31,19 @@ impl MasterKey {
 
     fn from_bytes(bytes: [u8; 32]) -> Self {
         let fingerprint = hex::encode(&Sha256::digest(bytes)[..6]);
-        MasterKey { bytes: Secret::new(bytes), fingerprint }
+        MasterKey {
+            bytes: Secret::new(bytes),
+            fingerprint,
+        }
     }
 
     pub fn parse_base64(s: &str) -> anyhow::Result<Self> {
-        let raw = B64.decode(s.trim()).map_err(|_| anyhow!("a master key must be base64 of 32 random bytes"))?;
-        let bytes: [u8; 32] = raw.try_into().map_err(|_| anyhow!("a master key must be exactly 32 bytes (base64: 44 characters)"))?;
+        let raw = B64
+            .decode(s.trim())
+            .map_err(|_| anyhow!("a master key must be base64 of 32 random bytes"))?;
+        let bytes: [u8; 32] = raw.try_into().map_err(|_| {
+            anyhow!("a master key must be exactly 32 bytes (base64: 44 characters)")
+        })?;
         Ok(Self::from_bytes(bytes))
     }
 
@@ -79,7 +86,10 @@ impl Keyring {
         if let Some(env) = &settings.master_key {
             return Self::from_env(env);
         }
-        let path = settings.master_key_file.clone().unwrap_or_else(|| settings.data_dir.join("master.key"));
+        let path = settings
+            .master_key_file
+            .clone()
+            .unwrap_or_else(|| settings.data_dir.join("master.key"));
         if !path.exists() {
             if settings.master_key_file.is_some() {
                 bail!("master key file {} does not exist", path.display());
@@ -92,15 +102,23 @@ impl Keyring {
     }
 
     pub fn from_env(value: &str) -> anyhow::Result<Self> {
-        let keys = value.split(',').filter(|s| !s.trim().is_empty()).map(MasterKey::parse_base64).collect::<anyhow::Result<Vec<_>>>()?;
+        let keys = value
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(MasterKey::parse_base64)
+            .collect::<anyhow::Result<Vec<_>>>()?;
         if keys.is_empty() {
             bail!("CLUECDC_MASTER_KEY is empty");
         }
-        Ok(Keyring { keys, source: KeySource::Env(Secret::new(value.to_string())) })
+        Ok(Keyring {
+            keys,
+            source: KeySource::Env(Secret::new(value.to_string())),
+        })
     }
 
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read master key file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read master key file {}", path.display()))?;
         let keys = text
             .lines()
             .map(str::trim)
@@ -111,7 +129,10 @@ impl Keyring {
         if keys.is_empty() {
             bail!("master key file {} holds no key", path.display());
         }
-        Ok(Keyring { keys, source: KeySource::File(path.to_path_buf()) })
+        Ok(Keyring {
+            keys,
+            source: KeySource::File(path.to_path_buf()),
+        })
     }
 
     pub fn active(&self) -> &MasterKey {
@@ -122,14 +143,25 @@ impl Keyring {
         self.keys.iter().map(|k| k.fingerprint.clone()).collect()
     }
 
-    pub fn encrypt(&self, secret_ref: &str, field: &str, plaintext: &str) -> anyhow::Result<String> {
+    pub fn encrypt(
+        &self,
+        secret_ref: &str,
+        field: &str,
+        plaintext: &str,
+    ) -> anyhow::Result<String> {
         let key = self.active();
         let mut nonce = [0u8; 12];
         rand::rngs::OsRng.fill_bytes(&mut nonce);
         let aad = aad(secret_ref, field);
         let sealed = key
             .cipher()
-            .encrypt(Nonce::from_slice(&nonce), Payload { msg: plaintext.as_bytes(), aad: aad.as_bytes() })
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: plaintext.as_bytes(),
+                    aad: aad.as_bytes(),
+                },
+            )
             .map_err(|_| anyhow!("encryption failed"))?;
         let mut blob = nonce.to_vec();
         blob.extend_from_slice(&sealed);
@@ -145,7 +177,12 @@ impl Keyring {
         }
     }
 
-    pub fn decrypt(&self, secret_ref: &str, field: &str, envelope: &str) -> anyhow::Result<Secret<String>> {
+    pub fn decrypt(
+        &self,
+        secret_ref: &str,
+        field: &str,
+        envelope: &str,
+    ) -> anyhow::Result<Secret<String>> {
         let mut parts = envelope.splitn(3, ':');
         let (Some("v1"), Some(fp), Some(body)) = (parts.next(), parts.next(), parts.next()) else {
             bail!("unknown secret envelope format");
@@ -155,7 +192,9 @@ impl Keyring {
             .iter()
             .find(|k| k.fingerprint == fp)
             .ok_or_else(|| anyhow!("secret sealed with key {fp}, which is not in the keyring"))?;
-        let blob = B64.decode(body).map_err(|_| anyhow!("corrupt secret envelope"))?;
+        let blob = B64
+            .decode(body)
+            .map_err(|_| anyhow!("corrupt secret envelope"))?;
         if blob.len() < 12 + 16 {
             bail!("corrupt secret envelope");
         }
@@ -165,19 +204,31 @@ impl Keyring {
             .cipher()
             .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: aad.as_bytes() })
             .map_err(|_| anyhow!("secret {secret_ref}/{field} failed to decrypt (wrong key, or the value was moved)"))?;
-        Ok(Secret::new(String::from_utf8(plain).map_err(|_| anyhow!("secret is not UTF-8"))?))
+        Ok(Secret::new(
+            String::from_utf8(plain).map_err(|_| anyhow!("secret is not UTF-8"))?,
+        ))
     }
 
     /// A keyring whose active key is `new`, keeping the current keys for reading.
     pub fn with_new_active(&self, new: MasterKey) -> Keyring {
         let mut keys = vec![new];
-        keys.extend(self.keys.iter().map(|k| MasterKey::from_bytes(*k.bytes.expose())));
-        Keyring { keys, source: self.source.clone() }
+        keys.extend(
+            self.keys
+                .iter()
+                .map(|k| MasterKey::from_bytes(*k.bytes.expose())),
+        );
+        Keyring {
+            keys,
+            source: self.source.clone(),
+        }
     }
 
     /// Only the active key: used once every envelope has moved to it.
     pub fn active_only(&self) -> Keyring {
-        Keyring { keys: vec![MasterKey::from_bytes(*self.active().bytes.expose())], source: self.source.clone() }
+        Keyring {
+            keys: vec![MasterKey::from_bytes(*self.active().bytes.expose())],
+            source: self.source.clone(),
+        }
     }
 
     /// Persists the keys to the key file (atomically, mode 0600).
@@ -205,7 +256,9 @@ fn write_key_file(path: &Path, keys: &[MasterKey]) -> anyhow::Result<()> {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(0o600);
         }
-        let mut f = opts.open(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut f = opts
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
     }
@@ -218,7 +271,10 @@ mod tests {
     use super::*;
 
     fn ring() -> Keyring {
-        Keyring { keys: vec![MasterKey::generate()], source: KeySource::Env(Secret::new(String::new())) }
+        Keyring {
+            keys: vec![MasterKey::generate()],
+            source: KeySource::Env(Secret::new(String::new())),
+        }
     }
 
     #[test]
@@ -227,7 +283,10 @@ mod tests {
         let env = k.encrypt("sec_1", "password", "s3cr3t-value").unwrap();
         assert!(env.starts_with(&format!("v1:{}:", k.active().fingerprint())));
         assert!(!env.contains("s3cr3t"));
-        assert_eq!(k.decrypt("sec_1", "password", &env).unwrap().expose(), "s3cr3t-value");
+        assert_eq!(
+            k.decrypt("sec_1", "password", &env).unwrap().expose(),
+            "s3cr3t-value"
+        );
     }
 
     #[test]
@@ -241,7 +300,10 @@ mod tests {
     #[test]
     fn nonces_differ_so_equal_values_give_different_envelopes() {
         let k = ring();
-        assert_ne!(k.encrypt("r", "f", "same").unwrap(), k.encrypt("r", "f", "same").unwrap());
+        assert_ne!(
+            k.encrypt("r", "f", "same").unwrap(),
+            k.encrypt("r", "f", "same").unwrap()
+        );
     }
 
     #[test]
@@ -270,7 +332,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
         assert_eq!(Keyring::from_file(&path).unwrap().fingerprints().len(), 1);
     }

@@ -17,9 +17,22 @@ pub struct Resolved {
     pub values: BTreeMap<String, String>,
 }
 
-pub async fn resolve(pool: &SqlitePool, store: &SecretStore, who: &ProviderIdentity, secret_ref: &str, fields: &[String]) -> Result<Resolved> {
-    let actor = Actor { name: format!("connect:{}", who.cluster_name), kind: "connect" };
-    let connection: Option<(String, String)> = sqlx::query_as("SELECT id, name FROM connections WHERE secret_ref = ?").bind(secret_ref).fetch_optional(pool).await?;
+pub async fn resolve(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &ProviderIdentity,
+    secret_ref: &str,
+    fields: &[String],
+) -> Result<Resolved> {
+    let actor = Actor {
+        name: format!("connect:{}", who.cluster_name),
+        kind: "connect",
+    };
+    let connection: Option<(String, String)> =
+        sqlx::query_as("SELECT id, name FROM connections WHERE secret_ref = ?")
+            .bind(secret_ref)
+            .fetch_optional(pool)
+            .await?;
     let outcome = async {
         let Some((_, _)) = &connection else {
             return Err(Error::NotFound(format!("secret reference {secret_ref}")));
@@ -33,7 +46,11 @@ pub async fn resolve(pool: &SqlitePool, store: &SecretStore, who: &ProviderIdent
                 Some(v) => {
                     values.insert(field.clone(), v.expose().clone());
                 }
-                None => return Err(Error::NotFound(format!("field {field} of secret reference {secret_ref}"))),
+                None => {
+                    return Err(Error::NotFound(format!(
+                        "field {field} of secret reference {secret_ref}"
+                    )))
+                }
             }
         }
         Ok(Resolved { values })
@@ -42,7 +59,18 @@ pub async fn resolve(pool: &SqlitePool, store: &SecretStore, who: &ProviderIdent
     let summary = json!({"connection": connection.as_ref().map(|c| c.1.clone()), "fields": fields, "error": outcome.as_ref().err().map(|e| e.to_string())});
     audit::record_alone(
         pool,
-        Entry { actor, action: "secret.resolve", target_kind: "secret_ref", target_id: secret_ref, outcome: if outcome.is_ok() { Outcome::Success } else { Outcome::Failure }, summary },
+        Entry {
+            actor,
+            action: "secret.resolve",
+            target_kind: "secret_ref",
+            target_id: secret_ref,
+            outcome: if outcome.is_ok() {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            },
+            summary,
+        },
     )
     .await?;
     outcome

@@ -35,7 +35,10 @@ pub fn new_ref() -> String {
 impl SecretStore {
     pub fn new(pool: SqlitePool, keyring: Keyring) -> Self {
         let m = mtime(&keyring);
-        SecretStore { pool, keyring: RwLock::new((keyring, m)) }
+        SecretStore {
+            pool,
+            keyring: RwLock::new((keyring, m)),
+        }
     }
 
     /// Reloads the key file when it changed on disk (another process rotated the keys).
@@ -54,18 +57,32 @@ impl SecretStore {
                     tracing::info!(keys = ?ring.fingerprints(), "master key file changed; reloaded");
                     *self.keyring.write().unwrap_or_else(|e| e.into_inner()) = (ring, now);
                 }
-                Err(e) => tracing::error!(error = format!("{e:#}"), "master key file changed but cannot be read; keeping the loaded keys"),
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "master key file changed but cannot be read; keeping the loaded keys"
+                ),
             }
         }
     }
 
     pub fn active_fingerprint(&self) -> String {
         self.refresh();
-        self.keyring.read().unwrap_or_else(|e| e.into_inner()).0.active().fingerprint().to_string()
+        self.keyring
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .active()
+            .fingerprint()
+            .to_string()
     }
 
     /// Replaces the given fields of `secret_ref` (other fields stay) inside the caller's transaction.
-    pub async fn put(&self, tx: &mut Transaction<'_, Sqlite>, secret_ref: &str, fields: &BTreeMap<String, Secret<String>>) -> anyhow::Result<()> {
+    pub async fn put(
+        &self,
+        tx: &mut Transaction<'_, Sqlite>,
+        secret_ref: &str,
+        fields: &BTreeMap<String, Secret<String>>,
+    ) -> anyhow::Result<()> {
         self.refresh();
         let now = crate::time::now();
         for (field, value) in fields {
@@ -88,34 +105,56 @@ impl SecretStore {
     }
 
     /// Removes fields no longer set (an optional session token dropped on rotation).
-    pub async fn remove(&self, tx: &mut Transaction<'_, Sqlite>, secret_ref: &str, field: &str) -> anyhow::Result<()> {
-        sqlx::query("DELETE FROM secret_values WHERE secret_ref = ? AND field = ?").bind(secret_ref).bind(field).execute(&mut **tx).await?;
+    pub async fn remove(
+        &self,
+        tx: &mut Transaction<'_, Sqlite>,
+        secret_ref: &str,
+        field: &str,
+    ) -> anyhow::Result<()> {
+        sqlx::query("DELETE FROM secret_values WHERE secret_ref = ? AND field = ?")
+            .bind(secret_ref)
+            .bind(field)
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     }
 
     pub async fn fields_set(&self, secret_ref: &str) -> anyhow::Result<Vec<String>> {
-        Ok(sqlx::query_scalar("SELECT field FROM secret_values WHERE secret_ref = ? ORDER BY field")
-            .bind(secret_ref)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(
+            "SELECT field FROM secret_values WHERE secret_ref = ? ORDER BY field",
+        )
+        .bind(secret_ref)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Decrypts one field. Callers: the Connect config provider endpoint, connection tests,
     /// the leak scan. Nothing else needs plaintext.
-    pub async fn get(&self, secret_ref: &str, field: &str) -> anyhow::Result<Option<Secret<String>>> {
-        let envelope: Option<String> = sqlx::query_scalar("SELECT envelope FROM secret_values WHERE secret_ref = ? AND field = ?")
-            .bind(secret_ref)
-            .bind(field)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(envelope) = envelope else { return Ok(None) };
+    pub async fn get(
+        &self,
+        secret_ref: &str,
+        field: &str,
+    ) -> anyhow::Result<Option<Secret<String>>> {
+        let envelope: Option<String> = sqlx::query_scalar(
+            "SELECT envelope FROM secret_values WHERE secret_ref = ? AND field = ?",
+        )
+        .bind(secret_ref)
+        .bind(field)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(envelope) = envelope else {
+            return Ok(None);
+        };
         self.refresh();
         let guard = self.keyring.read().unwrap_or_else(|e| e.into_inner());
         guard.0.decrypt(secret_ref, field, &envelope).map(Some)
     }
 
     /// All fields of a reference, decrypted.
-    pub async fn get_all(&self, secret_ref: &str) -> anyhow::Result<BTreeMap<String, Secret<String>>> {
+    pub async fn get_all(
+        &self,
+        secret_ref: &str,
+    ) -> anyhow::Result<BTreeMap<String, Secret<String>>> {
         let mut out = BTreeMap::new();
         for field in self.fields_set(secret_ref).await? {
             if let Some(v) = self.get(secret_ref, &field).await? {
@@ -127,7 +166,10 @@ impl SecretStore {
 
     /// Every stored secret value (for the leak scan). Kept in memory only for one scan.
     pub async fn all_values(&self) -> anyhow::Result<Vec<(String, String, Secret<String>)>> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values").fetch_all(&self.pool).await?;
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values")
+                .fetch_all(&self.pool)
+                .await?;
         self.refresh();
         let guard = self.keyring.read().unwrap_or_else(|e| e.into_inner());
         rows.into_iter()
@@ -146,7 +188,10 @@ pub struct Rotation {
 
 /// Re-encrypts every secret under a fresh master key; see the module comment for why readers
 /// keep working throughout.
-pub async fn rotate_master_key(pool: &SqlitePool, settings: &crate::config::DataSettings) -> anyhow::Result<Rotation> {
+pub async fn rotate_master_key(
+    pool: &SqlitePool,
+    settings: &crate::config::DataSettings,
+) -> anyhow::Result<Rotation> {
     let current = Keyring::load(settings)?;
     let old = current.fingerprints();
     let both = current.with_new_active(MasterKey::generate());
@@ -157,11 +202,22 @@ pub async fn rotate_master_key(pool: &SqlitePool, settings: &crate::config::Data
     // value with the previous key meanwhile.
     for _round in 0..10 {
         let rows: Vec<(String, String, String)> =
-            sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values").fetch_all(pool).await?;
-        let stale: Vec<_> = rows.into_iter().filter(|(_, _, e)| Keyring::envelope_key(e) != Some(new.as_str())).collect();
+            sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values")
+                .fetch_all(pool)
+                .await?;
+        let stale: Vec<_> = rows
+            .into_iter()
+            .filter(|(_, _, e)| Keyring::envelope_key(e) != Some(new.as_str()))
+            .collect();
         if stale.is_empty() {
-            both.active_only().save().context("cannot drop the old keys from the key file")?;
-            return Ok(Rotation { old, new, re_encrypted });
+            both.active_only()
+                .save()
+                .context("cannot drop the old keys from the key file")?;
+            return Ok(Rotation {
+                old,
+                new,
+                re_encrypted,
+            });
         }
         for (secret_ref, field, envelope) in stale {
             let plain = both.decrypt(&secret_ref, &field, &envelope)?;

@@ -39,16 +39,25 @@ impl AuditQuery {
     /// Validates the filters; bad input is a 422 naming the field, not an empty result.
     fn filter(&self, default_limit: u32) -> Result<Filter, Error> {
         let mut fields = crate::error::FieldErrors::new();
-        if !self.outcome.is_empty() && !["success", "failure", "denied"].contains(&self.outcome.as_str()) {
+        if !self.outcome.is_empty()
+            && !["success", "failure", "denied"].contains(&self.outcome.as_str())
+        {
             fields.insert("outcome".into(), "choose success, failure or denied".into());
         }
         for (name, value) in [("since", &self.since), ("until", &self.until)] {
             if !value.is_empty() && crate::time::parse(value).is_none() {
-                fields.insert(name.into(), "write an RFC 3339 time such as 2026-11-30T12:00:00Z".into());
+                fields.insert(
+                    name.into(),
+                    "write an RFC 3339 time such as 2026-11-30T12:00:00Z".into(),
+                );
             }
         }
         Error::check(fields)?;
-        let norm = |v: &str| crate::time::parse(v).map(crate::time::format).unwrap_or_default();
+        let norm = |v: &str| {
+            crate::time::parse(v)
+                .map(crate::time::format)
+                .unwrap_or_default()
+        };
         Ok(Filter {
             actor: self.actor.trim().into(),
             action: self.action.trim().into(),
@@ -64,7 +73,14 @@ impl AuditQuery {
     /// The query string for links (export, next page) that keep the filters.
     fn query_string(&self) -> String {
         let mut s = url::form_urlencoded::Serializer::new(String::new());
-        for (k, v) in [("actor", &self.actor), ("action", &self.action), ("target", &self.target), ("outcome", &self.outcome), ("since", &self.since), ("until", &self.until)] {
+        for (k, v) in [
+            ("actor", &self.actor),
+            ("action", &self.action),
+            ("target", &self.target),
+            ("outcome", &self.outcome),
+            ("since", &self.since),
+            ("until", &self.until),
+        ] {
             if !v.is_empty() {
                 s.append_pair(k, v);
             }
@@ -85,43 +101,82 @@ struct AuditPage {
 }
 
 #[handler]
-pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Query(q): Query<AuditQuery>) -> PageResult<Response> {
+pub async fn page(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<AuditQuery>,
+) -> PageResult<Response> {
     let layout = Layout::new("Audit", paths::AUDIT, &who, jar);
     let filters = q.query_string();
     let (items, next_link, errors, status) = match q.filter(50) {
         Ok(filter) => {
             let found = audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?;
-            let next = found.next_before_id.map(|id| format!("{}?{}&before_id={id}", paths::AUDIT, filters));
+            let next = found
+                .next_before_id
+                .map(|id| format!("{}?{}&before_id={id}", paths::AUDIT, filters));
             (found.items, next, Default::default(), StatusCode::OK)
         }
-        Err(Error::Invalid { fields, .. }) => (Vec::new(), None, fields, StatusCode::UNPROCESSABLE_ENTITY),
+        Err(Error::Invalid { fields, .. }) => {
+            (Vec::new(), None, fields, StatusCode::UNPROCESSABLE_ENTITY)
+        }
         Err(e) => return Err(e.into()),
     };
-    page_with_status(status, &AuditPage { layout, q, items, next_link, filters, errors })
+    page_with_status(
+        status,
+        &AuditPage {
+            layout,
+            q,
+            items,
+            next_link,
+            filters,
+            errors,
+        },
+    )
 }
 
 #[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>, Query(q): Query<AuditQuery>) -> ApiResult<Json<audit::Page>> {
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult<Json<audit::Page>> {
     let filter = q.filter(100)?;
-    Ok(Json(audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?))
+    Ok(Json(
+        audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?,
+    ))
 }
 
 /// `format=csv` (default) or `format=json`; the newest `limit` rows (up to 100 000) matching the filters.
 #[handler]
-pub async fn api_export(state: Data<&AppState>, who: Data<&Principal>, Query(q): Query<AuditQuery>) -> ApiResult<Response> {
+pub async fn api_export(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult<Response> {
     let filter = q.filter(audit::MAX_EXPORT)?;
-    let format = if q.format.is_empty() { "csv" } else { q.format.as_str() };
+    let format = if q.format.is_empty() {
+        "csv"
+    } else {
+        q.format.as_str()
+    };
     if format != "csv" && format != "json" {
         return Err(Error::field("format", "choose csv or json").into());
     }
     let found = audit::list(&state.pool, &who, &filter, audit::MAX_EXPORT).await?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     let (body, ctype) = match format {
-        "json" => (serde_json::to_string_pretty(&found.items).map_err(|e| Error::Unexpected(e.into()))?, "application/json"),
+        "json" => (
+            serde_json::to_string_pretty(&found.items).map_err(|e| Error::Unexpected(e.into()))?,
+            "application/json",
+        ),
         _ => (audit::to_csv(&found.items), "text/csv; charset=utf-8"),
     };
     Ok(Response::builder()
         .content_type(ctype)
-        .header("content-disposition", format!("attachment; filename=\"cluecdc-audit-{stamp}.{format}\""))
+        .header(
+            "content-disposition",
+            format!("attachment; filename=\"cluecdc-audit-{stamp}.{format}\""),
+        )
         .body(body))
 }

@@ -2,10 +2,10 @@
 //! route sits behind (bearer token or session cookie, plus CSRF for browser writes).
 
 use askama::Template;
+use poem::error::ResponseError;
 use poem::http::{header, Method, StatusCode};
 use poem::web::cookie::{Cookie, CookieJar, SameSite};
 use poem::web::{Data, Form, Query};
-use poem::error::ResponseError;
 use poem::{handler, Endpoint, IntoResponse, Middleware, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -55,7 +55,10 @@ impl<E: Endpoint> Endpoint for RequireIdentityEndpoint<E> {
     type Output = Response;
 
     async fn call(&self, mut req: Request) -> poem::Result<Response> {
-        let state = req.data::<AppState>().cloned().ok_or_else(|| fail(&req, Error::Unexpected(anyhow::anyhow!("no state"))))?;
+        let state = req
+            .data::<AppState>()
+            .cloned()
+            .ok_or_else(|| fail(&req, Error::Unexpected(anyhow::anyhow!("no state"))))?;
         let bearer = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -63,7 +66,9 @@ impl<E: Endpoint> Endpoint for RequireIdentityEndpoint<E> {
             .map(|v| v.strip_prefix("Bearer ").unwrap_or("").trim().to_string());
         let principal = match bearer {
             // A bearer header that does not resolve is refused outright, never retried as a cookie.
-            Some(token) => tokens::resolve(&state.pool, &token).await.map_err(|e| fail(&req, e))?,
+            Some(token) => tokens::resolve(&state.pool, &token)
+                .await
+                .map_err(|e| fail(&req, e))?,
             None => match req.cookie().get(SESSION_COOKIE) {
                 Some(c) => sessions::resolve(&state.pool, c.value_str(), state.inner.sessions)
                     .await
@@ -76,7 +81,11 @@ impl<E: Endpoint> Endpoint for RequireIdentityEndpoint<E> {
         };
         if mutating(req.method()) {
             if let Some(expected) = principal.csrf_token() {
-                let presented = match req.headers().get("x-csrf-token").and_then(|v| v.to_str().ok()) {
+                let presented = match req
+                    .headers()
+                    .get("x-csrf-token")
+                    .and_then(|v| v.to_str().ok())
+                {
                     Some(h) => h.to_string(),
                     None => form_field(&mut req, "csrf_token").await.unwrap_or_default(),
                 };
@@ -95,17 +104,26 @@ fn unauthenticated(req: &Request) -> Response {
     if is_api(req) {
         return ApiError(Error::Unauthenticated).as_response();
     }
-    let next = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let next = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
     let login = format!("/login?next={}", urlencode(next));
     if super::home::is_htmx(req) {
-        return Response::builder().status(StatusCode::UNAUTHORIZED).header("HX-Redirect", login).finish();
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header("HX-Redirect", login)
+            .finish();
     }
     if req.method() == Method::GET {
-        return Response::builder().status(StatusCode::SEE_OTHER).header(header::LOCATION, login).finish();
+        return Response::builder()
+            .status(StatusCode::SEE_OTHER)
+            .header(header::LOCATION, login)
+            .finish();
     }
     PageError(Error::Unauthenticated).as_response()
 }
-
 
 /// Reads one field of a urlencoded body and puts the body back for the handler.
 async fn form_field(req: &mut Request, name: &str) -> Option<String> {
@@ -118,7 +136,9 @@ async fn form_field(req: &mut Request, name: &str) -> Option<String> {
         return None;
     }
     let bytes = req.take_body().into_bytes().await.ok()?;
-    let value = url::form_urlencoded::parse(&bytes).find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+    let value = url::form_urlencoded::parse(&bytes)
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned());
     req.set_body(bytes);
     value
 }
@@ -130,13 +150,18 @@ fn urlencode(s: &str) -> String {
 /// Only local paths: an open redirect to another site is refused.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") => n.to_string(),
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") => {
+            n.to_string()
+        }
         _ => "/".to_string(),
     }
 }
 
 fn client_address(req: &Request) -> String {
-    req.remote_addr().as_socket_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into())
+    req.remote_addr()
+        .as_socket_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn session_cookie(state: &AppState, value: &str, max_age_secs: i64) -> Cookie {
@@ -182,7 +207,11 @@ fn login_csrf(jar: &CookieJar, state: &AppState) -> String {
 }
 
 #[handler]
-pub async fn login_page(Query(q): Query<LoginQuery>, jar: &CookieJar, state: Data<&AppState>) -> PageResult<Response> {
+pub async fn login_page(
+    Query(q): Query<LoginQuery>,
+    jar: &CookieJar,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
     let page = LoginPage {
         next: safe_next(q.next.as_deref()),
         name: String::new(),
@@ -212,37 +241,77 @@ pub async fn login_submit(
     jar: &CookieJar,
     state: Data<&AppState>,
 ) -> PageResult<Response> {
-    let expected = jar.get(LOGIN_CSRF_COOKIE).map(|c| c.value_str().to_string()).unwrap_or_default();
+    let expected = jar
+        .get(LOGIN_CSRF_COOKIE)
+        .map(|c| c.value_str().to_string())
+        .unwrap_or_default();
     if expected.is_empty() || !secure_eq(&expected, &form.csrf_token) {
         return Err(PageError(Error::Csrf));
     }
     let name = form.name.trim().to_string();
     let address = client_address(req);
     let again = |error: String, status: StatusCode| {
-        let page = LoginPage { next: safe_next(Some(&form.next)), name: name.clone(), csrf_token: expected.clone(), error: Some(error), signed_out: false };
+        let page = LoginPage {
+            next: safe_next(Some(&form.next)),
+            name: name.clone(),
+            csrf_token: expected.clone(),
+            error: Some(error),
+            signed_out: false,
+        };
         page_with_status(status, &page)
     };
     if let Err(wait) = state.inner.login_limiter.check(&name, &address) {
-        audit::record_alone(&state.pool, failed_login(&name, &address, "rate limited")).await.map_err(PageError)?;
-        return again(format!("Too many failed sign-ins. Try again in {wait} s."), StatusCode::TOO_MANY_REQUESTS);
+        audit::record_alone(&state.pool, failed_login(&name, &address, "rate limited"))
+            .await
+            .map_err(PageError)?;
+        return again(
+            format!("Too many failed sign-ins. Try again in {wait} s."),
+            StatusCode::TOO_MANY_REQUESTS,
+        );
     }
-    let user = users::find_by_name(&state.pool, &name).await.map_err(PageError)?;
-    let verified = password::verify(&form.password, user.as_ref().map(|u| u.password_hash.as_str()));
+    let user = users::find_by_name(&state.pool, &name)
+        .await
+        .map_err(PageError)?;
+    let verified = password::verify(
+        &form.password,
+        user.as_ref().map(|u| u.password_hash.as_str()),
+    );
     let user = match user {
         Some(u) if verified && !u.disabled => u,
         _ => {
             state.inner.login_limiter.record_failure(&name, &address);
-            audit::record_alone(&state.pool, failed_login(&name, &address, "wrong name or password"))
-                .await
-                .map_err(PageError)?;
+            audit::record_alone(
+                &state.pool,
+                failed_login(&name, &address, "wrong name or password"),
+            )
+            .await
+            .map_err(PageError)?;
             // One message for unknown user, wrong password and disabled account.
-            return again("That name and password do not match an active account.".into(), StatusCode::UNAUTHORIZED);
+            return again(
+                "That name and password do not match an active account.".into(),
+                StatusCode::UNAUTHORIZED,
+            );
         }
     };
     state.inner.login_limiter.record_success(&name);
-    let agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
-    let session = sessions::start(&state.pool, &user, state.inner.sessions, Some(&address), agent).await.map_err(PageError)?;
-    jar.add(session_cookie(&state, &session.cookie_value, state.inner.sessions.absolute_secs));
+    let agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let session = sessions::start(
+        &state.pool,
+        &user,
+        state.inner.sessions,
+        Some(&address),
+        agent,
+    )
+    .await
+    .map_err(PageError)?;
+    jar.add(session_cookie(
+        &state,
+        &session.cookie_value,
+        state.inner.sessions.absolute_secs,
+    ));
     jar.remove(LOGIN_CSRF_COOKIE);
     Ok(redirect(req, &safe_next(Some(&form.next))))
 }
@@ -259,7 +328,12 @@ fn failed_login<'a>(name: &str, address: &str, why: &str) -> Entry<'a> {
 }
 
 #[handler]
-pub async fn logout(req: &Request, who: Data<&Principal>, jar: &CookieJar, state: Data<&AppState>) -> PageResult<Response> {
+pub async fn logout(
+    req: &Request,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
     sessions::end(&state.pool, &who).await.map_err(PageError)?;
     jar.add(session_cookie(&state, "", 0));
     Ok(redirect(req, "/login?signed_out=1"))
@@ -282,11 +356,24 @@ pub struct SetupQuery {
 }
 
 #[handler]
-pub async fn setup_page(Query(q): Query<SetupQuery>, state: Data<&AppState>) -> PageResult<Response> {
-    if !setup::is_valid(&state.pool, &q.token).await.map_err(PageError)? {
+pub async fn setup_page(
+    Query(q): Query<SetupQuery>,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
+    if !setup::is_valid(&state.pool, &q.token)
+        .await
+        .map_err(PageError)?
+    {
         return Err(PageError(Error::NotFound("setup link (it was used already or has been replaced; see the server log, or run `cluecdc user create`)".into())));
     }
-    page_with_status(StatusCode::OK, &SetupPage { token: q.token, name: String::new(), errors: FieldErrors::new() })
+    page_with_status(
+        StatusCode::OK,
+        &SetupPage {
+            token: q.token,
+            name: String::new(),
+            errors: FieldErrors::new(),
+        },
+    )
 }
 
 #[derive(Deserialize)]
@@ -302,27 +389,67 @@ pub struct SetupForm {
 }
 
 #[handler]
-pub async fn setup_submit(req: &Request, Form(f): Form<SetupForm>, jar: &CookieJar, state: Data<&AppState>) -> PageResult<Response> {
+pub async fn setup_submit(
+    req: &Request,
+    Form(f): Form<SetupForm>,
+    jar: &CookieJar,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
     // The setup token itself is the CSRF defence here: a forger cannot know it.
-    if !setup::is_valid(&state.pool, &f.token).await.map_err(PageError)? {
+    if !setup::is_valid(&state.pool, &f.token)
+        .await
+        .map_err(PageError)?
+    {
         return Err(PageError(Error::NotFound("setup link".into())));
     }
     let again = |errors: FieldErrors| {
-        page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &SetupPage { token: f.token.clone(), name: f.name.clone(), errors })
+        page_with_status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &SetupPage {
+                token: f.token.clone(),
+                name: f.name.clone(),
+                errors,
+            },
+        )
     };
     if f.password != f.confirm {
-        return again([("confirm".to_string(), "the two passwords differ; type the same password twice".to_string())].into());
+        return again(
+            [(
+                "confirm".to_string(),
+                "the two passwords differ; type the same password twice".to_string(),
+            )]
+            .into(),
+        );
     }
-    let input = users::NewUser { name: f.name.clone(), role: "admin".into(), password: f.password.clone() };
+    let input = users::NewUser {
+        name: f.name.clone(),
+        role: "admin".into(),
+        password: f.password.clone(),
+    };
     let user = match setup::complete(&state.pool, &f.token, &input).await {
         Ok(u) => u,
         Err(Error::Invalid { fields, .. }) => return again(fields),
         Err(e) => return Err(PageError(e)),
     };
     let address = client_address(req);
-    let session = sessions::start(&state.pool, &user, state.inner.sessions, Some(&address), None).await.map_err(PageError)?;
-    jar.add(session_cookie(&state, &session.cookie_value, state.inner.sessions.absolute_secs));
-    super::pages::set_flash(jar, &format!("Welcome, {}. You are the first admin.", user.name));
+    let session = sessions::start(
+        &state.pool,
+        &user,
+        state.inner.sessions,
+        Some(&address),
+        None,
+    )
+    .await
+    .map_err(PageError)?;
+    jar.add(session_cookie(
+        &state,
+        &session.cookie_value,
+        state.inner.sessions.absolute_secs,
+    ));
+    super::pages::set_flash(
+        jar,
+        &format!("Welcome, {}. You are the first admin.", user.name),
+    );
     Ok(redirect(req, "/"))
 }
 

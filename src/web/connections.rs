@@ -22,34 +22,66 @@ use crate::error::{Error, FieldErrors};
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": connections::list(&state.pool, &state.inner.secrets, &who).await?})))
+    Ok(Json(
+        json!({"items": connections::list(&state.pool, &state.inner.secrets, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<ConnectionInput>) -> ApiResult<Response> {
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<ConnectionInput>,
+) -> ApiResult<Response> {
     let created = connections::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(created).to_string()))
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(created).to_string()))
 }
 
 #[handler]
-pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<ConnectionView>> {
-    Ok(Json(connections::get(&state.pool, &state.inner.secrets, &who, &id).await?))
+pub async fn api_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(
+        connections::get(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(input): Json<ConnectionInput>) -> ApiResult<Json<ConnectionView>> {
-    Ok(Json(connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await?))
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(input): Json<ConnectionInput>,
+) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(
+        connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn api_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     connections::delete(&state.pool, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[handler]
-pub async fn api_test(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<TestReport>> {
-    Ok(Json(connections::test(&state.pool, &state.inner.secrets, &who, &id).await?))
+pub async fn api_test(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TestReport>> {
+    Ok(Json(
+        connections::test(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -59,13 +91,26 @@ pub struct RotateBody {
 }
 
 #[handler]
-pub async fn api_rotate(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(body): Json<RotateBody>) -> ApiResult<Json<ConnectionView>> {
-    Ok(Json(connections::rotate(&state.pool, &state.inner.secrets, &who, &id, &body.secrets).await?))
+pub async fn api_rotate(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(body): Json<RotateBody>,
+) -> ApiResult<Json<ConnectionView>> {
+    Ok(Json(
+        connections::rotate(&state.pool, &state.inner.secrets, &who, &id, &body.secrets).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_tables(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<connections::Discovery>> {
-    Ok(Json(connections::discover(&state.pool, &state.inner.secrets, &who, &id).await?))
+pub async fn api_tables(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<connections::Discovery>> {
+    Ok(Json(
+        connections::discover(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
 }
 
 // ---- pages ----------------------------------------------------------------------------------
@@ -81,13 +126,43 @@ pub struct Field {
     pub options: Vec<&'static str>,
 }
 
-fn settings_fields(provider: Provider) -> Vec<(&'static str, &'static str, &'static str, &'static str, Vec<&'static str>)> {
+fn settings_fields(
+    provider: Provider,
+) -> Vec<(
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<&'static str>,
+)> {
     // (key, label, input type, hint, options)
     if provider.is_object_storage() {
         let mut f = vec![
-            ("bucket", "Bucket", "text", "An existing bucket; ClueCDC never creates buckets.", vec![]),
-            ("region", "Region", "text", if provider == Provider::AwsS3 { "The bucket's region, e.g. eu-central-1." } else { "MinIO's default is us-east-1." }, vec![]),
-            ("prefix", "Key prefix", "text", "Optional, e.g. cdc/. Scopes every object this connection writes.", vec![]),
+            (
+                "bucket",
+                "Bucket",
+                "text",
+                "An existing bucket; ClueCDC never creates buckets.",
+                vec![],
+            ),
+            (
+                "region",
+                "Region",
+                "text",
+                if provider == Provider::AwsS3 {
+                    "The bucket's region, e.g. eu-central-1."
+                } else {
+                    "MinIO's default is us-east-1."
+                },
+                vec![],
+            ),
+            (
+                "prefix",
+                "Key prefix",
+                "text",
+                "Optional, e.g. cdc/. Scopes every object this connection writes.",
+                vec![],
+            ),
         ];
         if provider == Provider::Minio {
             f.push(("endpoint", "Endpoint", "url", "Reachable from ClueCDC and Kafka Connect, e.g. http://minio:9000. Plain http is for isolated local fixtures only.", vec![]));
@@ -95,12 +170,46 @@ fn settings_fields(provider: Provider) -> Vec<(&'static str, &'static str, &'sta
         f
     } else {
         vec![
-            ("host", "Host", "text", "Hostname or IP address only.", vec![]),
-            ("port", "Port", "number", if provider == Provider::Postgresql { "Default 5432." } else { "Default 3306." }, vec![]),
+            (
+                "host",
+                "Host",
+                "text",
+                "Hostname or IP address only.",
+                vec![],
+            ),
+            (
+                "port",
+                "Port",
+                "number",
+                if provider == Provider::Postgresql {
+                    "Default 5432."
+                } else {
+                    "Default 3306."
+                },
+                vec![],
+            ),
             ("database", "Database", "text", "", vec![]),
-            ("user", "User", "text", "For a source it needs replication rights; the Test button checks them.", vec![]),
-            ("tls_mode", "TLS", "select", "verify-full checks the server's certificate and name.", vec!["require", "verify-full", "verify-ca", "disable"]),
-            ("ca_certificate", "CA certificate (PEM)", "textarea", "Needed for verify-ca and verify-full.", vec![]),
+            (
+                "user",
+                "User",
+                "text",
+                "For a source it needs replication rights; the Test button checks them.",
+                vec![],
+            ),
+            (
+                "tls_mode",
+                "TLS",
+                "select",
+                "verify-full checks the server's certificate and name.",
+                vec!["require", "verify-full", "verify-ca", "disable"],
+            ),
+            (
+                "ca_certificate",
+                "CA certificate (PEM)",
+                "textarea",
+                "Needed for verify-ca and verify-full.",
+                vec![],
+            ),
         ]
     }
 }
@@ -115,7 +224,11 @@ fn secret_labels(key: &str) -> &'static str {
     }
 }
 
-fn build_fields(provider: Provider, values: &Map<String, Value>, errors: &FieldErrors) -> (Vec<Field>, Vec<Field>) {
+fn build_fields(
+    provider: Provider,
+    values: &Map<String, Value>,
+    errors: &FieldErrors,
+) -> (Vec<Field>, Vec<Field>) {
     let settings = settings_fields(provider)
         .into_iter()
         .map(|(key, label, kind, hint, options)| Field {
@@ -134,7 +247,15 @@ fn build_fields(provider: Provider, values: &Map<String, Value>, errors: &FieldE
         .collect();
     let secrets = secret_fields(provider)
         .iter()
-        .map(|(key, _)| Field { name: format!("secrets.{key}"), label: secret_labels(key), value: String::new(), kind: "password", hint: "", error: errors.get(&format!("secrets.{key}")).cloned(), options: vec![] })
+        .map(|(key, _)| Field {
+            name: format!("secrets.{key}"),
+            label: secret_labels(key),
+            value: String::new(),
+            kind: "password",
+            hint: "",
+            error: errors.get(&format!("secrets.{key}")).cloned(),
+            options: vec![],
+        })
         .collect();
     (settings, secrets)
 }
@@ -179,9 +300,20 @@ struct ListPage {
 }
 
 #[handler]
-pub async fn page_list(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+pub async fn page_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
     let items = connections::list(&state.pool, &state.inner.secrets, &who).await?;
-    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Connections", paths::CONNECTIONS, &who, jar), items, can_edit: who.role >= Role::Admin })
+    page_with_status(
+        StatusCode::OK,
+        &ListPage {
+            layout: Layout::new("Connections", paths::CONNECTIONS, &who, jar),
+            items,
+            can_edit: who.role >= Role::Admin,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -215,9 +347,17 @@ pub struct NewQuery {
 }
 
 #[handler]
-pub async fn page_new(who: Data<&Principal>, jar: &CookieJar, Query(q): Query<NewQuery>) -> PageResult<Response> {
+pub async fn page_new(
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<NewQuery>,
+) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
-    let provider = q.provider.as_deref().and_then(Provider::parse).unwrap_or(Provider::Postgresql);
+    let provider = q
+        .provider
+        .as_deref()
+        .and_then(Provider::parse)
+        .unwrap_or(Provider::Postgresql);
     let (settings, secrets) = build_fields(provider, &Map::new(), &FieldErrors::new());
     page_with_status(
         StatusCode::OK,
@@ -247,13 +387,35 @@ fn fields_summary(fields: &FieldErrors) -> String {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn form_again(who: &Principal, jar: &CookieJar, id: Option<String>, input: &ConnectionInput, provider: Provider, errors: FieldErrors, message: Option<String>, secrets_set: Vec<String>) -> PageResult<Response> {
+fn form_again(
+    who: &Principal,
+    jar: &CookieJar,
+    id: Option<String>,
+    input: &ConnectionInput,
+    provider: Provider,
+    errors: FieldErrors,
+    message: Option<String>,
+    secrets_set: Vec<String>,
+) -> PageResult<Response> {
     let caps = input.capabilities.clone().unwrap_or_default();
-    let (settings, secrets) = build_fields(provider, input.settings.as_ref().unwrap_or(&Map::new()), &errors);
+    let (settings, secrets) = build_fields(
+        provider,
+        input.settings.as_ref().unwrap_or(&Map::new()),
+        &errors,
+    );
     page_with_status(
         StatusCode::UNPROCESSABLE_ENTITY,
         &FormPage {
-            layout: Layout::new(if id.is_some() { "Edit connection" } else { "New connection" }, paths::CONNECTIONS, who, jar),
+            layout: Layout::new(
+                if id.is_some() {
+                    "Edit connection"
+                } else {
+                    "New connection"
+                },
+                paths::CONNECTIONS,
+                who,
+                jar,
+            ),
             id,
             name: input.name.clone().unwrap_or_default(),
             provider,
@@ -270,20 +432,57 @@ fn form_again(who: &Principal, jar: &CookieJar, id: Option<String>, input: &Conn
 }
 
 #[handler]
-pub async fn page_create(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, body: Body) -> PageResult<Response> {
-    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+pub async fn page_create(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    body: Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
     let input = input_from_form(&bytes);
-    let provider = input.provider.as_deref().and_then(Provider::parse).unwrap_or(Provider::Postgresql);
+    let provider = input
+        .provider
+        .as_deref()
+        .and_then(Provider::parse)
+        .unwrap_or(Provider::Postgresql);
     match connections::create(&state.pool, &state.inner.secrets, &who, &input).await {
         Ok(c) => {
-            set_flash(jar, &format!("Connection {} saved. Run Test to check it.", c.connection.name));
+            set_flash(
+                jar,
+                &format!(
+                    "Connection {} saved. Run Test to check it.",
+                    c.connection.name
+                ),
+            );
             Ok(redirect(req, &format!("/connections/{}", c.connection.id)))
         }
         Err(Error::Invalid { fields, .. }) => {
             let message = fields_summary(&fields);
-            form_again(&who, jar, None, &input, provider, fields, Some(message), vec![])
+            form_again(
+                &who,
+                jar,
+                None,
+                &input,
+                provider,
+                fields,
+                Some(message),
+                vec![],
+            )
         }
-        Err(Error::Conflict(message)) => form_again(&who, jar, None, &input, provider, [("name".to_string(), message.clone())].into(), Some(message), vec![]),
+        Err(Error::Conflict(message)) => form_again(
+            &who,
+            jar,
+            None,
+            &input,
+            provider,
+            [("name".to_string(), message.clone())].into(),
+            Some(message),
+            vec![],
+        ),
         Err(e) => Err(e.into()),
     }
 }
@@ -303,20 +502,39 @@ fn settings_rows(s: &Settings) -> Vec<(String, String)> {
     match serde_json::to_value(s) {
         Ok(Value::Object(m)) => m
             .into_iter()
-            .map(|(k, v)| (k, match v {
-                Value::String(s) if s.is_empty() => "—".to_string(),
-                Value::String(s) => s,
-                other => other.to_string(),
-            }))
+            .map(|(k, v)| {
+                (
+                    k,
+                    match v {
+                        Value::String(s) if s.is_empty() => "—".to_string(),
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    },
+                )
+            })
             .collect(),
         _ => vec![],
     }
 }
 
 #[handler]
-pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_detail(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
-    let secret_names = secret_fields(c.connection.provider).iter().map(|(k, _)| (*k, secret_labels(k), c.secret_fields_set.iter().any(|s| s == k))).collect();
+    let secret_names = secret_fields(c.connection.provider)
+        .iter()
+        .map(|(k, _)| {
+            (
+                *k,
+                secret_labels(k),
+                c.secret_fields_set.iter().any(|s| s == k),
+            )
+        })
+        .collect();
     page_with_status(
         StatusCode::OK,
         &DetailPage {
@@ -331,7 +549,12 @@ pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &Co
 }
 
 #[handler]
-pub async fn page_edit(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
     let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
     let values = match serde_json::to_value(&c.connection.settings) {
@@ -348,7 +571,10 @@ pub async fn page_edit(state: Data<&AppState>, who: Data<&Principal>, jar: &Cook
             provider: c.connection.provider,
             providers: Provider::ALL,
             source: c.connection.is_source(),
-            destination: c.connection.capabilities.contains(&connections::Capability::Destination),
+            destination: c
+                .connection
+                .capabilities
+                .contains(&connections::Capability::Destination),
             settings,
             secrets,
             secrets_set: c.secret_fields_set.clone(),
@@ -359,8 +585,18 @@ pub async fn page_edit(state: Data<&AppState>, who: Data<&Principal>, jar: &Cook
 }
 
 #[handler]
-pub async fn page_update(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
-    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+pub async fn page_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
     let mut input = input_from_form(&bytes);
     who.require(Role::Admin, "manage connections")?;
     let current = connections::load(&state.pool, &id).await?;
@@ -380,17 +616,52 @@ pub async fn page_update(req: &Request, state: Data<&AppState>, who: Data<&Princ
             let message = fields_summary(&fields);
             update_again(&state, &who, jar, id, &current, &bytes, fields, message).await
         }
-        Err(Error::Conflict(m)) => update_again(&state, &who, jar, id, &current, &bytes, [("name".to_string(), m.clone())].into(), m).await,
+        Err(Error::Conflict(m)) => {
+            update_again(
+                &state,
+                &who,
+                jar,
+                id,
+                &current,
+                &bytes,
+                [("name".to_string(), m.clone())].into(),
+                m,
+            )
+            .await
+        }
         Err(e) => Err(e.into()),
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn update_again(state: &AppState, who: &Principal, jar: &CookieJar, id: String, current: &connections::Connection, body: &[u8], fields: FieldErrors, message: String) -> PageResult<Response> {
-    let set = state.inner.secrets.fields_set(&current.secret_ref).await.map_err(Error::Unexpected)?;
+async fn update_again(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: String,
+    current: &connections::Connection,
+    body: &[u8],
+    fields: FieldErrors,
+    message: String,
+) -> PageResult<Response> {
+    let set = state
+        .inner
+        .secrets
+        .fields_set(&current.secret_ref)
+        .await
+        .map_err(Error::Unexpected)?;
     let mut shown = input_from_form(body);
     shown.provider = Some(current.provider.as_str().into());
-    form_again(who, jar, Some(id), &shown, current.provider, fields, Some(message), set)
+    form_again(
+        who,
+        jar,
+        Some(id),
+        &shown,
+        current.provider,
+        fields,
+        Some(message),
+        set,
+    )
 }
 
 #[derive(Template)]
@@ -401,16 +672,38 @@ struct TestResult {
 
 /// The Test button's target: runs the checks and answers the results fragment.
 #[handler]
-pub async fn page_test(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_test(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     let report = connections::test(&state.pool, &state.inner.secrets, &who, &id).await?;
     page_with_status(StatusCode::OK, &TestResult { report })
 }
 
 #[handler]
-pub async fn page_rotate(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
-    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+pub async fn page_rotate(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
     let input = input_from_form(&bytes);
-    match connections::rotate(&state.pool, &state.inner.secrets, &who, &id, input.secrets.as_ref().unwrap_or(&Map::new())).await {
+    match connections::rotate(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &id,
+        input.secrets.as_ref().unwrap_or(&Map::new()),
+    )
+    .await
+    {
         Ok(_) => {
             set_flash(jar, "Credentials replaced; the secret reference is unchanged. Restart affected connector tasks to pick them up.");
             Ok(redirect(req, &format!("/connections/{id}")))
@@ -433,15 +726,38 @@ struct DeletePage {
 
 /// Destructive actions ask first, on a page that says what will be lost.
 #[handler]
-pub async fn page_delete_confirm(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_delete_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
     let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
     let used_by = connections::used_by(&state.pool, &id).await?;
-    page_with_status(StatusCode::OK, &DeletePage { layout: Layout::new(format!("Delete {}", c.connection.name), paths::CONNECTIONS, &who, jar), c, used_by })
+    page_with_status(
+        StatusCode::OK,
+        &DeletePage {
+            layout: Layout::new(
+                format!("Delete {}", c.connection.name),
+                paths::CONNECTIONS,
+                &who,
+                jar,
+            ),
+            c,
+            used_by,
+        },
+    )
 }
 
 #[handler]
-pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
     let c = connections::load(&state.pool, &id).await?;
     connections::delete(&state.pool, &who, &id).await?;
@@ -450,8 +766,14 @@ pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Princ
 }
 
 #[handler]
-pub async fn api_slots(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": crate::pipelines::source_slots(&state.pool, &state.inner.secrets, &who, &id).await?})))
+pub async fn api_slots(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        json!({"items": crate::pipelines::source_slots(&state.pool, &state.inner.secrets, &who, &id).await?}),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -461,7 +783,20 @@ pub struct SlotConfirm {
 }
 
 #[handler]
-pub async fn api_drop_slot(state: Data<&AppState>, who: Data<&Principal>, Path((id, name)): Path<(String, String)>, Query(q): Query<SlotConfirm>) -> ApiResult<StatusCode> {
-    crate::pipelines::drop_orphan_slot(&state.pool, &state.inner.secrets, &who, &id, &name, &q.confirm).await?;
+pub async fn api_drop_slot(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path((id, name)): Path<(String, String)>,
+    Query(q): Query<SlotConfirm>,
+) -> ApiResult<StatusCode> {
+    crate::pipelines::drop_orphan_slot(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &id,
+        &name,
+        &q.confirm,
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -15,7 +15,9 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaClusterInput, NewTopicInput};
-use crate::connectors::{self, ConnectorInput, ConnectorView, DriftEvent, RestartRecord, Unmanaged};
+use crate::connectors::{
+    self, ConnectorInput, ConnectorView, DriftEvent, RestartRecord, Unmanaged,
+};
 use crate::reconcile::plan::DesiredState;
 
 // ---- connectors API -------------------------------------------------------------------------
@@ -28,13 +30,24 @@ pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResul
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<ConnectorInput>) -> ApiResult<Response> {
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<ConnectorInput>,
+) -> ApiResult<Response> {
     let c = connectors::create(&state.pool, &state.inner.reconciler, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(c).to_string()))
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(c).to_string()))
 }
 
 #[handler]
-pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn api_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(key): Path<String>,
+) -> ApiResult<Json<Value>> {
     let (c, drift, restarts) = connectors::history(&state.pool, &who, &key).await?;
     let mut v = json!(c);
     v["drift_events"] = json!(connectors::drift_json(&drift));
@@ -43,8 +56,21 @@ pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(key): P
 }
 
 #[handler]
-pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(key): Path<String>) -> ApiResult<Json<ConnectorView>> {
-    Ok(Json(connectors::set_state(&state.pool, &state.inner.reconciler, &who, &key, DesiredState::Deleted).await?))
+pub async fn api_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(key): Path<String>,
+) -> ApiResult<Json<ConnectorView>> {
+    Ok(Json(
+        connectors::set_state(
+            &state.pool,
+            &state.inner.reconciler,
+            &who,
+            &key,
+            DesiredState::Deleted,
+        )
+        .await?,
+    ))
 }
 
 fn action_state(action: &str) -> Option<DesiredState> {
@@ -56,12 +82,30 @@ fn action_state(action: &str) -> Option<DesiredState> {
     }
 }
 
-async fn act(state: &AppState, who: &Principal, key: &str, action: &str) -> crate::error::Result<ConnectorView> {
+async fn act(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    action: &str,
+) -> crate::error::Result<ConnectorView> {
     match action {
-        "restart" => connectors::request_restart(&state.pool, &state.inner.reconciler, who, key).await,
-        "adopt" => connectors::adopt_live(&state.pool, &state.inner.secrets, &state.inner.reconciler, who, key).await,
+        "restart" => {
+            connectors::request_restart(&state.pool, &state.inner.reconciler, who, key).await
+        }
+        "adopt" => {
+            connectors::adopt_live(
+                &state.pool,
+                &state.inner.secrets,
+                &state.inner.reconciler,
+                who,
+                key,
+            )
+            .await
+        }
         other => match action_state(other) {
-            Some(s) => connectors::set_state(&state.pool, &state.inner.reconciler, who, key, s).await,
+            Some(s) => {
+                connectors::set_state(&state.pool, &state.inner.reconciler, who, key, s).await
+            }
             None => Err(crate::error::Error::NotFound(format!("action {other}"))),
         },
     }
@@ -78,15 +122,25 @@ connector_actions! {
 
 #[handler]
 pub async fn api_drift(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": connectors::drift_json(&connectors::all_drift(&state.pool, &who).await?)})))
+    Ok(Json(
+        json!({"items": connectors::drift_json(&connectors::all_drift(&state.pool, &who).await?)}),
+    ))
 }
 
 #[handler]
-pub async fn api_reconciler(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+pub async fn api_reconciler(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+) -> ApiResult<Json<Value>> {
     who.require(Role::Viewer, "see the reconciler")?;
-    let lease = crate::reconcile::lease::Lease::current(&state.pool, crate::reconcile::lease::RECONCILER).await.map_err(crate::error::Error::Unexpected)?;
+    let lease =
+        crate::reconcile::lease::Lease::current(&state.pool, crate::reconcile::lease::RECONCILER)
+            .await
+            .map_err(crate::error::Error::Unexpected)?;
     let last: Option<(String, String, i64, i64, i64, i64)> = sqlx::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(&state.pool).await?;
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes").fetch_one(&state.pool).await?;
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
+        .fetch_one(&state.pool)
+        .await?;
     Ok(Json(json!({
         "holder": lease.as_ref().map(|l| &l.0),
         "lease_expires_at_ms": lease.as_ref().map(|l| l.1),
@@ -98,9 +152,14 @@ pub async fn api_reconciler(state: Data<&AppState>, who: Data<&Principal>) -> Ap
 
 /// "Reconcile now": a pass at once, in whichever process holds the lease.
 #[handler]
-pub async fn api_reconcile_now(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<StatusCode> {
+pub async fn api_reconcile_now(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+) -> ApiResult<StatusCode> {
     who.require(Role::Operator, "trigger a reconcile pass")?;
-    crate::reconcile::bump_desired_version(&state.pool).await.map_err(crate::error::Error::Unexpected)?;
+    crate::reconcile::bump_desired_version(&state.pool)
+        .await
+        .map_err(crate::error::Error::Unexpected)?;
     state.inner.reconciler.wake();
     Ok(StatusCode::ACCEPTED)
 }
@@ -108,18 +167,34 @@ pub async fn api_reconcile_now(state: Data<&AppState>, who: Data<&Principal>) ->
 // ---- Kafka clusters and topics API ----------------------------------------------------------
 
 #[handler]
-pub async fn api_kafka_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": kafka::list(&state.pool, &who).await?})))
+pub async fn api_kafka_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        json!({"items": kafka::list(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_kafka_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<KafkaClusterInput>) -> ApiResult<Response> {
+pub async fn api_kafka_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<KafkaClusterInput>,
+) -> ApiResult<Response> {
     let c = kafka::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(c).to_string()))
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(c).to_string()))
 }
 
 #[handler]
-pub async fn api_kafka_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn api_kafka_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     let health = kafka::check_health(&state.pool, &state.inner.secrets, &who, &id).await?;
     let mut v = json!(kafka::get(&state.pool, &who, &id).await?);
     v["health"] = json!(health);
@@ -127,25 +202,49 @@ pub async fn api_kafka_get(state: Data<&AppState>, who: Data<&Principal>, Path(i
 }
 
 #[handler]
-pub async fn api_kafka_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn api_kafka_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     kafka::delete(&state.pool, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[handler]
-pub async fn api_topics(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?})))
+pub async fn api_topics(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        json!({"items": kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_topic_create(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(input): Json<NewTopicInput>) -> ApiResult<Response> {
+pub async fn api_topic_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(input): Json<NewTopicInput>,
+) -> ApiResult<Response> {
     let t = kafka::create_topic(&state.pool, &state.inner.secrets, &who, &id, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(t).to_string()))
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(t).to_string()))
 }
 
 #[handler]
-pub async fn api_topic_get(state: Data<&AppState>, who: Data<&Principal>, Path((id, name)): Path<(String, String)>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(kafka::topic(&state.pool, &state.inner.secrets, &who, &id, &name).await?)))
+pub async fn api_topic_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path((id, name)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(
+        kafka::topic(&state.pool, &state.inner.secrets, &who, &id, &name).await?
+    )))
 }
 
 #[derive(Deserialize)]
@@ -155,18 +254,40 @@ pub struct Confirm {
 }
 
 #[handler]
-pub async fn api_topic_delete(state: Data<&AppState>, who: Data<&Principal>, Path((id, name)): Path<(String, String)>, Query(c): Query<Confirm>) -> ApiResult<StatusCode> {
-    kafka::delete_topic(&state.pool, &state.inner.secrets, &who, &id, &name, &c.confirm).await?;
+pub async fn api_topic_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path((id, name)): Path<(String, String)>,
+    Query(c): Query<Confirm>,
+) -> ApiResult<StatusCode> {
+    kafka::delete_topic(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &id,
+        &name,
+        &c.confirm,
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 #[handler]
-pub async fn api_connect_plugins(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn api_connect_plugins(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     let h = crate::clusters::check_health(&state.pool, &state.inner.secrets, &who, &id).await?;
     if !h.reachable {
-        return Err(crate::error::Error::Unavailable(h.error.unwrap_or_else(|| "Connect is unreachable".into())).into());
+        return Err(crate::error::Error::Unavailable(
+            h.error.unwrap_or_else(|| "Connect is unreachable".into()),
+        )
+        .into());
     }
-    Ok(Json(json!({"items": h.plugins, "version": h.version, "workers": h.workers})))
+    Ok(Json(
+        json!({"items": h.plugins, "version": h.version, "workers": h.workers}),
+    ))
 }
 
 // ---- pages ----------------------------------------------------------------------------------
@@ -186,13 +307,25 @@ struct Rows {
 }
 
 #[handler]
-pub async fn page_list(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+pub async fn page_list(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
     let items = connectors::list(&state.pool, &who).await?;
     if super::home::is_htmx(req) {
         return page_with_status(StatusCode::OK, &Rows { items });
     }
     let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
-    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar), items, unmanaged })
+    page_with_status(
+        StatusCode::OK,
+        &ListPage {
+            layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
+            items,
+            unmanaged,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -213,26 +346,63 @@ struct StatusPartial {
 }
 
 #[handler]
-pub async fn page_detail(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(key): Path<String>) -> PageResult<Response> {
+pub async fn page_detail(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(key): Path<String>,
+) -> PageResult<Response> {
     let (c, drift, restarts) = connectors::history(&state.pool, &who, &key).await?;
     if super::home::is_htmx(req) {
         return page_with_status(StatusCode::OK, &StatusPartial { c });
     }
     page_with_status(
         StatusCode::OK,
-        &DetailPage { layout: Layout::new(c.name.clone(), paths::CONNECTORS, &who, jar), can_operate: who.role >= Role::Operator, can_admin: who.role >= Role::Admin, c, drift, restarts },
+        &DetailPage {
+            layout: Layout::new(c.name.clone(), paths::CONNECTORS, &who, jar),
+            can_operate: who.role >= Role::Operator,
+            can_admin: who.role >= Role::Admin,
+            c,
+            drift,
+            restarts,
+        },
     )
 }
 
 #[handler]
-pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(key): Path<String>, Form(c): Form<Confirm>) -> PageResult<Response> {
+pub async fn page_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(key): Path<String>,
+    Form(c): Form<Confirm>,
+) -> PageResult<Response> {
     who.require(Role::Admin, "delete connectors")?;
     let view = connectors::get(&state.pool, &who, &key).await?;
     if c.confirm != view.name {
-        return Err(crate::error::Error::field("confirm", format!("type the connector name {} to confirm", view.name)).into());
+        return Err(crate::error::Error::field(
+            "confirm",
+            format!("type the connector name {} to confirm", view.name),
+        )
+        .into());
     }
-    connectors::set_state(&state.pool, &state.inner.reconciler, &who, &key, DesiredState::Deleted).await?;
-    set_flash(jar, &format!("{} will be deleted from Connect by the reconciler.", view.name));
+    connectors::set_state(
+        &state.pool,
+        &state.inner.reconciler,
+        &who,
+        &key,
+        DesiredState::Deleted,
+    )
+    .await?;
+    set_flash(
+        jar,
+        &format!(
+            "{} will be deleted from Connect by the reconciler.",
+            view.name
+        ),
+    );
     Ok(redirect(req, paths::CONNECTORS))
 }
 
@@ -247,13 +417,25 @@ struct ClustersPage {
 }
 
 #[handler]
-pub async fn page_clusters(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
-    let parse = |h: &Option<String>| h.as_deref().and_then(|h| serde_json::from_str::<Value>(h).ok());
+pub async fn page_clusters(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    let parse = |h: &Option<String>| {
+        h.as_deref()
+            .and_then(|h| serde_json::from_str::<Value>(h).ok())
+    };
     let kafka = kafka::list(&state.pool, &who)
         .await?
         .into_iter()
         .map(|k| {
-            let h = parse(&k.health).map(|h| (h["reachable"].as_bool().unwrap_or(false), h["brokers"].as_array().map_or(0, Vec::len)));
+            let h = parse(&k.health).map(|h| {
+                (
+                    h["reachable"].as_bool().unwrap_or(false),
+                    h["brokers"].as_array().map_or(0, Vec::len),
+                )
+            });
             (k, h)
         })
         .collect();
@@ -261,11 +443,23 @@ pub async fn page_clusters(state: Data<&AppState>, who: Data<&Principal>, jar: &
         .await?
         .into_iter()
         .map(|c| {
-            let h = parse(&c.health).and_then(|h| Some((h["version"].as_str()?.to_string(), h["plugins"].as_array().map_or(0, Vec::len))));
+            let h = parse(&c.health).and_then(|h| {
+                Some((
+                    h["version"].as_str()?.to_string(),
+                    h["plugins"].as_array().map_or(0, Vec::len),
+                ))
+            });
             (c, h)
         })
         .collect();
-    page_with_status(StatusCode::OK, &ClustersPage { layout: Layout::new("Clusters", paths::CLUSTERS, &who, jar), kafka, connect })
+    page_with_status(
+        StatusCode::OK,
+        &ClustersPage {
+            layout: Layout::new("Clusters", paths::CLUSTERS, &who, jar),
+            kafka,
+            connect,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -284,7 +478,12 @@ pub struct TopicsQuery {
 }
 
 #[handler]
-pub async fn page_topics(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Query(q): Query<TopicsQuery>) -> PageResult<Response> {
+pub async fn page_topics(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<TopicsQuery>,
+) -> PageResult<Response> {
     let clusters = kafka::list(&state.pool, &who).await?;
     let selected = q.cluster.or_else(|| clusters.first().map(|c| c.id.clone()));
     let (topics, error) = match &selected {
@@ -294,5 +493,14 @@ pub async fn page_topics(state: Data<&AppState>, who: Data<&Principal>, jar: &Co
         },
         None => (vec![], None),
     };
-    page_with_status(StatusCode::OK, &TopicsPage { layout: Layout::new("Topics", paths::TOPICS, &who, jar), clusters, selected, topics, error })
+    page_with_status(
+        StatusCode::OK,
+        &TopicsPage {
+            layout: Layout::new("Topics", paths::TOPICS, &who, jar),
+            clusters,
+            selected,
+            topics,
+            error,
+        },
+    )
 }

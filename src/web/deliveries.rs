@@ -17,35 +17,90 @@ use crate::reconcile::plan::DesiredState;
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": deliveries::list(&state.pool, &who).await?})))
+    Ok(Json(
+        json!({"items": deliveries::list(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_preview(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<DeliveryInput>) -> ApiResult<Json<deliveries::Preview>> {
-    Ok(Json(deliveries::preview(&state.pool, &state.inner.secrets, &who, &input).await?))
+pub async fn api_preview(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<DeliveryInput>,
+) -> ApiResult<Json<deliveries::Preview>> {
+    Ok(Json(
+        deliveries::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<DeliveryInput>) -> ApiResult<Response> {
-    let d = deliveries::create(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(d).to_string()))
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<DeliveryInput>,
+) -> ApiResult<Response> {
+    let d = deliveries::create(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &input,
+    )
+    .await?;
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(d).to_string()))
 }
 
 #[handler]
-pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
-    Ok(Json(deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?))
+pub async fn api_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Detail>> {
+    Ok(Json(
+        deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn api_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     deliveries::delete(&state.pool, &state.inner.reconciler, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn act(state: &AppState, who: &Principal, id: &str, action: &str) -> crate::error::Result<crate::connectors::ConnectorView> {
+async fn act(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    action: &str,
+) -> crate::error::Result<crate::connectors::ConnectorView> {
     match action {
-        "pause" => deliveries::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Paused).await,
-        "resume" => deliveries::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Running).await,
+        "pause" => {
+            deliveries::set_state(
+                &state.pool,
+                &state.inner.reconciler,
+                who,
+                id,
+                DesiredState::Paused,
+            )
+            .await
+        }
+        "resume" => {
+            deliveries::set_state(
+                &state.pool,
+                &state.inner.reconciler,
+                who,
+                id,
+                DesiredState::Running,
+            )
+            .await
+        }
         _ => deliveries::restart(&state.pool, &state.inner.reconciler, who, id).await,
     }
 }
@@ -65,9 +120,19 @@ struct ListPage {
 }
 
 #[handler]
-pub async fn page_list(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+pub async fn page_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
     let items = deliveries::list(&state.pool, &who).await?;
-    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Deliveries", paths::DELIVERIES, &who, jar), items })
+    page_with_status(
+        StatusCode::OK,
+        &ListPage {
+            layout: Layout::new("Deliveries", paths::DELIVERIES, &who, jar),
+            items,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -79,7 +144,19 @@ struct DetailPage {
 }
 
 #[handler]
-pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_detail(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     let d = deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
-    page_with_status(StatusCode::OK, &DetailPage { layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar), can_operate: who.role >= Role::Operator, d })
+    page_with_status(
+        StatusCode::OK,
+        &DetailPage {
+            layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
+            can_operate: who.role >= Role::Operator,
+            d,
+        },
+    )
 }

@@ -26,7 +26,8 @@ pub fn public_message(e: &Error) -> String {
     match e {
         Error::Unexpected(cause) => {
             tracing::error!(error = format!("{cause:#}"), "unexpected error");
-            "something went wrong on the server; the log has the details under this request id".into()
+            "something went wrong on the server; the log has the details under this request id"
+                .into()
         }
         other => other.to_string(),
     }
@@ -98,7 +99,10 @@ impl ResponseError for PageError {
             sign_in: matches!(self.0, Error::Unauthenticated),
         };
         let body = askama::Template::render(&page).unwrap_or_else(|_| page.message.clone());
-        Response::builder().status(status).content_type("text/html; charset=utf-8").body(body)
+        Response::builder()
+            .status(status)
+            .content_type("text/html; charset=utf-8")
+            .body(body)
     }
 }
 

@@ -17,7 +17,11 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(state: Data<&AppState>) -> Response {
     match crate::db::pending_migrations(&state.pool).await {
         Ok(0) => "ready".into_response(),
-        Ok(n) => (StatusCode::SERVICE_UNAVAILABLE, format!("{n} migrations pending")).into_response(),
+        Ok(n) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{n} migrations pending"),
+        )
+            .into_response(),
         Err(error) => {
             tracing::warn!(error = format!("{error:#}"), "readiness check failed");
             (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()

@@ -30,17 +30,33 @@ pub struct OverviewRow {
     pub alerts: usize,
 }
 
-async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<(Vec<OverviewRow>, Vec<crate::monitor::alerts::Alert>)> {
+async fn overview(
+    state: &AppState,
+    who: &Principal,
+) -> crate::error::Result<(Vec<OverviewRow>, Vec<crate::monitor::alerts::Alert>)> {
     let alerts = crate::monitor::alerts::list(&state.pool, who, true).await?;
     let open = |subject: &str| alerts.iter().filter(|a| a.subject == subject).count();
     let mut rows = Vec::new();
     for p in crate::pipelines::list(&state.pool, who).await? {
-        let phase = crate::connectors::get(&state.pool, who, &p.connector_id).await.map(|c| c.phase).unwrap_or_else(|_| "UNKNOWN".into());
-        let wal = crate::monitor::signals::history(&state.pool, who, "slot_retained_wal_bytes", &p.name, 120).await?;
+        let phase = crate::connectors::get(&state.pool, who, &p.connector_id)
+            .await
+            .map(|c| c.phase)
+            .unwrap_or_else(|_| "UNKNOWN".into());
+        let wal = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "slot_retained_wal_bytes",
+            &p.name,
+            120,
+        )
+        .await?;
         let values: Vec<f64> = wal.iter().map(|s| s.value).collect();
         rows.push(OverviewRow {
             kind: "pipeline",
-            figure: values.last().map(|v| format!("{} retained WAL", bytes(*v))).unwrap_or_else(|| "no slot data yet".into()),
+            figure: values
+                .last()
+                .map(|v| format!("{} retained WAL", bytes(*v)))
+                .unwrap_or_else(|| "no slot data yet".into()),
             chart: super::charts::sparkline(&values, &format!("retained WAL of {}", p.name)),
             href: format!("/pipelines/{}", p.id),
             alerts: open(&p.name),
@@ -49,11 +65,31 @@ async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<(Ve
         });
     }
     for d in crate::deliveries::list(&state.pool, who).await? {
-        let phase = crate::connectors::get(&state.pool, who, &d.connector_id).await.map(|c| c.phase).unwrap_or_else(|_| "UNKNOWN".into());
-        let lag = crate::monitor::signals::history(&state.pool, who, "delivery_lag_records", &d.name, 120).await?;
+        let phase = crate::connectors::get(&state.pool, who, &d.connector_id)
+            .await
+            .map(|c| c.phase)
+            .unwrap_or_else(|_| "UNKNOWN".into());
+        let lag = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "delivery_lag_records",
+            &d.name,
+            120,
+        )
+        .await?;
         let values: Vec<f64> = lag.iter().map(|s| s.value).collect();
-        let fresh = crate::monitor::signals::history(&state.pool, who, "delivery_freshness_seconds", &d.name, 1).await?;
-        let mut figure = values.last().map(|v| format!("{v} records behind")).unwrap_or_else(|| "no lag data yet".into());
+        let fresh = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "delivery_freshness_seconds",
+            &d.name,
+            1,
+        )
+        .await?;
+        let mut figure = values
+            .last()
+            .map(|v| format!("{v} records behind"))
+            .unwrap_or_else(|| "no lag data yet".into());
         if let Some(f) = fresh.last() {
             figure.push_str(&format!(" · current as of {:.0} s ago", f.value));
         }
@@ -78,7 +114,11 @@ fn bytes(v: f64) -> String {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 { format!("{v:.0} {}", units[i]) } else { format!("{v:.1} {}", units[i]) }
+    if i == 0 {
+        format!("{v:.0} {}", units[i])
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
 }
 
 #[derive(Template)]
@@ -91,13 +131,25 @@ struct SystemStatus {
 }
 
 #[handler]
-pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, req: &Request) -> poem::Result<Html<String>> {
+pub async fn page(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    req: &Request,
+) -> poem::Result<Html<String>> {
     let status = system_status_of(&state).await;
     if is_htmx(req) {
         return render(&status);
     }
-    let (rows, alerts) = overview(&state, &who).await.map_err(|e| poem::Error::from(super::error::PageError(e)))?;
-    render(&HomePage { layout: Layout::new("Overview", paths::HOME, &who, jar), status, rows, alerts })
+    let (rows, alerts) = overview(&state, &who)
+        .await
+        .map_err(|e| poem::Error::from(super::error::PageError(e)))?;
+    render(&HomePage {
+        layout: Layout::new("Overview", paths::HOME, &who, jar),
+        status,
+        rows,
+        alerts,
+    })
 }
 
 #[handler]
@@ -106,7 +158,10 @@ pub async fn system_status(state: Data<&AppState>) -> poem::Result<Html<String>>
 }
 
 async fn system_status_of(state: &AppState) -> SystemStatus {
-    let database_ok = sqlx::query_scalar::<_, i64>("SELECT 1").fetch_one(&state.pool).await.is_ok();
+    let database_ok = sqlx::query_scalar::<_, i64>("SELECT 1")
+        .fetch_one(&state.pool)
+        .await
+        .is_ok();
     SystemStatus {
         database_ok,
         uptime: human_duration(state.started_at.elapsed().as_secs()),

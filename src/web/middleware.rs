@@ -8,7 +8,6 @@ use poem::http::HeaderValue;
 use poem::{Endpoint, IntoResponse, Request, Response};
 use tracing::Instrument;
 
-
 /// Strict by design: no inline script or style, nothing framed, nothing from elsewhere.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
 img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
@@ -16,7 +15,10 @@ img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'n
 /// Request bodies larger than this are refused with 413 before any handler runs.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-pub async fn request_context<E: Endpoint>(next: Arc<E>, mut req: Request) -> poem::Result<Response> {
+pub async fn request_context<E: Endpoint>(
+    next: Arc<E>,
+    mut req: Request,
+) -> poem::Result<Response> {
     let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
     let state = req.data::<crate::app::AppState>().cloned();
     let method = req.method().clone();
@@ -44,19 +46,35 @@ pub async fn request_context<E: Endpoint>(next: Arc<E>, mut req: Request) -> poe
     };
     let status = response.status().as_u16();
     if let Some(state) = state.as_ref() {
-        state.inner.http_metrics.observe(method.as_str(), status, started.elapsed().as_secs_f64());
+        state
+            .inner
+            .http_metrics
+            .observe(method.as_str(), status, started.elapsed().as_secs_f64());
     }
     span.in_scope(|| {
-        tracing::info!(status, elapsed_ms = started.elapsed().as_millis() as u64, "handled");
+        tracing::info!(
+            status,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "handled"
+        );
     });
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&id) {
         headers.insert("x-request-id", v);
     }
-    headers.insert("content-security-policy", HeaderValue::from_static(CONTENT_SECURITY_POLICY));
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "content-security-policy",
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    headers.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
+    headers.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
     Ok(response)
 }

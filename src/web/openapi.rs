@@ -11,12 +11,19 @@ pub async fn document() -> Json<Value> {
 
 pub fn build() -> Value {
     let mut paths = Map::new();
-    for route in super::route_infos().into_iter().filter(|r| r.path.starts_with("/api/")) {
+    for route in super::route_infos()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/"))
+    {
         // poem's `:id` becomes OpenAPI's `{id}`.
         let path = route
             .path
             .split('/')
-            .map(|seg| seg.strip_prefix(':').map(|p| format!("{{{p}}}")).unwrap_or_else(|| seg.to_string()))
+            .map(|seg| {
+                seg.strip_prefix(':')
+                    .map(|p| format!("{{{p}}}"))
+                    .unwrap_or_else(|| seg.to_string())
+            })
             .collect::<Vec<_>>()
             .join("/");
         let params: Vec<Value> = route

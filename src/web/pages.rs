@@ -44,7 +44,10 @@ const NAV: &[(&str, &str, Role)] = &[
 
 impl Layout {
     pub fn new(title: impl Into<String>, current: &str, who: &Principal, jar: &CookieJar) -> Self {
-        let flash = jar.get(FLASH_COOKIE).map(|c| c.value_str().to_string()).filter(|s| !s.is_empty());
+        let flash = jar
+            .get(FLASH_COOKIE)
+            .map(|c| c.value_str().to_string())
+            .filter(|s| !s.is_empty());
         if flash.is_some() {
             // Expire it on the same path it was set on, or the browser keeps it.
             let mut gone = Cookie::new_with_str(FLASH_COOKIE, "");
@@ -61,7 +64,11 @@ impl Layout {
             nav: NAV
                 .iter()
                 .filter(|(_, _, role)| who.role >= *role)
-                .map(|(href, label, _)| NavItem { href, label, current: *href == current })
+                .map(|(href, label, _)| NavItem {
+                    href,
+                    label,
+                    current: *href == current,
+                })
                 .collect(),
             flash,
         }
@@ -82,18 +89,32 @@ pub fn set_flash(jar: &CookieJar, message: &str) {
 /// changes (and the URL with it).
 pub fn redirect(req: &Request, to: &str) -> Response {
     if super::home::is_htmx(req) {
-        Response::builder().status(StatusCode::OK).header("HX-Redirect", to).finish()
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("HX-Redirect", to)
+            .finish()
     } else {
-        Response::builder().status(StatusCode::SEE_OTHER).header(header::LOCATION, to).finish()
+        Response::builder()
+            .status(StatusCode::SEE_OTHER)
+            .header(header::LOCATION, to)
+            .finish()
     }
 }
 
 /// Renders a page with a status (422 for a form with field errors).
-pub fn page_with_status<T: Template>(status: StatusCode, t: &T) -> super::error::PageResult<Response> {
-    let html = t
-        .render()
-        .map_err(|e| super::error::PageError(crate::error::Error::Unexpected(anyhow::anyhow!("template failed to render: {e}"))))?;
-    Ok(Response::builder().status(status).content_type("text/html; charset=utf-8").body(html))
+pub fn page_with_status<T: Template>(
+    status: StatusCode,
+    t: &T,
+) -> super::error::PageResult<Response> {
+    let html = t.render().map_err(|e| {
+        super::error::PageError(crate::error::Error::Unexpected(anyhow::anyhow!(
+            "template failed to render: {e}"
+        )))
+    })?;
+    Ok(Response::builder()
+        .status(status)
+        .content_type("text/html; charset=utf-8")
+        .body(html))
 }
 
 #[derive(Template)]

@@ -19,23 +19,51 @@ use crate::reconcile::plan::DesiredState;
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": pipelines::list(&state.pool, &who).await?})))
+    Ok(Json(
+        json!({"items": pipelines::list(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_preview(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<PipelineInput>) -> ApiResult<Json<Preview>> {
-    Ok(Json(pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await?))
+pub async fn api_preview(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<PipelineInput>,
+) -> ApiResult<Json<Preview>> {
+    Ok(Json(
+        pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+    ))
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<PipelineInput>) -> ApiResult<Response> {
-    let p = pipelines::create(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(p).to_string()))
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<PipelineInput>,
+) -> ApiResult<Response> {
+    let p = pipelines::create(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &input,
+    )
+    .await?;
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(p).to_string()))
 }
 
 #[handler]
-pub async fn api_get(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
-    Ok(Json(pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?))
+pub async fn api_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Detail>> {
+    Ok(Json(
+        pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -46,13 +74,28 @@ pub struct Patch {
 }
 
 #[handler]
-pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(patch): Json<Patch>) -> ApiResult<Json<Value>> {
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(patch): Json<Patch>,
+) -> ApiResult<Json<Value>> {
     who.require(Role::Operator, "change pipelines")?;
     if let Some(key) = patch.rest.keys().next() {
         return Err(Error::field(key, "only tables can change on a running pipeline; create a new pipeline for other settings").into());
     }
-    let tables = patch.tables.ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
-    let (p, added) = pipelines::set_tables(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, tables).await?;
+    let tables = patch
+        .tables
+        .ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
+    let (p, added) = pipelines::set_tables(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &id,
+        tables,
+    )
+    .await?;
     Ok(Json(json!({"pipeline": p, "incremental_snapshot": added})))
 }
 
@@ -63,14 +106,52 @@ pub struct DeleteQuery {
 }
 
 #[handler]
-pub async fn api_delete(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Query(q): Query<DeleteQuery>) -> ApiResult<Json<pipelines::Deleted>> {
-    Ok(Json(pipelines::delete(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, q.drop_slot).await?))
+pub async fn api_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Query(q): Query<DeleteQuery>,
+) -> ApiResult<Json<pipelines::Deleted>> {
+    Ok(Json(
+        pipelines::delete(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            q.drop_slot,
+        )
+        .await?,
+    ))
 }
 
-async fn act(state: &AppState, who: &Principal, id: &str, action: &str) -> crate::error::Result<crate::connectors::ConnectorView> {
+async fn act(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    action: &str,
+) -> crate::error::Result<crate::connectors::ConnectorView> {
     match action {
-        "pause" => pipelines::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Paused).await,
-        "resume" => pipelines::set_state(&state.pool, &state.inner.reconciler, who, id, DesiredState::Running).await,
+        "pause" => {
+            pipelines::set_state(
+                &state.pool,
+                &state.inner.reconciler,
+                who,
+                id,
+                DesiredState::Paused,
+            )
+            .await
+        }
+        "resume" => {
+            pipelines::set_state(
+                &state.pool,
+                &state.inner.reconciler,
+                who,
+                id,
+                DesiredState::Running,
+            )
+            .await
+        }
         _ => pipelines::restart(&state.pool, &state.inner.reconciler, who, id).await,
     }
 }
@@ -93,13 +174,26 @@ struct ListPage {
 }
 
 #[handler]
-pub async fn page_list(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
+pub async fn page_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
     let mut items = Vec::new();
     for p in pipelines::list(&state.pool, &who).await? {
-        let c = crate::connectors::get(&state.pool, &who, &p.connector_id).await.ok();
+        let c = crate::connectors::get(&state.pool, &who, &p.connector_id)
+            .await
+            .ok();
         items.push((p, c));
     }
-    page_with_status(StatusCode::OK, &ListPage { layout: Layout::new("Pipelines", paths::PIPELINES, &who, jar), items, can_create: who.role >= Role::Operator })
+    page_with_status(
+        StatusCode::OK,
+        &ListPage {
+            layout: Layout::new("Pipelines", paths::PIPELINES, &who, jar),
+            items,
+            can_create: who.role >= Role::Operator,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -111,9 +205,21 @@ struct DetailPage {
 }
 
 #[handler]
-pub async fn page_detail(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_detail(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
-    page_with_status(StatusCode::OK, &DetailPage { layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar), can_operate: who.role >= Role::Operator, d })
+    page_with_status(
+        StatusCode::OK,
+        &DetailPage {
+            layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
+            can_operate: who.role >= Role::Operator,
+            d,
+        },
+    )
 }
 
 /// The create wizard is one page whose sections fill in as choices are made: source → tables
@@ -196,13 +302,32 @@ impl Form {
     }
 }
 
-async fn new_page(state: &AppState, who: &Principal, jar: &CookieJar, form: Form, preview: Option<Preview>, errors: crate::error::FieldErrors) -> PageResult<NewPage> {
-    let sources: Vec<_> = crate::connections::list(&state.pool, &state.inner.secrets, who).await?.into_iter().filter(|c| c.connection.is_source() && c.connection.database().is_some()).collect();
+async fn new_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    form: Form,
+    preview: Option<Preview>,
+    errors: crate::error::FieldErrors,
+) -> PageResult<NewPage> {
+    let sources: Vec<_> = crate::connections::list(&state.pool, &state.inner.secrets, who)
+        .await?
+        .into_iter()
+        .filter(|c| c.connection.is_source() && c.connection.database().is_some())
+        .collect();
     let (tables, table_error) = if form.source.is_empty() {
         (vec![], None)
     } else {
-        match crate::connections::discover(&state.pool, &state.inner.secrets, who, &form.source).await {
-            Ok(d) => (d.items.into_iter().filter(|t| t.name != crate::pipelines::config::SIGNAL_TABLE).collect(), None),
+        match crate::connections::discover(&state.pool, &state.inner.secrets, who, &form.source)
+            .await
+        {
+            Ok(d) => (
+                d.items
+                    .into_iter()
+                    .filter(|t| t.name != crate::pipelines::config::SIGNAL_TABLE)
+                    .collect(),
+                None,
+            ),
             Err(e) => (vec![], Some(e.to_string())),
         }
     };
@@ -225,32 +350,88 @@ pub struct NewQuery {
 }
 
 #[handler]
-pub async fn page_new(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Query(q): Query<NewQuery>) -> PageResult<Response> {
+pub async fn page_new(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<NewQuery>,
+) -> PageResult<Response> {
     who.require(Role::Operator, "create pipelines")?;
-    let form = Form { source: q.source.unwrap_or_default(), partitions: "1".into(), replication_factor: "1".into(), snapshot_mode: "initial".into(), publication_mode: "filtered".into(), ..Default::default() };
-    page_with_status(StatusCode::OK, &new_page(&state, &who, jar, form, None, Default::default()).await?)
+    let form = Form {
+        source: q.source.unwrap_or_default(),
+        partitions: "1".into(),
+        replication_factor: "1".into(),
+        snapshot_mode: "initial".into(),
+        publication_mode: "filtered".into(),
+        ..Default::default()
+    };
+    page_with_status(
+        StatusCode::OK,
+        &new_page(&state, &who, jar, form, None, Default::default()).await?,
+    )
 }
 
 /// `step=review` previews (plugin validation included); `step=create` creates.
 #[handler]
-pub async fn page_submit(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, body: Body) -> PageResult<Response> {
-    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
+pub async fn page_submit(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    body: Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
     let form = Form::parse(&bytes);
     let input = form.input();
     if form.step == "create" {
-        match pipelines::create(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &input).await {
+        match pipelines::create(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &input,
+        )
+        .await
+        {
             Ok(p) => {
                 set_flash(jar, &format!("Pipeline {} created: topics are ready and the connector is being deployed.", p.name));
                 return Ok(redirect(req, &format!("/pipelines/{}", p.id)));
             }
-            Err(Error::Invalid { fields, .. }) => return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, fields).await?),
-            Err(Error::Conflict(m)) => return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, [("name".to_string(), m)].into()).await?),
+            Err(Error::Invalid { fields, .. }) => {
+                return page_with_status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &new_page(&state, &who, jar, form, None, fields).await?,
+                )
+            }
+            Err(Error::Conflict(m)) => {
+                return page_with_status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &new_page(
+                        &state,
+                        &who,
+                        jar,
+                        form,
+                        None,
+                        [("name".to_string(), m)].into(),
+                    )
+                    .await?,
+                )
+            }
             Err(e) => return Err(e.into()),
         }
     }
     match pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await {
-        Ok(p) => page_with_status(StatusCode::OK, &new_page(&state, &who, jar, form, Some(p), Default::default()).await?),
-        Err(Error::Invalid { fields, .. }) => page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &new_page(&state, &who, jar, form, None, fields).await?),
+        Ok(p) => page_with_status(
+            StatusCode::OK,
+            &new_page(&state, &who, jar, form, Some(p), Default::default()).await?,
+        ),
+        Err(Error::Invalid { fields, .. }) => page_with_status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &new_page(&state, &who, jar, form, None, fields).await?,
+        ),
         Err(e) => Err(e.into()),
     }
 }
@@ -263,17 +444,63 @@ struct DeletePage {
 }
 
 #[handler]
-pub async fn page_delete_confirm(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn page_delete_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     who.require(Role::Operator, "delete pipelines")?;
     let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
-    page_with_status(StatusCode::OK, &DeletePage { layout: Layout::new(format!("Delete {}", d.pipeline.name), paths::PIPELINES, &who, jar), d })
+    page_with_status(
+        StatusCode::OK,
+        &DeletePage {
+            layout: Layout::new(
+                format!("Delete {}", d.pipeline.name),
+                paths::PIPELINES,
+                &who,
+                jar,
+            ),
+            d,
+        },
+    )
 }
 
 #[handler]
-pub async fn page_delete(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, body: Body) -> PageResult<Response> {
-    let bytes = body.into_bytes().await.map_err(|e| Error::Unexpected(e.into()))?;
-    let drop_slot = url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
-    let deleted = pipelines::delete(&state.pool, &state.inner.secrets, &state.inner.reconciler, &who, &id, drop_slot).await?;
-    set_flash(jar, &format!("Pipeline deleted; {} topic(s) kept{}.", deleted.topics_kept.len(), if deleted.slot_dropped { "; replication slot dropped" } else { "" }));
+pub async fn page_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
+    let drop_slot =
+        url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
+    let deleted = pipelines::delete(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &id,
+        drop_slot,
+    )
+    .await?;
+    set_flash(
+        jar,
+        &format!(
+            "Pipeline deleted; {} topic(s) kept{}.",
+            deleted.topics_kept.len(),
+            if deleted.slot_dropped {
+                "; replication slot dropped"
+            } else {
+                ""
+            }
+        ),
+    );
     Ok(redirect(req, paths::PIPELINES))
 }

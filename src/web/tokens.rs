@@ -28,7 +28,14 @@ struct TokensPage {
     created: Option<String>,
 }
 
-async fn tokens_page(state: &AppState, who: &Principal, jar: &CookieJar, form: NewToken, errors: FieldErrors, created: Option<String>) -> Result<TokensPage, Error> {
+async fn tokens_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    form: NewToken,
+    errors: FieldErrors,
+    created: Option<String>,
+) -> Result<TokensPage, Error> {
     Ok(TokensPage {
         layout: Layout::new("API tokens", paths::TOKENS, who, jar),
         tokens: tokens::list(&state.pool, who).await?,
@@ -40,29 +47,69 @@ async fn tokens_page(state: &AppState, who: &Principal, jar: &CookieJar, form: N
 }
 
 #[handler]
-pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
-    let form = NewToken { user: who.user_name.clone(), expires: "90d".into(), ..Default::default() };
-    page_with_status(StatusCode::OK, &tokens_page(&state, &who, jar, form, FieldErrors::new(), None).await?)
+pub async fn page(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    let form = NewToken {
+        user: who.user_name.clone(),
+        expires: "90d".into(),
+        ..Default::default()
+    };
+    page_with_status(
+        StatusCode::OK,
+        &tokens_page(&state, &who, jar, form, FieldErrors::new(), None).await?,
+    )
 }
 
 /// Answers with the page itself (not a redirect): the token must not travel in a URL or a
 /// cookie, and this response is the only place it appears.
 #[handler]
-pub async fn create_form(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Form(form): Form<NewToken>) -> PageResult<Response> {
+pub async fn create_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<NewToken>,
+) -> PageResult<Response> {
     match tokens::create(&state.pool, &who, &form).await {
         Ok(created) => {
-            let view = tokens_page(&state, &who, jar, NewToken { user: form.user, expires: "90d".into(), ..Default::default() }, FieldErrors::new(), Some(created.token)).await?;
+            let view = tokens_page(
+                &state,
+                &who,
+                jar,
+                NewToken {
+                    user: form.user,
+                    expires: "90d".into(),
+                    ..Default::default()
+                },
+                FieldErrors::new(),
+                Some(created.token),
+            )
+            .await?;
             let mut res = page_with_status(StatusCode::OK, &view)?;
-            res.headers_mut().insert("cache-control", poem::http::HeaderValue::from_static("no-store"));
+            res.headers_mut().insert(
+                "cache-control",
+                poem::http::HeaderValue::from_static("no-store"),
+            );
             Ok(res)
         }
-        Err(Error::Invalid { fields, .. }) => page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &tokens_page(&state, &who, jar, form, fields, None).await?),
+        Err(Error::Invalid { fields, .. }) => page_with_status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &tokens_page(&state, &who, jar, form, fields, None).await?,
+        ),
         Err(e) => Err(e.into()),
     }
 }
 
 #[handler]
-pub async fn revoke_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn revoke_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     tokens::revoke(&state.pool, &who, &id).await?;
     set_flash(jar, "Token revoked; it stopped working at once.");
     Ok(redirect(req, paths::TOKENS))
@@ -70,11 +117,17 @@ pub async fn revoke_form(req: &Request, state: Data<&AppState>, who: Data<&Princ
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": tokens::list(&state.pool, &who).await?})))
+    Ok(Json(
+        json!({"items": tokens::list(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<NewToken>) -> ApiResult<Response> {
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<NewToken>,
+) -> ApiResult<Response> {
     let created = tokens::create(&state.pool, &who, &input).await?;
     let body = json!({"token": created.token, "info": created.info});
     Ok(Response::builder()
@@ -85,7 +138,11 @@ pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(inpu
 }
 
 #[handler]
-pub async fn api_revoke(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn api_revoke(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     tokens::revoke(&state.pool, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -28,28 +28,60 @@ struct UsersPage {
     roles: [Role; 3],
 }
 
-async fn users_page(state: &AppState, who: &Principal, jar: &CookieJar, form: NewUser, errors: FieldErrors) -> Result<UsersPage, Error> {
+async fn users_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    form: NewUser,
+    errors: FieldErrors,
+) -> Result<UsersPage, Error> {
     Ok(UsersPage {
         layout: Layout::new("Users", paths::USERS, who, jar),
         users: users::list(&state.pool, who).await?,
         sessions: sessions::list_live(&state.pool, who).await?,
-        form: NewUser { password: String::new(), ..form },
+        form: NewUser {
+            password: String::new(),
+            ..form
+        },
         errors,
         roles: Role::ALL,
     })
 }
 
 #[handler]
-pub async fn page(state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar) -> PageResult<Response> {
-    let view = users_page(&state, &who, jar, NewUser { role: "viewer".into(), ..Default::default() }, FieldErrors::new()).await?;
+pub async fn page(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    let view = users_page(
+        &state,
+        &who,
+        jar,
+        NewUser {
+            role: "viewer".into(),
+            ..Default::default()
+        },
+        FieldErrors::new(),
+    )
+    .await?;
     page_with_status(StatusCode::OK, &view)
 }
 
 #[handler]
-pub async fn create_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Form(form): Form<NewUser>) -> PageResult<Response> {
+pub async fn create_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<NewUser>,
+) -> PageResult<Response> {
     match users::create(&state.pool, &who, &form).await {
         Ok(user) => {
-            set_flash(jar, &format!("User {} created with role {}.", user.name, user.role));
+            set_flash(
+                jar,
+                &format!("User {} created with role {}.", user.name, user.role),
+            );
             Ok(redirect(req, paths::USERS))
         }
         Err(Error::Invalid { fields, .. }) => {
@@ -67,28 +99,56 @@ pub struct RoleForm {
 }
 
 #[handler]
-pub async fn set_role_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>, Form(f): Form<RoleForm>) -> PageResult<Response> {
+pub async fn set_role_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Form(f): Form<RoleForm>,
+) -> PageResult<Response> {
     let user = users::set_role(&state.pool, &who, &id, &f.role).await?;
     set_flash(jar, &format!("{} is now {}.", user.name, user.role));
     Ok(redirect(req, paths::USERS))
 }
 
 #[handler]
-pub async fn disable_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn disable_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     users::set_disabled(&state.pool, &who, &id, true).await?;
-    set_flash(jar, "User disabled; their sessions and tokens stopped working.");
+    set_flash(
+        jar,
+        "User disabled; their sessions and tokens stopped working.",
+    );
     Ok(redirect(req, paths::USERS))
 }
 
 #[handler]
-pub async fn enable_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn enable_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     users::set_disabled(&state.pool, &who, &id, false).await?;
     set_flash(jar, "User enabled.");
     Ok(redirect(req, paths::USERS))
 }
 
 #[handler]
-pub async fn revoke_session_form(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
+pub async fn revoke_session_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
     sessions::revoke(&state.pool, &who, &id).await?;
     set_flash(jar, "Session revoked.");
     Ok(redirect(req, paths::USERS))
@@ -98,13 +158,22 @@ pub async fn revoke_session_form(req: &Request, state: Data<&AppState>, who: Dat
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": users::list(&state.pool, &who).await?})))
+    Ok(Json(
+        json!({"items": users::list(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_create(state: Data<&AppState>, who: Data<&Principal>, Json(input): Json<NewUser>) -> ApiResult<Response> {
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<NewUser>,
+) -> ApiResult<Response> {
     let user = users::create(&state.pool, &who, &input).await?;
-    Ok(Response::builder().status(StatusCode::CREATED).content_type("application/json").body(json!(user).to_string()))
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(user).to_string()))
 }
 
 #[derive(Deserialize)]
@@ -114,7 +183,12 @@ pub struct UserPatch {
 }
 
 #[handler]
-pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>, Json(p): Json<UserPatch>) -> ApiResult<Json<Value>> {
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(p): Json<UserPatch>,
+) -> ApiResult<Json<Value>> {
     who.require(Role::Admin, "change users")?;
     if let Some(role) = p.role {
         users::set_role(&state.pool, &who, &id, &role).await?;
@@ -122,17 +196,25 @@ pub async fn api_patch(state: Data<&AppState>, who: Data<&Principal>, Path(id): 
     if let Some(disabled) = p.disabled {
         users::set_disabled(&state.pool, &who, &id, disabled).await?;
     }
-    let user = users::find_by_id(&state.pool, &id).await?.ok_or_else(|| Error::NotFound(format!("user {id}")))?;
+    let user = users::find_by_id(&state.pool, &id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("user {id}")))?;
     Ok(Json(json!(user)))
 }
 
 #[handler]
 pub async fn api_sessions(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": sessions::list_live(&state.pool, &who).await?})))
+    Ok(Json(
+        json!({"items": sessions::list_live(&state.pool, &who).await?}),
+    ))
 }
 
 #[handler]
-pub async fn api_revoke_session(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn api_revoke_session(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     sessions::revoke(&state.pool, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -24,14 +24,35 @@ async fn anonymous_requests_to_every_non_public_route_get_401_or_a_redirect_to_s
     for route in &table {
         let url = format!("{}{}", app.url, concrete(&route.path));
         if route.access == "public" {
-            assert!(PUBLIC.contains(&route.path.as_str()), "{} {} is public but API.md does not allow it", route.method, route.path);
+            assert!(
+                PUBLIC.contains(&route.path.as_str()),
+                "{} {} is public but API.md does not allow it",
+                route.method,
+                route.path
+            );
             continue;
         }
-        let res = app.client().request(method(&route.method), &url).send().await.unwrap();
+        let res = app
+            .client()
+            .request(method(&route.method), &url)
+            .send()
+            .await
+            .unwrap();
         let status = res.status().as_u16();
-        let location = res.headers().get("location").map(|v| v.to_str().unwrap().to_string());
-        let ok = status == 401 || (status == 303 && location.as_deref().is_some_and(|l| l.starts_with("/login?next=")));
-        assert!(ok, "anonymous {} {} got {status} {location:?}", route.method, route.path);
+        let location = res
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_string());
+        let ok = status == 401
+            || (status == 303
+                && location
+                    .as_deref()
+                    .is_some_and(|l| l.starts_with("/login?next=")));
+        assert!(
+            ok,
+            "anonymous {} {} got {status} {location:?}",
+            route.method, route.path
+        );
         if route.path.starts_with("/api/") {
             assert_eq!(status, 401, "API routes answer 401, not a redirect");
             let body: Value = res.json().await.unwrap();
@@ -55,28 +76,52 @@ async fn a_viewer_gets_403_on_every_mutating_route_and_on_admin_pages() {
         }
         let url = format!("{}{}", app.url, concrete(&route.path));
         // Through the API with a bearer token…
-        let mut req = app.client().request(method(&route.method), &url).bearer_auth(&token);
+        let mut req = app
+            .client()
+            .request(method(&route.method), &url)
+            .bearer_auth(&token);
         if route.path.starts_with("/api/") && mutating {
             req = req.json(&json!({}));
         } else if mutating {
             req = req.form(&[("name", "x")]);
         }
         let res = req.send().await.unwrap();
-        assert_eq!(res.status(), 403, "viewer token: {} {}", route.method, route.path);
+        assert_eq!(
+            res.status(),
+            403,
+            "viewer token: {} {}",
+            route.method,
+            route.path
+        );
         // …and from the browser, with a valid CSRF token, so only the role can refuse it.
-        let mut req = browser.client.request(method(&route.method), &url).header("X-CSRF-Token", &browser.csrf);
+        let mut req = browser
+            .client
+            .request(method(&route.method), &url)
+            .header("X-CSRF-Token", &browser.csrf);
         if route.path.starts_with("/api/") && mutating {
             req = req.json(&json!({}));
         } else if mutating {
             req = req.form(&[("name", "x"), ("csrf_token", browser.csrf.as_str())]);
         }
         let res = req.send().await.unwrap();
-        assert_eq!(res.status(), 403, "viewer session: {} {}", route.method, route.path);
+        assert_eq!(
+            res.status(),
+            403,
+            "viewer session: {} {}",
+            route.method,
+            route.path
+        );
         checked += 1;
     }
     assert!(checked >= 10, "walked {checked} restricted routes");
     // Viewers still read what they may.
-    let res = app.client().get(format!("{}/api/v1/audit", app.url)).bearer_auth(&token).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/api/v1/audit", app.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
 }
 
@@ -85,31 +130,82 @@ async fn a_browser_post_without_the_csrf_token_is_refused_and_changes_nothing() 
     let app = spawn_app();
     create_user(&app, "ada", "admin");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    let form = [("name", "mallory"), ("role", "admin"), ("password", "a very long password")];
-    let res = b.client.post(format!("{}/settings/users", b.base)).form(&form).send().await.unwrap();
+    let form = [
+        ("name", "mallory"),
+        ("role", "admin"),
+        ("password", "a very long password"),
+    ];
+    let res = b
+        .client
+        .post(format!("{}/settings/users", b.base))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 403);
     assert!(res.text().await.unwrap().contains("CSRF"));
     let res = b
         .client
         .post(format!("{}/settings/users", b.base))
-        .form(&[("name", "mallory"), ("role", "admin"), ("password", "a very long password"), ("csrf_token", "wrong")])
+        .form(&[
+            ("name", "mallory"),
+            ("role", "admin"),
+            ("password", "a very long password"),
+            ("csrf_token", "wrong"),
+        ])
         .send()
         .await
         .unwrap();
     assert_eq!(res.status(), 403);
-    let res = b.client.post(format!("{}/api/v1/users", b.base)).json(&json!({"name": "mallory", "role": "admin", "password": "a very long password"})).send().await.unwrap();
-    assert_eq!(res.status(), 403, "a cookie-authenticated API write needs the CSRF header too");
-    let list: Value = b.client.get(format!("{}/api/v1/users", b.base)).send().await.unwrap().json().await.unwrap();
-    assert_eq!(list["items"].as_array().unwrap().len(), 1, "no user was created: {list}");
+    let res = b
+        .client
+        .post(format!("{}/api/v1/users", b.base))
+        .json(&json!({"name": "mallory", "role": "admin", "password": "a very long password"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        403,
+        "a cookie-authenticated API write needs the CSRF header too"
+    );
+    let list: Value = b
+        .client
+        .get(format!("{}/api/v1/users", b.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        list["items"].as_array().unwrap().len(),
+        1,
+        "no user was created: {list}"
+    );
 
     let mut with = form.to_vec();
     with.push(("csrf_token", &b.csrf));
-    let res = b.client.post(format!("{}/settings/users", b.base)).form(&with).send().await.unwrap();
+    let res = b
+        .client
+        .post(format!("{}/settings/users", b.base))
+        .form(&with)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 303, "with the token the same form works");
 
     // The sign-in form is protected too (double-submit cookie).
-    let anon = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let res = anon.post(format!("{}/login", app.url)).form(&[("name", "ada"), ("password", PASSWORD)]).send().await.unwrap();
+    let anon = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let res = anon
+        .post(format!("{}/login", app.url))
+        .form(&[("name", "ada"), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 403);
 }
 
@@ -122,15 +218,53 @@ async fn a_revoked_api_token_stops_working_at_once() {
     let me = |t: String| {
         let c = app.client();
         let url = format!("{}/api/v1/me", app.url);
-        async move { c.get(url).bearer_auth(t).send().await.unwrap().status().as_u16() }
+        async move {
+            c.get(url)
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
     };
     assert_eq!(me(victim.clone()).await, 200);
-    let tokens: Value = app.client().get(format!("{}/api/v1/tokens", app.url)).bearer_auth(&admin).send().await.unwrap().json().await.unwrap();
-    let id = tokens["items"].as_array().unwrap().iter().find(|t| t["label"] == "ci").unwrap()["id"].as_str().unwrap().to_string();
-    assert!(!tokens.to_string().contains(&victim), "token values are never listed");
-    let res = app.client().delete(format!("{}/api/v1/tokens/{id}", app.url)).bearer_auth(&admin).send().await.unwrap();
+    let tokens: Value = app
+        .client()
+        .get(format!("{}/api/v1/tokens", app.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = tokens["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["label"] == "ci")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !tokens.to_string().contains(&victim),
+        "token values are never listed"
+    );
+    let res = app
+        .client()
+        .delete(format!("{}/api/v1/tokens/{id}", app.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 204);
-    assert_eq!(me(victim).await, 401, "revoked: refused on the very next request");
+    assert_eq!(
+        me(victim).await,
+        401,
+        "revoked: refused on the very next request"
+    );
     assert_eq!(me("cdc_not-a-real-token".into()).await, 401);
 }
 
@@ -140,7 +274,13 @@ async fn an_expired_token_is_refused() {
     create_user(&app, "ada", "admin");
     let token = create_token(&app, "ada", &["--expires", "1s"]);
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let res = app.client().get(format!("{}/api/v1/me", app.url)).bearer_auth(&token).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/api/v1/me", app.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 401);
 }
 
@@ -150,44 +290,116 @@ async fn an_idle_session_expires_and_a_signed_out_session_stops_at_once() {
     let app = spawn_app_from(&binary(), dir, &[("CLUECDC_SESSION_IDLE", "2s")]);
     create_user(&app, "ada", "admin");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    assert_eq!(b.client.get(format!("{}/api/v1/me", app.url)).send().await.unwrap().status(), 200);
+    assert_eq!(
+        b.client
+            .get(format!("{}/api/v1/me", app.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     tokio::time::sleep(Duration::from_millis(3000)).await;
     let res = b.client.get(format!("{}/", app.url)).send().await.unwrap();
     assert_eq!(res.status(), 303, "idle past the limit: sent to sign in");
-    assert!(res.headers()["location"].to_str().unwrap().starts_with("/login"));
+    assert!(res.headers()["location"]
+        .to_str()
+        .unwrap()
+        .starts_with("/login"));
 
     // Sign out: the same cookie, replayed by an attacker who copied it, no longer works.
     let b = sign_in(&app, "ada", PASSWORD).await;
     let cookie = session_cookie_of(&b, &app).await;
-    let res = b.client.post(format!("{}/logout", app.url)).form(&[("csrf_token", b.csrf.as_str())]).send().await.unwrap();
+    let res = b
+        .client
+        .post(format!("{}/logout", app.url))
+        .form(&[("csrf_token", b.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 303);
-    let replay = app.client().get(format!("{}/api/v1/me", app.url)).header("cookie", format!("cluecdc_session={cookie}")).send().await.unwrap();
+    let replay = app
+        .client()
+        .get(format!("{}/api/v1/me", app.url))
+        .header("cookie", format!("cluecdc_session={cookie}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(replay.status(), 401);
 }
 
 /// Reads the session cookie value the server set (the cookie store hides it).
 async fn session_cookie_of(_b: &Browser, app: &TestApp) -> String {
     // Sign in again with a plain client to see the Set-Cookie header.
-    let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let c = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
     let page = c.get(format!("{}/login", app.url)).send().await.unwrap();
-    let login_cookie = page.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let login_cookie = page.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
     let csrf = hidden_value(&page.text().await.unwrap(), "csrf_token").unwrap();
     let res = c
         .post(format!("{}/login", app.url))
         .header("cookie", login_cookie)
-        .form(&[("name", "ada"), ("password", PASSWORD), ("csrf_token", csrf.as_str())])
+        .form(&[
+            ("name", "ada"),
+            ("password", PASSWORD),
+            ("csrf_token", csrf.as_str()),
+        ])
         .send()
         .await
         .unwrap();
-    let set = res.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_string()).find(|v| v.starts_with("cluecdc_session=")).unwrap();
-    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
-    let value = set.split(';').next().unwrap().trim_start_matches("cluecdc_session=").to_string();
+    let set = res
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|v| v.starts_with("cluecdc_session="))
+        .unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let value = set
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("cluecdc_session=")
+        .to_string();
     // Revoke this extra session through its own sign-out so the test checks exactly one.
-    let me = app.client().get(format!("{}/api/v1/me", app.url)).header("cookie", format!("cluecdc_session={value}")).send().await.unwrap();
+    let me = app
+        .client()
+        .get(format!("{}/api/v1/me", app.url))
+        .header("cookie", format!("cluecdc_session={value}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(me.status(), 200);
-    let home = app.client().get(format!("{}/", app.url)).header("cookie", format!("cluecdc_session={value}")).send().await.unwrap().text().await.unwrap();
+    let home = app
+        .client()
+        .get(format!("{}/", app.url))
+        .header("cookie", format!("cluecdc_session={value}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let csrf = hidden_value(&home, "csrf_token").unwrap();
-    let out = app.client().post(format!("{}/logout", app.url)).header("cookie", format!("cluecdc_session={value}")).form(&[("csrf_token", csrf.as_str())]).send().await.unwrap();
+    let out = app
+        .client()
+        .post(format!("{}/logout", app.url))
+        .header("cookie", format!("cluecdc_session={value}"))
+        .form(&[("csrf_token", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(out.status(), 303);
     value
 }
@@ -196,23 +408,69 @@ async fn session_cookie_of(_b: &Browser, app: &TestApp) -> String {
 async fn repeated_wrong_passwords_lock_the_account_for_a_while() {
     let app = spawn_app();
     create_user(&app, "ada", "admin");
-    let c = reqwest::Client::builder().cookie_store(true).redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let page = c.get(format!("{}/login", app.url)).send().await.unwrap().text().await.unwrap();
+    let c = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = c
+        .get(format!("{}/login", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let csrf = hidden_value(&page, "csrf_token").unwrap();
     let attempt = |pw: &'static str| {
         let c = c.clone();
         let url = format!("{}/login", app.url);
         let csrf = csrf.clone();
-        async move { c.post(url).form(&[("name", "ada"), ("password", pw), ("csrf_token", csrf.as_str())]).send().await.unwrap().status().as_u16() }
+        async move {
+            c.post(url)
+                .form(&[
+                    ("name", "ada"),
+                    ("password", pw),
+                    ("csrf_token", csrf.as_str()),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
     };
     for _ in 0..5 {
         assert_eq!(attempt("wrong password!!").await, 401);
     }
-    assert_eq!(attempt(PASSWORD).await, 429, "locked even with the right password");
+    assert_eq!(
+        attempt(PASSWORD).await,
+        429,
+        "locked even with the right password"
+    );
     let token = create_token(&app, "ada", &[]);
-    let audit: Value = app.client().get(format!("{}/api/v1/audit?action=auth.login&outcome=failure", app.url)).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
-    assert_eq!(audit["items"].as_array().unwrap().len(), 6, "every failed and refused sign-in is audited");
-    assert!(!audit.to_string().contains("wrong password"), "attempted passwords are never recorded");
+    let audit: Value = app
+        .client()
+        .get(format!(
+            "{}/api/v1/audit?action=auth.login&outcome=failure",
+            app.url
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        audit["items"].as_array().unwrap().len(),
+        6,
+        "every failed and refused sign-in is audited"
+    );
+    assert!(
+        !audit.to_string().contains("wrong password"),
+        "attempted passwords are never recorded"
+    );
 }
 
 #[tokio::test]
@@ -220,30 +478,65 @@ async fn each_change_writes_one_audit_row_and_a_refused_change_writes_none() {
     let app = spawn_app();
     create_user(&app, "ada", "admin");
     let token = create_token(&app, "ada", &[]);
-    let api = |m: Method, path: &str| app.client().request(m, format!("{}{path}", app.url)).bearer_auth(&token);
+    let api = |m: Method, path: &str| {
+        app.client()
+            .request(m, format!("{}{path}", app.url))
+            .bearer_auth(&token)
+    };
     let secret = "canary-password-7d1e";
-    let res = api(Method::POST, "/api/v1/users").json(&json!({"name": "otto", "role": "operator", "password": secret})).send().await.unwrap();
+    let res = api(Method::POST, "/api/v1/users")
+        .json(&json!({"name": "otto", "role": "operator", "password": secret}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 201);
     let otto: Value = res.json().await.unwrap();
     assert!(otto.get("password_hash").is_none() && !otto.to_string().contains(secret));
 
     // A duplicate is refused with a field message, and its audit row rolled back with it.
-    let res = api(Method::POST, "/api/v1/users").json(&json!({"name": "otto", "role": "viewer", "password": secret})).send().await.unwrap();
+    let res = api(Method::POST, "/api/v1/users")
+        .json(&json!({"name": "otto", "role": "viewer", "password": secret}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 422);
     let err: Value = res.json().await.unwrap();
-    assert!(err["error"]["fields"]["name"].as_str().unwrap().contains("taken"), "{err}");
+    assert!(
+        err["error"]["fields"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("taken"),
+        "{err}"
+    );
     // Invalid input: every field named, nothing stored.
-    let res = api(Method::POST, "/api/v1/users").json(&json!({"name": "Bad Name", "role": "root", "password": "short"})).send().await.unwrap();
+    let res = api(Method::POST, "/api/v1/users")
+        .json(&json!({"name": "Bad Name", "role": "root", "password": "short"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 422);
     let err: Value = res.json().await.unwrap();
     for f in ["name", "role", "password"] {
         assert!(err["error"]["fields"][f].is_string(), "{f} is named: {err}");
     }
 
-    let rows: Value = api(Method::GET, "/api/v1/audit?action=user.create").send().await.unwrap().json().await.unwrap();
+    let rows: Value = api(Method::GET, "/api/v1/audit?action=user.create")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let rows = rows["items"].as_array().unwrap();
-    let names: Vec<&str> = rows.iter().map(|r| r["summary"]["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["otto", "ada"], "one row per created user, none for refused ones");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["summary"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["otto", "ada"],
+        "one row per created user, none for refused ones"
+    );
     let row = &rows[0];
     assert_eq!(row["actor"], "ada");
     assert_eq!(row["actor_kind"], "token");
@@ -251,23 +544,56 @@ async fn each_change_writes_one_audit_row_and_a_refused_change_writes_none() {
     assert_eq!(row["target_id"], otto["id"]);
     assert!(row["request_id"].as_str().unwrap().len() == 16);
 
-    let res = api(Method::PATCH, &format!("/api/v1/users/{}", otto["id"].as_str().unwrap())).json(&json!({"role": "viewer"})).send().await.unwrap();
+    let res = api(
+        Method::PATCH,
+        &format!("/api/v1/users/{}", otto["id"].as_str().unwrap()),
+    )
+    .json(&json!({"role": "viewer"}))
+    .send()
+    .await
+    .unwrap();
     assert_eq!(res.status(), 200);
-    let rows: Value = api(Method::GET, "/api/v1/audit?action=user.set_role").send().await.unwrap().json().await.unwrap();
-    assert_eq!(rows["items"][0]["summary"], json!({"name": "otto", "from": "operator", "to": "viewer"}));
+    let rows: Value = api(Method::GET, "/api/v1/audit?action=user.set_role")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        rows["items"][0]["summary"],
+        json!({"name": "otto", "from": "operator", "to": "viewer"})
+    );
 
     // Export: CSV and JSON, same filters, no secret anywhere.
-    let csv = api(Method::GET, "/api/v1/audit/export?format=csv").send().await.unwrap();
+    let csv = api(Method::GET, "/api/v1/audit/export?format=csv")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(csv.headers()["content-type"], "text/csv; charset=utf-8");
     let csv = csv.text().await.unwrap();
-    assert!(csv.starts_with("id,at,actor,actor_kind,action,target_kind,target_id,outcome,summary,request_id\n"));
+    assert!(csv.starts_with(
+        "id,at,actor,actor_kind,action,target_kind,target_id,outcome,summary,request_id\n"
+    ));
     assert!(csv.contains("user.set_role") && !csv.contains(secret) && !csv.contains(&token[4..]));
-    let json_export: Value = api(Method::GET, "/api/v1/audit/export?format=json&action=user.").send().await.unwrap().json().await.unwrap();
+    let json_export: Value = api(Method::GET, "/api/v1/audit/export?format=json&action=user.")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(json_export.as_array().unwrap().len(), 3);
-    let bad = api(Method::GET, "/api/v1/audit?since=yesterday").send().await.unwrap();
+    let bad = api(Method::GET, "/api/v1/audit?since=yesterday")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 422);
     let err: Value = bad.json().await.unwrap();
-    assert!(err["error"]["fields"]["since"].as_str().unwrap().contains("RFC 3339"));
+    assert!(err["error"]["fields"]["since"]
+        .as_str()
+        .unwrap()
+        .contains("RFC 3339"));
 }
 
 #[tokio::test]
@@ -278,37 +604,111 @@ async fn the_audit_table_refuses_updates_and_deletes() {
     let url = format!("sqlite://{}", db.display());
     use sqlx::Connection;
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log").fetch_one(&mut conn).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
     assert!(n >= 1);
-    assert!(sqlx::query("UPDATE audit_log SET actor = 'eve'").execute(&mut conn).await.is_err());
-    assert!(sqlx::query("DELETE FROM audit_log").execute(&mut conn).await.is_err());
+    assert!(sqlx::query("UPDATE audit_log SET actor = 'eve'")
+        .execute(&mut conn)
+        .await
+        .is_err());
+    assert!(sqlx::query("DELETE FROM audit_log")
+        .execute(&mut conn)
+        .await
+        .is_err());
 }
 
 #[tokio::test]
 async fn the_first_run_prints_a_one_time_setup_url_that_creates_the_first_admin() {
     let app = spawn_app();
     let log = app.log();
-    let start = log.find("/setup?token=").expect("the log names the setup URL");
-    let token: String = log[start + "/setup?token=".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
-    let c = reqwest::Client::builder().cookie_store(true).redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    assert_eq!(c.get(format!("{}/setup?token=wrong", app.url)).send().await.unwrap().status(), 404);
-    let page = c.get(format!("{}/setup?token={token}", app.url)).send().await.unwrap();
+    let start = log
+        .find("/setup?token=")
+        .expect("the log names the setup URL");
+    let token: String = log[start + "/setup?token=".len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    let c = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    assert_eq!(
+        c.get(format!("{}/setup?token=wrong", app.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let page = c
+        .get(format!("{}/setup?token={token}", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 200);
-    let res = c.post(format!("{}/setup", app.url)).form(&[("token", token.as_str()), ("name", "root"), ("password", PASSWORD), ("confirm", "different")]).send().await.unwrap();
+    let res = c
+        .post(format!("{}/setup", app.url))
+        .form(&[
+            ("token", token.as_str()),
+            ("name", "root"),
+            ("password", PASSWORD),
+            ("confirm", "different"),
+        ])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 422);
-    assert!(res.text().await.unwrap().contains("the two passwords differ"));
-    let res = c.post(format!("{}/setup", app.url)).form(&[("token", token.as_str()), ("name", "root"), ("password", PASSWORD), ("confirm", PASSWORD)]).send().await.unwrap();
+    assert!(res
+        .text()
+        .await
+        .unwrap()
+        .contains("the two passwords differ"));
+    let res = c
+        .post(format!("{}/setup", app.url))
+        .form(&[
+            ("token", token.as_str()),
+            ("name", "root"),
+            ("password", PASSWORD),
+            ("confirm", PASSWORD),
+        ])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 303);
-    let me: Value = c.get(format!("{}/api/v1/me", app.url)).send().await.unwrap().json().await.unwrap();
+    let me: Value = c
+        .get(format!("{}/api/v1/me", app.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(me["role"], "admin");
-    assert_eq!(c.get(format!("{}/setup?token={token}", app.url)).send().await.unwrap().status(), 404, "single use");
+    assert_eq!(
+        c.get(format!("{}/setup?token={token}", app.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404,
+        "single use"
+    );
 }
 
 #[tokio::test]
 async fn request_bodies_over_the_limit_are_refused() {
     let app = spawn_app();
     let big = "x".repeat(2 * 1024 * 1024);
-    let res = app.client().post(format!("{}/login", app.url)).body(big).send().await.unwrap();
+    let res = app
+        .client()
+        .post(format!("{}/login", app.url))
+        .body(big)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 413);
 }
 
@@ -317,9 +717,31 @@ async fn the_openapi_document_lists_every_api_route() {
     let app = spawn_app();
     create_user(&app, "vera", "viewer");
     let token = create_token(&app, "vera", &[]);
-    let doc: Value = app.client().get(format!("{}/api/v1/openapi.json", app.url)).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    let doc: Value = app
+        .client()
+        .get(format!("{}/api/v1/openapi.json", app.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     for route in routes().into_iter().filter(|r| r.path.starts_with("/api/")) {
-        let path = route.path.split('/').map(|s| s.strip_prefix(':').map(|p| format!("{{{p}}}")).unwrap_or(s.to_string())).collect::<Vec<_>>().join("/");
-        assert!(doc["paths"][&path][route.method.to_lowercase()].is_object(), "{} {path} missing", route.method);
+        let path = route
+            .path
+            .split('/')
+            .map(|s| {
+                s.strip_prefix(':')
+                    .map(|p| format!("{{{p}}}"))
+                    .unwrap_or(s.to_string())
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        assert!(
+            doc["paths"][&path][route.method.to_lowercase()].is_object(),
+            "{} {path} missing",
+            route.method
+        );
     }
 }

@@ -10,10 +10,18 @@ use crate::helpers::{binary, create_user, sign_in, spawn_app, spawn_app_from, PA
 async fn the_binary_answers_healthz_and_readyz() {
     let app = spawn_app();
     let client = app.client();
-    let health = client.get(format!("{}/healthz", app.url)).send().await.unwrap();
+    let health = client
+        .get(format!("{}/healthz", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), "ok");
-    let ready = client.get(format!("{}/readyz", app.url)).send().await.unwrap();
+    let ready = client
+        .get(format!("{}/readyz", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200, "log:\n{}", app.log());
 }
 
@@ -26,23 +34,53 @@ async fn a_copy_of_the_binary_alone_in_an_empty_directory_serves_its_page_and_ht
     let app = spawn_app_from(&exe, dir, &[]);
     let client = app.client();
 
-    let login = client.get(format!("{}/login", app.url)).send().await.unwrap();
+    let login = client
+        .get(format!("{}/login", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(login.status(), 200);
-    assert!(login.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(login.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
     create_user(&app, "ada", "viewer");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    let html = b.client.get(format!("{}/", app.url)).send().await.unwrap().text().await.unwrap();
-    assert!(html.contains(r#"<script src="/static/htmx.min.js" defer></script>"#), "{html}");
+    let html = b
+        .client
+        .get(format!("{}/", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains(r#"<script src="/static/htmx.min.js" defer></script>"#),
+        "{html}"
+    );
     assert!(html.contains("<h1>Overview</h1>"));
 
-    let js = client.get(format!("{}/static/htmx.min.js", app.url)).send().await.unwrap();
+    let js = client
+        .get(format!("{}/static/htmx.min.js", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(js.status(), 200);
     assert_eq!(js.headers()["content-type"], "text/javascript");
     let body = js.bytes().await.unwrap();
-    let vendored = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/static/htmx.min.js")).unwrap();
-    assert_eq!(body.as_ref(), vendored.as_slice(), "the served htmx must be the vendored file");
+    let vendored =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/static/htmx.min.js")).unwrap();
+    assert_eq!(
+        body.as_ref(),
+        vendored.as_slice(),
+        "the served htmx must be the vendored file"
+    );
 
-    assert!(app.data_dir().join("cluecdc.db").exists(), "the data directory holds the database");
+    assert!(
+        app.data_dir().join("cluecdc.db").exists(),
+        "the data directory holds the database"
+    );
 }
 
 #[test]
@@ -52,17 +90,28 @@ fn the_vendored_htmx_matches_the_checksum_recorded_beside_it() {
     let js = std::fs::read(format!("{root}/static/htmx.min.js")).unwrap();
     let recorded = std::fs::read_to_string(format!("{root}/static/VENDORED.md")).unwrap();
     let actual = hex::encode(Sha256::digest(&js));
-    assert!(recorded.contains(&actual), "static/VENDORED.md does not record sha256 {actual}");
+    assert!(
+        recorded.contains(&actual),
+        "static/VENDORED.md does not record sha256 {actual}"
+    );
     assert!(std::path::Path::new(&format!("{root}/static/htmx.LICENSE")).exists());
 }
 
 #[tokio::test]
 async fn every_response_carries_the_security_headers_and_a_request_id() {
     let app = spawn_app();
-    let res = app.client().get(format!("{}/login", app.url)).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/login", app.url))
+        .send()
+        .await
+        .unwrap();
     let h = res.headers();
     let csp = h["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
     assert!(csp.contains("frame-ancestors 'none'"));
     assert_eq!(h["x-content-type-options"], "nosniff");
     assert_eq!(h["referrer-policy"], "no-referrer");
@@ -83,26 +132,54 @@ async fn an_htmx_request_gets_the_fragment_not_the_page() {
         .unwrap();
     assert_eq!(res.status(), 200);
     let html = res.text().await.unwrap();
-    assert!(html.trim_start().starts_with(r#"<div id="system-status""#), "{html}");
+    assert!(
+        html.trim_start().starts_with(r#"<div id="system-status""#),
+        "{html}"
+    );
     assert!(!html.contains("<html"));
 }
 
 #[tokio::test]
 async fn sigterm_stops_the_server_cleanly() {
     let mut app = spawn_app();
-    let res = app.client().get(format!("{}/healthz", app.url)).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/healthz", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
-    let status = app.terminate(Duration::from_secs(15)).expect("did not exit within 15 s of SIGTERM");
-    assert!(status.success(), "exit status {status:?}; log:\n{}", app.log());
-    assert!(app.log().contains("shut down cleanly"), "log:\n{}", app.log());
+    let status = app
+        .terminate(Duration::from_secs(15))
+        .expect("did not exit within 15 s of SIGTERM");
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        app.log()
+    );
+    assert!(
+        app.log().contains("shut down cleanly"),
+        "log:\n{}",
+        app.log()
+    );
 }
 
 #[tokio::test]
 async fn an_unknown_path_is_404() {
     let app = spawn_app();
-    let res = app.client().get(format!("{}/no-such-page", app.url)).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/no-such-page", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 404);
-    let res = app.client().get(format!("{}/static/nope.js", app.url)).send().await.unwrap();
+    let res = app
+        .client()
+        .get(format!("{}/static/nope.js", app.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 404);
 }
 
@@ -114,6 +191,10 @@ fn migrate_creates_the_schema_and_exits() {
         .args(["migrate", "--data-dir", "d"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(dir.path().join("d/cluecdc.db").exists());
 }

@@ -15,33 +15,88 @@ fn minio_body(s: &Stack, name: &str, bucket: &str, secret: &str) -> Value {
 }
 
 fn checks(report: &Value) -> Vec<(String, String)> {
-    report["checks"].as_array().unwrap().iter().map(|c| (c["name"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string())).collect()
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }
 
 async fn probe_objects(s: &Stack) -> Vec<String> {
-    let out = s.s3_client(&s.s3_secret_key).list_objects_v2().bucket(&s.s3_bucket).prefix("tests/.cluecdc/").send().await.unwrap();
-    out.contents().iter().filter_map(|o| o.key().map(String::from)).collect()
+    let out = s
+        .s3_client(&s.s3_secret_key)
+        .list_objects_v2()
+        .bucket(&s.s3_bucket)
+        .prefix("tests/.cluecdc/")
+        .send()
+        .await
+        .unwrap();
+    out.contents()
+        .iter()
+        .filter_map(|o| o.key().map(String::from))
+        .collect()
 }
 
 #[tokio::test]
 async fn a_minio_connection_to_the_stack_passes_its_test_and_leaves_no_probe_behind() {
     let s = stack();
     let api = admin_api();
-    let c = api.connection(minio_body(&s, "stack s3", &s.s3_bucket, &s.s3_secret_key)).await;
-    assert_eq!(c["secret_fields_set"], json!(["access_key_id", "secret_access_key"]));
-    assert!(c["warnings"][0].as_str().unwrap().contains("isolated local fixtures"), "plain http is labelled: {c}");
-    let (status, report) = api.post(&format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()), json!({})).await;
+    let c = api
+        .connection(minio_body(&s, "stack s3", &s.s3_bucket, &s.s3_secret_key))
+        .await;
+    assert_eq!(
+        c["secret_fields_set"],
+        json!(["access_key_id", "secret_access_key"])
+    );
+    assert!(
+        c["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("isolated local fixtures"),
+        "plain http is labelled: {c}"
+    );
+    let (status, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["ok"], true, "{report}");
     assert_eq!(
         checks(&report),
-        vec![("bucket".into(), "pass".into()), ("write probe".into(), "pass".into()), ("read back".into(), "pass".into()), ("delete probe".into(), "pass".into())]
+        vec![
+            ("bucket".into(), "pass".into()),
+            ("write probe".into(), "pass".into()),
+            ("read back".into(), "pass".into()),
+            ("delete probe".into(), "pass".into())
+        ]
     );
     let write = report["checks"][1]["message"].as_str().unwrap();
-    assert!(write.contains("tests/.cluecdc/connection-tests/"), "the probe lives under the prefix: {write}");
-    assert!(probe_objects(&s).await.is_empty(), "no probe object is left behind");
-    let (_, stored) = api.get(&format!("/api/v1/connections/{}", c["id"].as_str().unwrap())).await;
-    assert_eq!(stored["last_test"]["ok"], true, "the last result is kept with the connection");
+    assert!(
+        write.contains("tests/.cluecdc/connection-tests/"),
+        "the probe lives under the prefix: {write}"
+    );
+    assert!(
+        probe_objects(&s).await.is_empty(),
+        "no probe object is left behind"
+    );
+    let (_, stored) = api
+        .get(&format!(
+            "/api/v1/connections/{}",
+            c["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        stored["last_test"]["ok"], true,
+        "the last result is kept with the connection"
+    );
 }
 
 #[tokio::test]
@@ -49,15 +104,40 @@ async fn a_missing_bucket_fails_the_test_and_no_bucket_appears() {
     let s = stack();
     let api = admin_api();
     let bucket = format!("cluecdc-missing-{}", std::process::id());
-    let c = api.connection(minio_body(&s, "missing", &bucket, &s.s3_secret_key)).await;
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()), json!({})).await;
+    let c = api
+        .connection(minio_body(&s, "missing", &bucket, &s.s3_secret_key))
+        .await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], false);
-    assert_eq!(checks(&report), vec![("bucket".into(), "fail".into())], "nothing is written when the bucket check fails");
-    assert!(report["checks"][0]["hint"].as_str().unwrap().contains("never creates buckets"), "{report}");
-    let head = s.s3_client(&s.s3_secret_key).head_bucket().bucket(&bucket).send().await;
+    assert_eq!(
+        checks(&report),
+        vec![("bucket".into(), "fail".into())],
+        "nothing is written when the bucket check fails"
+    );
+    assert!(
+        report["checks"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("never creates buckets"),
+        "{report}"
+    );
+    let head = s
+        .s3_client(&s.s3_secret_key)
+        .head_bucket()
+        .bucket(&bucket)
+        .send()
+        .await;
     assert!(head.is_err(), "the bucket still does not exist");
     let dir = std::path::Path::new(&std::env::var("S3_DATA_DIR").unwrap()).join(&bucket);
-    assert!(!dir.exists(), "no bucket directory appeared on the S3 server");
+    assert!(
+        !dir.exists(),
+        "no bucket directory appeared on the S3 server"
+    );
 }
 
 #[tokio::test]
@@ -65,24 +145,51 @@ async fn wrong_credentials_fail_with_a_sanitized_message() {
     let s = stack();
     let api = admin_api();
     let wrong = "wrong-secret-canary-5f3a9d";
-    let c = api.connection(minio_body(&s, "wrong", &s.s3_bucket, wrong)).await;
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()), json!({})).await;
+    let c = api
+        .connection(minio_body(&s, "wrong", &s.s3_bucket, wrong))
+        .await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], false);
     let text = report.to_string();
-    assert!(!text.contains(wrong) && !text.contains(&s.s3_secret_key), "no secret in the report: {text}");
+    assert!(
+        !text.contains(wrong) && !text.contains(&s.s3_secret_key),
+        "no secret in the report: {text}"
+    );
     let bucket = &report["checks"][0];
     assert_eq!(bucket["status"], "fail");
-    assert!(bucket["hint"].as_str().unwrap().contains("rotate") || bucket["hint"].as_str().unwrap().contains("permission"), "{bucket}");
+    assert!(
+        bucket["hint"].as_str().unwrap().contains("rotate")
+            || bucket["hint"].as_str().unwrap().contains("permission"),
+        "{bucket}"
+    );
     // Rotating to the right secret fixes it and keeps the reference.
     let id = c["id"].as_str().unwrap();
     let (status, rotated) = api.post(&format!("/api/v1/connections/{id}/rotate"), json!({"secrets": {"access_key_id": s.s3_access_key, "secret_access_key": s.s3_secret_key}})).await;
     assert_eq!(status, 200, "{rotated}");
-    assert_eq!(rotated["secret_ref"], c["secret_ref"], "rotation keeps secret_ref");
-    let (_, report) = api.post(&format!("/api/v1/connections/{id}/test"), json!({})).await;
+    assert_eq!(
+        rotated["secret_ref"], c["secret_ref"],
+        "rotation keeps secret_ref"
+    );
+    let (_, report) = api
+        .post(&format!("/api/v1/connections/{id}/test"), json!({}))
+        .await;
     assert_eq!(report["ok"], true, "{report}");
 }
 
-fn pg_body(name: &str, host: &str, port: u16, db: &str, user: &str, password: &str, caps: &[&str]) -> Value {
+fn pg_body(
+    name: &str,
+    host: &str,
+    port: u16,
+    db: &str,
+    user: &str,
+    password: &str,
+    caps: &[&str],
+) -> Value {
     json!({
         "name": name, "provider": "POSTGRESQL", "capabilities": caps,
         "settings": {"host": host, "port": port, "database": db, "user": user, "tls_mode": "disable"},
@@ -94,13 +201,39 @@ fn pg_body(name: &str, host: &str, port: u16, db: &str, user: &str, password: &s
 async fn a_postgres_source_with_wal_level_replica_gets_a_failing_check_that_says_how_to_fix_it() {
     let pg = TempPostgres::start(&["-c wal_level=replica"]);
     let api = admin_api();
-    let c = api.connection(pg_body("replica-only", "127.0.0.1", pg.port, "probe", TEMP_PG_USER, TEMP_PG_PASSWORD, &["SOURCE"])).await;
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()), json!({})).await;
+    let c = api
+        .connection(pg_body(
+            "replica-only",
+            "127.0.0.1",
+            pg.port,
+            "probe",
+            TEMP_PG_USER,
+            TEMP_PG_PASSWORD,
+            &["SOURCE"],
+        ))
+        .await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], false, "{report}");
-    let wal = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "wal_level").expect("a wal_level check");
+    let wal = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "wal_level")
+        .expect("a wal_level check");
     assert_eq!(wal["status"], "fail");
     assert!(wal["message"].as_str().unwrap().contains("replica"));
-    assert!(wal["hint"].as_str().unwrap().contains("wal_level = logical"), "{wal}");
+    assert!(
+        wal["hint"]
+            .as_str()
+            .unwrap()
+            .contains("wal_level = logical"),
+        "{wal}"
+    );
     let reachable = &report["checks"][0];
     assert_eq!(reachable["status"], "pass");
 }
@@ -121,60 +254,175 @@ async fn the_stack_postgres_passes_as_source_and_destination_and_discovery_lists
         sqlx::query(&sql).execute(&admin).await.unwrap();
     }
     let api = admin_api();
-    let src = api.connection(pg_body("pg source", &s.pg_host, s.pg_port, &s.pg_source_db, &s.pg_user, &s.pg_password, &["SOURCE"])).await;
-    assert!(src["settings"]["slot_name"].as_str().unwrap().starts_with("cluecdc_"));
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", src["id"].as_str().unwrap()), json!({})).await;
+    let src = api
+        .connection(pg_body(
+            "pg source",
+            &s.pg_host,
+            s.pg_port,
+            &s.pg_source_db,
+            &s.pg_user,
+            &s.pg_password,
+            &["SOURCE"],
+        ))
+        .await;
+    assert!(src["settings"]["slot_name"]
+        .as_str()
+        .unwrap()
+        .starts_with("cluecdc_"));
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", src["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], true, "{report}");
     let names: Vec<String> = checks(&report).into_iter().map(|c| c.0).collect();
-    for n in ["reachable", "version", "wal_level", "replication privilege", "replication slots", "publication", "table keys"] {
+    for n in [
+        "reachable",
+        "version",
+        "wal_level",
+        "replication privilege",
+        "replication slots",
+        "publication",
+        "table keys",
+    ] {
         assert!(names.contains(&n.to_string()), "check {n} in {names:?}");
     }
-    let keys = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "table keys").unwrap();
-    assert_eq!(keys["status"], "warn", "a keyless table is reported: {keys}");
+    let keys = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "table keys")
+        .unwrap();
+    assert_eq!(
+        keys["status"], "warn",
+        "a keyless table is reported: {keys}"
+    );
     assert!(keys["message"].as_str().unwrap().contains("events_log"));
 
-    let (status, tables) = api.get(&format!("/api/v1/connections/{}/tables", src["id"].as_str().unwrap())).await;
+    let (status, tables) = api
+        .get(&format!(
+            "/api/v1/connections/{}/tables",
+            src["id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(status, 200, "{tables}");
-    let find = |t: &str| tables["items"].as_array().unwrap().iter().find(|i| i["schema"] == schema.as_str() && i["name"] == t).cloned().unwrap_or_else(|| panic!("{t} in {tables}"));
+    let find = |t: &str| {
+        tables["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["schema"] == schema.as_str() && i["name"] == t)
+            .cloned()
+            .unwrap_or_else(|| panic!("{t} in {tables}"))
+    };
     assert_eq!(find("orders")["primary_key"], json!(["id"]));
-    assert_eq!(find("order_items")["primary_key"], json!(["order_id", "line"]), "composite keys keep their column order");
+    assert_eq!(
+        find("order_items")["primary_key"],
+        json!(["order_id", "line"]),
+        "composite keys keep their column order"
+    );
     assert_eq!(find("events_log")["capturable"], false);
     assert_eq!(find("orders")["replica_identity"], "default");
 
-    let dest = api.connection(pg_body("pg dest", &s.pg_host, s.pg_port, &s.pg_dest_db, &s.pg_user, &s.pg_password, &["DESTINATION"])).await;
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", dest["id"].as_str().unwrap()), json!({})).await;
+    let dest = api
+        .connection(pg_body(
+            "pg dest",
+            &s.pg_host,
+            s.pg_port,
+            &s.pg_dest_db,
+            &s.pg_user,
+            &s.pg_password,
+            &["DESTINATION"],
+        ))
+        .await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", dest["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], true, "{report}");
     assert!(checks(&report).contains(&("create and alter tables".into(), "pass".into())));
-    let (status, err) = api.get(&format!("/api/v1/connections/{}/tables", dest["id"].as_str().unwrap())).await;
+    let (status, err) = api
+        .get(&format!(
+            "/api/v1/connections/{}/tables",
+            dest["id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(status, 409, "discovery is for sources: {err}");
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await.unwrap();
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn mariadb_source_checks_pass_and_a_wrong_password_says_what_to_fix() {
     let s = stack();
     let api = admin_api();
-    let body = |name: &str, pw: &str| json!({
-        "name": name, "provider": "MARIADB", "capabilities": ["SOURCE", "DESTINATION"],
-        "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "disable"},
-        "secrets": {"password": pw}
-    });
+    let body = |name: &str, pw: &str| {
+        json!({
+            "name": name, "provider": "MARIADB", "capabilities": ["SOURCE", "DESTINATION"],
+            "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "disable"},
+            "secrets": {"password": pw}
+        })
+    };
     let c = api.connection(body("maria", &s.mariadb_password)).await;
-    assert!(c["settings"]["server_id"].as_u64().unwrap() >= 10_000, "a server id is generated: {c}");
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()), json!({})).await;
+    assert!(
+        c["settings"]["server_id"].as_u64().unwrap() >= 10_000,
+        "a server id is generated: {c}"
+    );
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], true, "{report}");
     let got = checks(&report);
-    for n in ["reachable", "version", "binlog", "binlog format", "row image", "gtid", "privileges", "create and alter tables"] {
-        assert!(got.iter().any(|(name, status)| name == n && status == "pass"), "{n} passes: {got:?}");
+    for n in [
+        "reachable",
+        "version",
+        "binlog",
+        "binlog format",
+        "row image",
+        "gtid",
+        "privileges",
+        "create and alter tables",
+    ] {
+        assert!(
+            got.iter()
+                .any(|(name, status)| name == n && status == "pass"),
+            "{n} passes: {got:?}"
+        );
     }
-    let (status, tables) = api.get(&format!("/api/v1/connections/{}/tables", c["id"].as_str().unwrap())).await;
+    let (status, tables) = api
+        .get(&format!(
+            "/api/v1/connections/{}/tables",
+            c["id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(status, 200, "{tables}");
 
-    let bad = api.connection(body("maria bad", "not-the-password-77")).await;
-    let (_, report) = api.post(&format!("/api/v1/connections/{}/test", bad["id"].as_str().unwrap()), json!({})).await;
+    let bad = api
+        .connection(body("maria bad", "not-the-password-77"))
+        .await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", bad["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
     assert_eq!(report["ok"], false);
     assert_eq!(report["checks"][0]["name"], "reachable");
-    assert!(report["checks"][0]["hint"].as_str().unwrap().contains("user and password"), "{report}");
+    assert!(
+        report["checks"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("user and password"),
+        "{report}"
+    );
     assert!(!report.to_string().contains("not-the-password-77"));
 }
 
@@ -189,42 +437,189 @@ async fn every_validation_rule_answers_422_naming_the_field_and_stores_nothing()
     let db = json!({"host": "db", "database": "d", "user": "u"});
     let cases: Vec<(Value, &str, &str)> = vec![
         (json!({"provider": "MINIO"}), "name", "1–64"),
-        (json!({"name": "x", "provider": "ORACLE"}), "provider", "POSTGRESQL"),
-        (json!({"name": "x", "provider": "MINIO", "capabilities": ["SOURCE"], "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": ok_s3}), "capabilities", "destination-only"),
-        (json!({"name": "x", "provider": "POSTGRESQL", "capabilities": [], "settings": db, "secrets": {"password": "p"}}), "capabilities", "SOURCE, DESTINATION"),
-        (minio(json!({"endpoint": "http://m:9000"})), "settings.bucket", "required"),
-        (minio(json!({"bucket": "Bad_Bucket", "endpoint": "http://m:9000"})), "settings.bucket", "lowercase"),
-        (minio(json!({"bucket": "b-1"})), "settings.endpoint", "required for MinIO"),
-        (minio(json!({"bucket": "b-1", "endpoint": "http://ak:sk@m:9000"})), "settings.endpoint", "credentials"),
-        (minio(json!({"bucket": "b-1", "endpoint": "http://m:9000?x=1"})), "settings.endpoint", "query"),
-        (minio(json!({"bucket": "b-1", "endpoint": "http://m:9000#f"})), "settings.endpoint", "fragment"),
-        (minio(json!({"bucket": "b-1", "endpoint": "https://m:9000", "path_style": false})), "settings.path_style", "path-style"),
-        (minio(json!({"bucket": "b-1", "endpoint": "http://m:9000", "use_ssl": true})), "settings.use_ssl", "match"),
-        (minio(json!({"bucket": "b-1", "endpoint": "https://m:9000", "insecure_skip_verify": true})), "settings.insecure_skip_verify", "cannot be disabled"),
-        (minio(json!({"bucket": "b-1", "endpoint": "https://m:9000", "prefix": "/abs"})), "settings.prefix", "relative"),
-        (aws(json!({"bucket": "b-1", "region": "us-east-1", "endpoint": "https://s3.local"})), "settings.endpoint", "regional endpoint"),
-        (aws(json!({"bucket": "b-1", "region": "moon-1"})), "settings.region", "region code"),
-        (aws(json!({"bucket": "b-1", "region": "us-east-1", "use_ssl": false})), "settings.use_ssl", "TLS"),
-        (json!({"name": "x", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": {"access_key_id": "AK"}}), "secrets.secret_access_key", "required"),
-        (json!({"name": "x", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000", "secret_access_key": "oops"}, "secrets": ok_s3}), "settings.secret_access_key", "secrets"),
-        (pg(json!({"database": "d", "user": "u"}), json!({"password": "p"})), "settings.host", "required"),
-        (pg(json!({"host": "postgres://h", "database": "d", "user": "u"}), json!({"password": "p"})), "settings.host", "hostname"),
-        (pg(json!({"host": "h", "port": 0, "database": "d", "user": "u"}), json!({"password": "p"})), "settings.port", "1 to 65535"),
-        (pg(json!({"host": "h", "user": "u"}), json!({"password": "p"})), "settings.database", "required"),
-        (pg(json!({"host": "h", "database": "d"}), json!({"password": "p"})), "settings.user", "required"),
-        (pg(json!({"host": "h", "database": "d", "user": "u", "tls_mode": "off"}), json!({"password": "p"})), "settings.tls_mode", "verify-full"),
-        (pg(json!({"host": "h", "database": "d", "user": "u", "tls_mode": "verify-full"}), json!({"password": "p"})), "settings.ca_certificate", "PEM"),
-        (pg(json!({"host": "h", "database": "d", "user": "u", "slot_name": "Bad-Slot"}), json!({"password": "p"})), "settings.slot_name", "lowercase"),
-        (pg(json!({"host": "h", "database": "d", "user": "u", "sslmode": "disable"}), json!({"password": "p"})), "settings.sslmode", "unknown setting"),
+        (
+            json!({"name": "x", "provider": "ORACLE"}),
+            "provider",
+            "POSTGRESQL",
+        ),
+        (
+            json!({"name": "x", "provider": "MINIO", "capabilities": ["SOURCE"], "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": ok_s3}),
+            "capabilities",
+            "destination-only",
+        ),
+        (
+            json!({"name": "x", "provider": "POSTGRESQL", "capabilities": [], "settings": db, "secrets": {"password": "p"}}),
+            "capabilities",
+            "SOURCE, DESTINATION",
+        ),
+        (
+            minio(json!({"endpoint": "http://m:9000"})),
+            "settings.bucket",
+            "required",
+        ),
+        (
+            minio(json!({"bucket": "Bad_Bucket", "endpoint": "http://m:9000"})),
+            "settings.bucket",
+            "lowercase",
+        ),
+        (
+            minio(json!({"bucket": "b-1"})),
+            "settings.endpoint",
+            "required for MinIO",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "http://ak:sk@m:9000"})),
+            "settings.endpoint",
+            "credentials",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "http://m:9000?x=1"})),
+            "settings.endpoint",
+            "query",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "http://m:9000#f"})),
+            "settings.endpoint",
+            "fragment",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "https://m:9000", "path_style": false})),
+            "settings.path_style",
+            "path-style",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "http://m:9000", "use_ssl": true})),
+            "settings.use_ssl",
+            "match",
+        ),
+        (
+            minio(
+                json!({"bucket": "b-1", "endpoint": "https://m:9000", "insecure_skip_verify": true}),
+            ),
+            "settings.insecure_skip_verify",
+            "cannot be disabled",
+        ),
+        (
+            minio(json!({"bucket": "b-1", "endpoint": "https://m:9000", "prefix": "/abs"})),
+            "settings.prefix",
+            "relative",
+        ),
+        (
+            aws(json!({"bucket": "b-1", "region": "us-east-1", "endpoint": "https://s3.local"})),
+            "settings.endpoint",
+            "regional endpoint",
+        ),
+        (
+            aws(json!({"bucket": "b-1", "region": "moon-1"})),
+            "settings.region",
+            "region code",
+        ),
+        (
+            aws(json!({"bucket": "b-1", "region": "us-east-1", "use_ssl": false})),
+            "settings.use_ssl",
+            "TLS",
+        ),
+        (
+            json!({"name": "x", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": {"access_key_id": "AK"}}),
+            "secrets.secret_access_key",
+            "required",
+        ),
+        (
+            json!({"name": "x", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000", "secret_access_key": "oops"}, "secrets": ok_s3}),
+            "settings.secret_access_key",
+            "secrets",
+        ),
+        (
+            pg(
+                json!({"database": "d", "user": "u"}),
+                json!({"password": "p"}),
+            ),
+            "settings.host",
+            "required",
+        ),
+        (
+            pg(
+                json!({"host": "postgres://h", "database": "d", "user": "u"}),
+                json!({"password": "p"}),
+            ),
+            "settings.host",
+            "hostname",
+        ),
+        (
+            pg(
+                json!({"host": "h", "port": 0, "database": "d", "user": "u"}),
+                json!({"password": "p"}),
+            ),
+            "settings.port",
+            "1 to 65535",
+        ),
+        (
+            pg(json!({"host": "h", "user": "u"}), json!({"password": "p"})),
+            "settings.database",
+            "required",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d"}),
+                json!({"password": "p"}),
+            ),
+            "settings.user",
+            "required",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d", "user": "u", "tls_mode": "off"}),
+                json!({"password": "p"}),
+            ),
+            "settings.tls_mode",
+            "verify-full",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d", "user": "u", "tls_mode": "verify-full"}),
+                json!({"password": "p"}),
+            ),
+            "settings.ca_certificate",
+            "PEM",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d", "user": "u", "slot_name": "Bad-Slot"}),
+                json!({"password": "p"}),
+            ),
+            "settings.slot_name",
+            "lowercase",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d", "user": "u", "sslmode": "disable"}),
+                json!({"password": "p"}),
+            ),
+            "settings.sslmode",
+            "unknown setting",
+        ),
         (pg(db.clone(), json!({})), "secrets.password", "required"),
-        (pg(db.clone(), json!({"password": "p", "api_key": "k"})), "secrets.api_key", "unknown secret field"),
-        (json!({"name": "x", "provider": "MYSQL", "capabilities": ["DESTINATION"], "settings": {"host": "h", "database": "d", "user": "u", "server_id": 7}, "secrets": {"password": "p"}}), "settings.server_id", "only a SOURCE"),
+        (
+            pg(db.clone(), json!({"password": "p", "api_key": "k"})),
+            "secrets.api_key",
+            "unknown secret field",
+        ),
+        (
+            json!({"name": "x", "provider": "MYSQL", "capabilities": ["DESTINATION"], "settings": {"host": "h", "database": "d", "user": "u", "server_id": 7}, "secrets": {"password": "p"}}),
+            "settings.server_id",
+            "only a SOURCE",
+        ),
     ];
     for (body, field, needle) in &cases {
         let (status, err) = api.post("/api/v1/connections", body.clone()).await;
         assert_eq!(status, 422, "{body} → {err}");
-        let why = err["error"]["fields"][*field].as_str().unwrap_or_else(|| panic!("field {field} named for {body}: {err}"));
-        assert!(why.contains(needle), "{field}: {why:?} should say {needle:?}");
+        let why = err["error"]["fields"][*field]
+            .as_str()
+            .unwrap_or_else(|| panic!("field {field} named for {body}: {err}"));
+        assert!(
+            why.contains(needle),
+            "{field}: {why:?} should say {needle:?}"
+        );
     }
     let (_, list) = api.get("/api/v1/connections").await;
     assert_eq!(list["items"], json!([]), "nothing was stored");
@@ -239,12 +634,25 @@ async fn every_validation_rule_answers_422_naming_the_field_and_stores_nothing()
     // PATCH validates the merged settings the same way and changes nothing when refused.
     let (_, list) = api.get("/api/v1/connections").await;
     let id = list["items"][0]["id"].as_str().unwrap().to_string();
-    let (status, err) = api.patch(&format!("/api/v1/connections/{id}"), json!({"settings": {"endpoint": "http://u:p@m:9000"}})).await;
+    let (status, err) = api
+        .patch(
+            &format!("/api/v1/connections/{id}"),
+            json!({"settings": {"endpoint": "http://u:p@m:9000"}}),
+        )
+        .await;
     assert_eq!(status, 422);
     assert!(err["error"]["fields"]["settings.endpoint"].is_string());
-    let (status, err) = api.patch(&format!("/api/v1/connections/{id}"), json!({"provider": "AWS_S3"})).await;
+    let (status, err) = api
+        .patch(
+            &format!("/api/v1/connections/{id}"),
+            json!({"provider": "AWS_S3"}),
+        )
+        .await;
     assert_eq!(status, 422);
-    assert!(err["error"]["fields"]["provider"].as_str().unwrap().contains("cannot change"));
+    assert!(err["error"]["fields"]["provider"]
+        .as_str()
+        .unwrap()
+        .contains("cannot change"));
     let (_, after) = api.get(&format!("/api/v1/connections/{id}")).await;
     assert_eq!(after["settings"]["endpoint"], "http://m:9000");
     assert_eq!(after["generation"], 1);
@@ -261,12 +669,23 @@ async fn patch_merges_settings_keeps_the_secret_ref_and_delete_removes_everythin
     assert_eq!(p["settings"]["prefix"], "cdc/");
     assert_eq!(p["settings"]["bucket"], "b-1", "untouched settings stay");
     assert_eq!(p["secret_ref"], c["secret_ref"]);
-    assert_eq!(p["secret_fields_set"], json!(["access_key_id", "secret_access_key", "session_token"]));
+    assert_eq!(
+        p["secret_fields_set"],
+        json!(["access_key_id", "secret_access_key", "session_token"])
+    );
     assert_eq!(p["generation"], 2);
     let (status, _) = api.delete(&format!("/api/v1/connections/{id}")).await;
     assert_eq!(status, 204);
     assert_eq!(api.get(&format!("/api/v1/connections/{id}")).await.0, 404);
-    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", api.app.data_dir().join("cluecdc.db").display())).await.unwrap();
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secret_values").fetch_one(&db).await.unwrap();
+    let db = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}",
+        api.app.data_dir().join("cluecdc.db").display()
+    ))
+    .await
+    .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secret_values")
+        .fetch_one(&db)
+        .await
+        .unwrap();
     assert_eq!(left, 0, "the encrypted credentials go with the connection");
 }

@@ -37,7 +37,10 @@ impl TestApp {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = std::time::Instant::now() + within;
         while std::time::Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -68,7 +71,12 @@ pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &s
 }
 
 /// Like `spawn_app_from`, with the data directory given (to share it with a `worker`).
-pub fn spawn_app_on(exe: &Path, dir: tempfile::TempDir, data: &Path, extra_env: &[(&str, &str)]) -> TestApp {
+pub fn spawn_app_on(
+    exe: &Path,
+    dir: tempfile::TempDir,
+    data: &Path,
+    extra_env: &[(&str, &str)],
+) -> TestApp {
     let work = dir.path().join("cwd");
     std::fs::create_dir_all(&work).unwrap();
     let log_path = dir.path().join("cluecdc.log");
@@ -85,7 +93,9 @@ pub fn spawn_app_on(exe: &Path, dir: tempfile::TempDir, data: &Path, extra_env: 
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -96,7 +106,13 @@ pub fn spawn_app_on(exe: &Path, dir: tempfile::TempDir, data: &Path, extra_env: 
         }
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(url) => TestApp { url, child, dir, log_path, data: data.to_path_buf() },
+        Ok(url) => TestApp {
+            url,
+            child,
+            dir,
+            log_path,
+            data: data.to_path_buf(),
+        },
         Err(_) => {
             let _ = child.kill();
             panic!(
@@ -185,7 +201,8 @@ impl Stack {
     }
 
     pub fn s3_client(&self, secret: &str) -> aws_sdk_s3::Client {
-        let creds = aws_sdk_s3::config::Credentials::new(&self.s3_access_key, secret, None, None, "test");
+        let creds =
+            aws_sdk_s3::config::Credentials::new(&self.s3_access_key, secret, None, None, "test");
         let conf = aws_sdk_s3::Config::builder()
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .region(aws_sdk_s3::config::Region::new(self.s3_region.clone()))
@@ -205,16 +222,33 @@ pub const PASSWORD: &str = "correct horse battery staple";
 pub fn create_user(app: &TestApp, name: &str, role: &str) {
     use std::io::Write;
     let mut child = Command::new(binary())
-        .args(["user", "create", "--name", name, "--role", role, "--data-dir"])
+        .args([
+            "user",
+            "create",
+            "--name",
+            name,
+            "--role",
+            role,
+            "--data-dir",
+        ])
         .arg(app.data_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(format!("{PASSWORD}\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{PASSWORD}\n").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "user create failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "user create failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `cluecdc token create`, returning the token printed alone on standard output.
@@ -225,9 +259,16 @@ pub fn create_token(app: &TestApp, user: &str, extra: &[&str]) -> String {
         .args(extra)
         .output()
         .unwrap();
-    assert!(out.status.success(), "token create failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "token create failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(token.starts_with("cdc_") && !token.contains('\n'), "{token}");
+    assert!(
+        token.starts_with("cdc_") && !token.contains('\n'),
+        "{token}"
+    );
     token
 }
 
@@ -251,20 +292,42 @@ pub async fn sign_in(app: &TestApp, name: &str, password: &str) -> Browser {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let page = client.get(format!("{}/login", app.url)).send().await.unwrap().text().await.unwrap();
-    let login_csrf = hidden_value(&page, "csrf_token").expect("the sign-in form carries a CSRF token");
+    let page = client
+        .get(format!("{}/login", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let login_csrf =
+        hidden_value(&page, "csrf_token").expect("the sign-in form carries a CSRF token");
     let res = client
         .post(format!("{}/login", app.url))
-        .form(&[("name", name), ("password", password), ("next", "/"), ("csrf_token", &login_csrf)])
+        .form(&[
+            ("name", name),
+            ("password", password),
+            ("next", "/"),
+            ("csrf_token", &login_csrf),
+        ])
         .send()
         .await
         .unwrap();
-    assert_eq!(res.status(), 303, "sign-in of {name} failed: {}", res.text().await.unwrap_or_default());
+    assert_eq!(
+        res.status(),
+        303,
+        "sign-in of {name} failed: {}",
+        res.text().await.unwrap_or_default()
+    );
     let home = client.get(format!("{}/", app.url)).send().await.unwrap();
     assert_eq!(home.status(), 200);
     let html = home.text().await.unwrap();
     let csrf = hidden_value(&html, "csrf_token").expect("pages carry the session's CSRF token");
-    Browser { client, csrf, base: app.url.clone() }
+    Browser {
+        client,
+        csrf,
+        base: app.url.clone(),
+    }
 }
 
 /// The route table as the binary prints it (`cluecdc routes`): what the router is built from.
@@ -284,7 +347,13 @@ pub fn routes() -> Vec<RouteInfo> {
 /// A concrete URL path for a route pattern (`:id` and `*path` become `x`).
 pub fn concrete(path: &str) -> String {
     path.split('/')
-        .map(|s| if s.starts_with(':') || s.starts_with('*') { "x" } else { s })
+        .map(|s| {
+            if s.starts_with(':') || s.starts_with('*') {
+                "x"
+            } else {
+                s
+            }
+        })
         .collect::<Vec<_>>()
         .join("/")
 }
@@ -311,15 +380,26 @@ pub fn admin_api_with(env: &[(&str, &str)]) -> Api {
 }
 
 impl Api {
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.app.url)).bearer_auth(&self.token);
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.app.url))
+            .bearer_auth(&self.token);
         if let Some(b) = body {
             req = req.json(&b);
         }
         let res = req.send().await.unwrap();
         let status = res.status().as_u16();
         let text = res.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
     }
     pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
         self.call(reqwest::Method::GET, path, None).await
@@ -355,7 +435,11 @@ pub const TEMP_PG_USER: &str = "cdc_probe";
 pub const TEMP_PG_PASSWORD: &str = "temp-pg-password-1";
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn as_postgres(bin: &Path, tool: &str) -> Command {
@@ -372,26 +456,83 @@ impl TempPostgres {
             .map(|e| e.path().join("bin"))
             .find(|p| p.join("initdb").exists())
             .unwrap();
-        let dir = tempfile::Builder::new().prefix("cluecdc-pg-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("cluecdc-pg-")
+            .tempdir()
+            .unwrap();
         let data = dir.path().join("data");
-        let _ = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
-        let out = as_postgres(&bin, "initdb").args(["-A", "trust", "-U", "postgres", "-D"]).arg(&data).output().unwrap();
-        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status();
+        let out = as_postgres(&bin, "initdb")
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let port = free_port();
-        let opts = format!("-p {port} -c listen_addresses=127.0.0.1 -k {} {}", dir.path().display(), extra.join(" "));
-        let out = as_postgres(&bin, "pg_ctl").args(["-w", "-t", "60", "-D"]).arg(&data).args(["-l"]).arg(dir.path().join("pg.log")).args(["-o", &opts, "start"]).output().unwrap();
-        assert!(out.status.success(), "pg_ctl start: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let role = format!("CREATE ROLE {TEMP_PG_USER} LOGIN REPLICATION PASSWORD '{TEMP_PG_PASSWORD}'");
+        let opts = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} {}",
+            dir.path().display(),
+            extra.join(" ")
+        );
+        let out = as_postgres(&bin, "pg_ctl")
+            .args(["-w", "-t", "60", "-D"])
+            .arg(&data)
+            .args(["-l"])
+            .arg(dir.path().join("pg.log"))
+            .args(["-o", &opts, "start"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let role =
+            format!("CREATE ROLE {TEMP_PG_USER} LOGIN REPLICATION PASSWORD '{TEMP_PG_PASSWORD}'");
         let db = format!("CREATE DATABASE probe OWNER {TEMP_PG_USER}");
-        let out = as_postgres(&bin, "psql").args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", &role, "-c", &db]).output().unwrap();
-        assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+        let out = as_postgres(&bin, "psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                &role,
+                "-c",
+                &db,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         TempPostgres { port, dir, bin }
     }
 }
 
 impl Drop for TempPostgres {
     fn drop(&mut self) {
-        let _ = as_postgres(&self.bin, "pg_ctl").args(["-D"]).arg(self.dir.path().join("data")).args(["-m", "immediate", "stop"]).output();
+        let _ = as_postgres(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
     }
 }
 
@@ -401,17 +542,25 @@ impl Drop for TempPostgres {
 /// token) from one file; tests that point it at their own ClueCDC take this lock first.
 pub async fn provider_lock() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
+        .lock()
+        .await
 }
 
 /// Points the stack's Connect config provider at `api`'s ClueCDC: registers the stack's
 /// Connect cluster there and writes the provider file with its token.
 pub async fn point_connect_provider_at(api: &Api) -> serde_json::Value {
     let s = stack();
-    let (status, cluster) = api.post("/api/v1/connect-clusters", serde_json::json!({"name": "stack", "url": s.connect_url})).await;
+    let (status, cluster) = api
+        .post(
+            "/api/v1/connect-clusters",
+            serde_json::json!({"name": "stack", "url": s.connect_url}),
+        )
+        .await;
     assert_eq!(status, 201, "{cluster}");
     let token = cluster["provider_token"].as_str().unwrap();
-    let file = std::env::var("CLUECDC_PROVIDER_FILE").expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
+    let file = std::env::var("CLUECDC_PROVIDER_FILE")
+        .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
     let tmp = format!("{file}.tmp");
     std::fs::write(&tmp, format!("url={}\ntoken={token}\n", api.app.url)).unwrap();
     std::fs::rename(&tmp, &file).unwrap();
@@ -419,7 +568,9 @@ pub async fn point_connect_provider_at(api: &Api) -> serde_json::Value {
 }
 
 pub async fn connect_status(connect: &str, name: &str) -> Option<serde_json::Value> {
-    let res = reqwest::get(format!("{connect}/connectors/{name}/status")).await.ok()?;
+    let res = reqwest::get(format!("{connect}/connectors/{name}/status"))
+        .await
+        .ok()?;
     if !res.status().is_success() {
         return None;
     }
@@ -433,7 +584,10 @@ pub async fn wait_running(connect: &str, name: &str, within: Duration) -> serde_
     while std::time::Instant::now() < deadline {
         if let Some(st) = connect_status(connect, name).await {
             let tasks = st["tasks"].as_array().cloned().unwrap_or_default();
-            if st["connector"]["state"] == "RUNNING" && !tasks.is_empty() && tasks.iter().all(|t| t["state"] == "RUNNING") {
+            if st["connector"]["state"] == "RUNNING"
+                && !tasks.is_empty()
+                && tasks.iter().all(|t| t["state"] == "RUNNING")
+            {
                 return st;
             }
             last = st;
@@ -444,7 +598,10 @@ pub async fn wait_running(connect: &str, name: &str, within: Duration) -> serde_
 }
 
 pub async fn delete_connector(connect: &str, name: &str) {
-    let _ = reqwest::Client::new().delete(format!("{connect}/connectors/{name}")).send().await;
+    let _ = reqwest::Client::new()
+        .delete(format!("{connect}/connectors/{name}"))
+        .send()
+        .await;
 }
 
 /// Runs SQL as the stack's PostgreSQL superuser on the source database.
@@ -464,7 +621,12 @@ pub async fn pg_superuser(s: &Stack) -> sqlx::PgPool {
 pub async fn drop_slot(pool: &sqlx::PgPool, slot: &str) {
     for _ in 0..40 {
         let r = sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active").bind(slot).execute(pool).await;
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_replication_slots WHERE slot_name = $1").bind(slot).fetch_one(pool).await.unwrap_or(0);
+        let left: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM pg_replication_slots WHERE slot_name = $1")
+                .bind(slot)
+                .fetch_one(pool)
+                .await
+                .unwrap_or(0);
         if r.is_ok() && left == 0 {
             return;
         }
@@ -489,8 +651,16 @@ pub async fn connect_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
 
 /// Runs `scripts/stack` with arguments (for tests that stop and start a component).
 pub fn stack_cmd(args: &[&str]) {
-    let out = Command::new(format!("{}/scripts/stack", env!("CARGO_MANIFEST_DIR"))).args(args).output().unwrap();
-    assert!(out.status.success(), "scripts/stack {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(format!("{}/scripts/stack", env!("CARGO_MANIFEST_DIR")))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/stack {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// One request ClueCDC made to Connect through the proxy.
@@ -519,7 +689,10 @@ impl ConnectProxy {
     pub async fn start(target: &str) -> ConnectProxy {
         use poem::listener::{Acceptor, Listener};
         let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+        let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0")
+            .into_acceptor()
+            .await
+            .unwrap();
         let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
         let target = target.trim_end_matches('/').to_string();
         let record = calls.clone();
@@ -530,12 +703,30 @@ impl ConnectProxy {
             let http = http.clone();
             async move {
                 let method = req.method().clone();
-                let path = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
-                let agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let path = req
+                    .uri()
+                    .path_and_query()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_default();
+                let agent = req
+                    .headers()
+                    .get("user-agent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
                 let ctype = req.headers().get("content-type").cloned();
                 let body = req.into_body().into_bytes().await.unwrap_or_default();
-                record.lock().unwrap().push(ProxiedCall { method: method.to_string(), path: path.clone(), agent });
-                let mut out = http.request(reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap(), format!("{target}{path}")).body(body.to_vec());
+                record.lock().unwrap().push(ProxiedCall {
+                    method: method.to_string(),
+                    path: path.clone(),
+                    agent,
+                });
+                let mut out = http
+                    .request(
+                        reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap(),
+                        format!("{target}{path}"),
+                    )
+                    .body(body.to_vec());
                 if let Some(ct) = ctype {
                     out = out.header("content-type", ct.to_str().unwrap_or("application/json"));
                 }
@@ -543,16 +734,27 @@ impl ConnectProxy {
                     Ok(res) => {
                         let status = res.status().as_u16();
                         let bytes = res.bytes().await.unwrap_or_default();
-                        poem::Response::builder().status(poem::http::StatusCode::from_u16(status).unwrap()).content_type("application/json").body(bytes.to_vec())
+                        poem::Response::builder()
+                            .status(poem::http::StatusCode::from_u16(status).unwrap())
+                            .content_type("application/json")
+                            .body(bytes.to_vec())
                     }
-                    Err(_) => poem::Response::builder().status(poem::http::StatusCode::BAD_GATEWAY).body("proxy: Connect unreachable"),
+                    Err(_) => poem::Response::builder()
+                        .status(poem::http::StatusCode::BAD_GATEWAY)
+                        .body("proxy: Connect unreachable"),
                 }
             }
         });
         let task = tokio::spawn(async move {
-            let _ = poem::Server::new_with_acceptor(acceptor).run(endpoint).await;
+            let _ = poem::Server::new_with_acceptor(acceptor)
+                .run(endpoint)
+                .await;
         });
-        ConnectProxy { url: format!("http://{addr}"), calls, task }
+        ConnectProxy {
+            url: format!("http://{addr}"),
+            calls,
+            task,
+        }
     }
 
     pub fn snapshot(&self) -> Vec<ProxiedCall> {
@@ -580,7 +782,10 @@ where
 
 /// Runs `body`, then `cleanup` whether or not `body` panicked, then re-raises the panic: tests
 /// that create things in the shared stack always remove them.
-pub async fn with_cleanup(body: impl std::future::Future<Output = ()>, cleanup: impl std::future::Future<Output = ()>) {
+pub async fn with_cleanup(
+    body: impl std::future::Future<Output = ()>,
+    cleanup: impl std::future::Future<Output = ()>,
+) {
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(body)).await;
     cleanup.await;
     if let Err(panic) = outcome {
@@ -590,7 +795,9 @@ pub async fn with_cleanup(body: impl std::future::Future<Output = ()>, cleanup: 
 
 /// Asks for a reconcile pass now (`POST /api/v1/reconciler/pass`).
 pub async fn bump(api: &Api) {
-    let (status, body) = api.post("/api/v1/reconciler/pass", serde_json::json!({})).await;
+    let (status, body) = api
+        .post("/api/v1/reconciler/pass", serde_json::json!({}))
+        .await;
     assert_eq!(status, 202, "{body}");
 }
 
@@ -599,6 +806,10 @@ pub async fn bump(api: &Api) {
 pub async fn drop_capture_fixture(s: &Stack, slot: &str, schema: &str) {
     let su = pg_superuser(s).await;
     drop_slot(&su, slot).await;
-    let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS {slot}")).execute(&su).await;
-    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+    let _ = sqlx::query(&format!("DROP PUBLICATION IF EXISTS {slot}"))
+        .execute(&su)
+        .await;
+    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&su)
+        .await;
 }

@@ -20,17 +20,27 @@ const SECRET: &str = "webhook-shared-secret-0123";
 async fn receiver() -> (String, Arc<Mutex<Vec<(bool, Value)>>>) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let g = got.clone();
-    let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0").into_acceptor().await.unwrap();
+    let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0")
+        .into_acceptor()
+        .await
+        .unwrap();
     let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
     let ep = poem::endpoint::make(move |req: poem::Request| {
         let g = g.clone();
         async move {
-            let sig = req.headers().get("x-cluecdc-signature").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let sig = req
+                .headers()
+                .get("x-cluecdc-signature")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
             let body = req.into_body().into_bytes().await.unwrap_or_default();
             let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(SECRET.as_bytes()).unwrap();
             mac.update(&body);
             let valid = sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-            g.lock().unwrap().push((valid, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+            g.lock()
+                .unwrap()
+                .push((valid, serde_json::from_slice(&body).unwrap_or(Value::Null)));
             "ok"
         }
     });
@@ -40,11 +50,19 @@ async fn receiver() -> (String, Arc<Mutex<Vec<(bool, Value)>>>) {
 
 async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Value> {
     let (_, list) = api.get("/api/v1/alerts").await;
-    list["items"].as_array().unwrap().iter().find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state).cloned()
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state)
+        .cloned()
 }
 
 fn tag() -> String {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
     format!("{}_{}", std::process::id(), n % 1_000_000)
 }
 
@@ -53,16 +71,32 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
     let connect = point_connect_provider_at(&api).await;
-    let (_, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let (_, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
     let (hook_url, hooks) = receiver().await;
-    let (status, w) = api.post("/api/v1/webhooks", json!({"url": hook_url, "secret": SECRET})).await;
+    let (status, w) = api
+        .post(
+            "/api/v1/webhooks",
+            json!({"url": hook_url, "secret": SECRET}),
+        )
+        .await;
     assert_eq!(status, 201, "{w}");
     assert!(!w.to_string().contains(SECRET));
     let tag = tag();
     let schema = format!("mo_{tag}");
-    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db)).await.unwrap();
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
+        .await
+        .unwrap();
     for sql in [format!("CREATE SCHEMA {schema}"), format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name varchar(50) NOT NULL, qty int NOT NULL)"), format!("INSERT INTO {schema}.items VALUES (1, 'a', 1)")] {
         sqlx::query(&sql).execute(&mut db).await.unwrap();
     }
@@ -77,75 +111,241 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
     let result = async {
         let count_dest = || async {
             let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
-            sqlx::query(&format!("SELECT COUNT(*) FROM mo_{tag}_items")).fetch_one(&mut m).await.map(|r| r.get::<i64, _>(0)).unwrap_or(-1)
+            sqlx::query(&format!("SELECT COUNT(*) FROM mo_{tag}_items"))
+                .fetch_one(&mut m)
+                .await
+                .map(|r| r.get::<i64, _>(0))
+                .unwrap_or(-1)
         };
-        eventually(Duration::from_secs(120), "the snapshot delivered", || async { (count_dest().await == 1).then_some(()) }).await;
-        assert_eq!(api.patch("/api/v1/alert-rules/delivery_lag_records", json!({"threshold": 0, "for_secs": 0})).await.0, 200);
+        eventually(
+            Duration::from_secs(120),
+            "the snapshot delivered",
+            || async { (count_dest().await == 1).then_some(()) },
+        )
+        .await;
+        assert_eq!(
+            api.patch(
+                "/api/v1/alert-rules/delivery_lag_records",
+                json!({"threshold": 0, "for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
 
         // Stop the delivery: changes pile up, the lag alert fires, a signed webhook says so.
-        let (status, _) = api.post(&format!("/api/v1/deliveries/{}/pause", d["id"].as_str().unwrap()), json!({})).await;
+        let (status, _) = api
+            .post(
+                &format!("/api/v1/deliveries/{}/pause", d["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "the delivery PAUSED", || async { connect_status(&s.connect_url, "cluecdc-deliver-watched").await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
-        sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, 'n', 1 FROM generate_series(2, 40) g")).execute(&mut db).await.unwrap();
-        let firing = eventually(Duration::from_secs(60), "the lag alert firing", || alert(&api, "delivery_lag_records", "watched", "firing")).await;
-        assert!(firing["message"].as_str().unwrap().contains("records behind"), "{firing}");
-        eventually(Duration::from_secs(30), "a signed firing webhook", || async {
-            hooks.lock().unwrap().iter().find(|(_, b)| b["state"] == "firing" && b["alert"]["kind"] == "delivery_lag_records").map(|(valid, _)| assert!(*valid, "the signature verifies"))
+        eventually(Duration::from_secs(30), "the delivery PAUSED", || async {
+            connect_status(&s.connect_url, "cluecdc-deliver-watched")
+                .await
+                .filter(|st| st["connector"]["state"] == "PAUSED")
         })
         .await;
-        let (status, _) = api.post(&format!("/api/v1/alerts/{}/ack", firing["id"]), json!({})).await;
+        sqlx::query(&format!(
+            "INSERT INTO {schema}.items SELECT g, 'n', 1 FROM generate_series(2, 40) g"
+        ))
+        .execute(&mut db)
+        .await
+        .unwrap();
+        let firing = eventually(Duration::from_secs(60), "the lag alert firing", || {
+            alert(&api, "delivery_lag_records", "watched", "firing")
+        })
+        .await;
+        assert!(
+            firing["message"]
+                .as_str()
+                .unwrap()
+                .contains("records behind"),
+            "{firing}"
+        );
+        eventually(
+            Duration::from_secs(30),
+            "a signed firing webhook",
+            || async {
+                hooks
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|(_, b)| {
+                        b["state"] == "firing" && b["alert"]["kind"] == "delivery_lag_records"
+                    })
+                    .map(|(valid, _)| assert!(*valid, "the signature verifies"))
+            },
+        )
+        .await;
+        let (status, _) = api
+            .post(&format!("/api/v1/alerts/{}/ack", firing["id"]), json!({}))
+            .await;
         assert_eq!(status, 204);
-        assert_eq!(alert(&api, "delivery_lag_records", "watched", "firing").await.unwrap()["acknowledged_by"], "ada");
+        assert_eq!(
+            alert(&api, "delivery_lag_records", "watched", "firing")
+                .await
+                .unwrap()["acknowledged_by"],
+            "ada"
+        );
 
         // Resume: the lag drains, the alert resolves, the webhook says so.
-        let (status, _) = api.post(&format!("/api/v1/deliveries/{}/resume", d["id"].as_str().unwrap()), json!({})).await;
+        let (status, _) = api
+            .post(
+                &format!("/api/v1/deliveries/{}/resume", d["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(90), "the lag alert resolved", || alert(&api, "delivery_lag_records", "watched", "resolved")).await;
-        eventually(Duration::from_secs(30), "a signed resolved webhook", || async {
-            hooks.lock().unwrap().iter().find(|(_, b)| b["state"] == "resolved" && b["alert"]["kind"] == "delivery_lag_records").map(|(valid, _)| assert!(*valid))
+        eventually(Duration::from_secs(90), "the lag alert resolved", || {
+            alert(&api, "delivery_lag_records", "watched", "resolved")
         })
+        .await;
+        eventually(
+            Duration::from_secs(30),
+            "a signed resolved webhook",
+            || async {
+                hooks
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|(_, b)| {
+                        b["state"] == "resolved" && b["alert"]["kind"] == "delivery_lag_records"
+                    })
+                    .map(|(valid, _)| assert!(*valid))
+            },
+        )
         .await;
         assert_eq!(count_dest().await, 40);
 
         // Pause the pipeline while writes go on: the slot's retained WAL grows and the alert fires.
-        let (status, _) = api.post(&format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()), json!({})).await;
+        let (status, _) = api
+            .post(
+                &format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "the pipeline PAUSED", || async { connect_status(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
+        eventually(Duration::from_secs(30), "the pipeline PAUSED", || async {
+            connect_status(&s.connect_url, &format!("cluecdc-capture-{prefix}"))
+                .await
+                .filter(|st| st["connector"]["state"] == "PAUSED")
+        })
+        .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let (_, before) = api.get(&format!("/api/v1/pipelines/{}", p["id"].as_str().unwrap())).await;
+        let (_, before) = api
+            .get(&format!("/api/v1/pipelines/{}", p["id"].as_str().unwrap()))
+            .await;
         let base = before["slot"]["retained_wal_bytes"].as_i64().unwrap();
-        assert_eq!(api.patch("/api/v1/alert-rules/slot_retained_wal_bytes", json!({"threshold": base + 2_000_000, "for_secs": 0})).await.0, 200);
+        assert_eq!(
+            api.patch(
+                "/api/v1/alert-rules/slot_retained_wal_bytes",
+                json!({"threshold": base + 2_000_000, "for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
         for _ in 0..4 {
             sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, repeat('x', 40), 1 FROM generate_series((SELECT max(id) + 1 FROM {schema}.items), (SELECT max(id) + 10000 FROM {schema}.items)) g")).execute(&mut db).await.unwrap();
         }
-        let wal = eventually(Duration::from_secs(60), "the WAL alert firing", || alert(&api, "slot_retained_wal_bytes", "monitored", "firing")).await;
-        assert!(wal["message"].as_str().unwrap().contains("fills the source's disk"), "{wal}");
-        let (_, samples) = api.get("/api/v1/samples?kind=slot_retained_wal_bytes&subject=monitored").await;
-        let values: Vec<f64> = samples["items"].as_array().unwrap().iter().map(|s| s["value"].as_f64().unwrap()).collect();
-        assert!(values.len() >= 2 && values.last().unwrap() > values.first().unwrap(), "retained WAL grows: {values:?}");
+        let wal = eventually(Duration::from_secs(60), "the WAL alert firing", || {
+            alert(&api, "slot_retained_wal_bytes", "monitored", "firing")
+        })
+        .await;
+        assert!(
+            wal["message"]
+                .as_str()
+                .unwrap()
+                .contains("fills the source's disk"),
+            "{wal}"
+        );
+        let (_, samples) = api
+            .get("/api/v1/samples?kind=slot_retained_wal_bytes&subject=monitored")
+            .await;
+        let values: Vec<f64> = samples["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["value"].as_f64().unwrap())
+            .collect();
+        assert!(
+            values.len() >= 2 && values.last().unwrap() > values.first().unwrap(),
+            "retained WAL grows: {values:?}"
+        );
 
         // /metrics: valid Prometheus text, with these signals in it.
-        let text = api.http.get(format!("{}/metrics", api.app.url)).bearer_auth(&api.token).send().await.unwrap().text().await.unwrap();
+        let text = api
+            .http
+            .get(format!("{}/metrics", api.app.url))
+            .bearer_auth(&api.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         let parsed = parse_metrics(&text);
-        assert_eq!(parsed["cluecdc_http_requests"]["type"], "counter", "{parsed}");
-        assert_eq!(parsed["cluecdc_http_request_duration_seconds"]["type"], "histogram");
+        assert_eq!(
+            parsed["cluecdc_http_requests"]["type"], "counter",
+            "{parsed}"
+        );
+        assert_eq!(
+            parsed["cluecdc_http_request_duration_seconds"]["type"],
+            "histogram"
+        );
         assert_eq!(parsed["cluecdc_reconcile_passes"]["type"], "counter");
         let lag = &parsed["cluecdc_delivery_lag_records"]["samples"];
-        assert!(lag.as_array().unwrap().iter().any(|s| s[1]["delivery"] == "watched"), "{lag}");
+        assert!(
+            lag.as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s[1]["delivery"] == "watched"),
+            "{lag}"
+        );
         let wal = &parsed["cluecdc_slot_retained_wal_bytes"]["samples"];
-        assert!(wal.as_array().unwrap().iter().any(|s| s[1]["pipeline"] == "monitored" && s[2].as_f64().unwrap() > base as f64));
-        assert!(parsed["cluecdc_alerts_firing"]["samples"].as_array().unwrap().iter().any(|s| s[1]["kind"] == "slot_retained_wal_bytes"));
-        assert!(parsed["cluecdc_connector_state"]["samples"].as_array().unwrap().len() >= 2);
+        assert!(wal
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s[1]["pipeline"] == "monitored" && s[2].as_f64().unwrap() > base as f64));
+        assert!(parsed["cluecdc_alerts_firing"]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s[1]["kind"] == "slot_retained_wal_bytes"));
+        assert!(
+            parsed["cluecdc_connector_state"]["samples"]
+                .as_array()
+                .unwrap()
+                .len()
+                >= 2
+        );
     };
     with_cleanup(result, async {
-        let _ = api.delete(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap())).await;
-        let _ = api.post(&format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()), json!({})).await;
-        let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
+        let _ = api
+            .delete(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap()))
+            .await;
+        let _ = api
+            .post(
+                &format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
+        let _ = api
+            .delete(&format!(
+                "/api/v1/pipelines/{}?drop_slot=true",
+                p["id"].as_str().unwrap()
+            ))
+            .await;
         delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
         delete_connector(&s.connect_url, "cluecdc-deliver-watched").await;
         drop_capture_fixture(&s, &format!("mo_{tag}"), &schema).await;
         let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS mo_{tag}_items")).execute(&mut m).await;
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS mo_{tag}_items"))
+            .execute(&mut m)
+            .await;
     })
     .await;
 }
@@ -154,47 +354,114 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
 fn parse_metrics(text: &str) -> Value {
     use std::io::Write;
     let mut child = std::process::Command::new("python3")
-        .arg(format!("{}/tests/metrics_parse.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!(
+            "{}/tests/metrics_parse.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "prometheus_client could not parse /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "prometheus_client could not parse /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test]
 async fn rules_and_webhooks_validate_their_input() {
     let api = admin_api();
-    let (status, err) = api.patch("/api/v1/alert-rules/delivery_lag_records", json!({"threshold": -1, "for_secs": 999999})).await;
+    let (status, err) = api
+        .patch(
+            "/api/v1/alert-rules/delivery_lag_records",
+            json!({"threshold": -1, "for_secs": 999999}),
+        )
+        .await;
     assert_eq!(status, 422);
-    assert!(err["error"]["fields"]["threshold"].is_string() && err["error"]["fields"]["for_secs"].is_string());
-    assert_eq!(api.patch("/api/v1/alert-rules/nope", json!({"threshold": 1})).await.0, 404);
-    let (status, err) = api.post("/api/v1/webhooks", json!({"url": "ftp://x", "secret": "short"})).await;
+    assert!(
+        err["error"]["fields"]["threshold"].is_string()
+            && err["error"]["fields"]["for_secs"].is_string()
+    );
+    assert_eq!(
+        api.patch("/api/v1/alert-rules/nope", json!({"threshold": 1}))
+            .await
+            .0,
+        404
+    );
+    let (status, err) = api
+        .post(
+            "/api/v1/webhooks",
+            json!({"url": "ftp://x", "secret": "short"}),
+        )
+        .await;
     assert_eq!(status, 422, "{err}");
     assert!(err["error"]["fields"]["url"].is_string());
-    let (status, err) = api.post("/api/v1/webhooks", json!({"url": "http://127.0.0.1:9/h", "secret": "short"})).await;
+    let (status, err) = api
+        .post(
+            "/api/v1/webhooks",
+            json!({"url": "http://127.0.0.1:9/h", "secret": "short"}),
+        )
+        .await;
     assert_eq!(status, 422);
-    assert!(err["error"]["fields"]["secret"].as_str().unwrap().contains("16"));
+    assert!(err["error"]["fields"]["secret"]
+        .as_str()
+        .unwrap()
+        .contains("16"));
     let (_, rules) = api.get("/api/v1/alert-rules").await;
-    let kinds: Vec<&str> = rules["items"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, vec!["connect_unreachable", "connector_failed", "delivery_freshness_seconds", "delivery_lag_records", "kafka_unreachable", "orphan_slot", "slot_inactive", "slot_retained_wal_bytes"]);
+    let kinds: Vec<&str> = rules["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "connect_unreachable",
+            "connector_failed",
+            "delivery_freshness_seconds",
+            "delivery_lag_records",
+            "kafka_unreachable",
+            "orphan_slot",
+            "slot_inactive",
+            "slot_retained_wal_bytes"
+        ]
+    );
 }
 
 #[tokio::test]
-async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_when_the_source_stops() {
+async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_when_the_source_stops()
+{
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
     let connect = point_connect_provider_at(&api).await;
-    let (_, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let (_, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
     let tag = tag();
     let schema = format!("fr_{tag}");
-    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db)).await.unwrap();
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
+        .await
+        .unwrap();
     for sql in [format!("CREATE SCHEMA {schema}"), format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name varchar(50) NOT NULL, qty int NOT NULL)")] {
         sqlx::query(&sql).execute(&mut db).await.unwrap();
     }
@@ -205,15 +472,26 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
     assert_eq!(status, 201, "{p}");
     let (status, d) = api.post("/api/v1/deliveries", json!({"name": "fresh copy", "pipeline_id": p["id"], "destination_connection_id": dest["id"], "table_name_format": format!("fr_{tag}_${{source.table}}")})).await;
     assert_eq!(status, 201, "{d}");
-    assert!(d["topics"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().ends_with(".cluecdc_heartbeat")), "the heartbeat topic is delivered: {d}");
+    assert!(
+        d["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.as_str().unwrap().ends_with(".cluecdc_heartbeat")),
+        "the heartbeat topic is delivered: {d}"
+    );
     let id = d["id"].as_str().unwrap().to_string();
     let result = async {
         // While data flows, the destination is at most a heartbeat interval plus a margin behind.
         let mut ages = Vec::new();
-        eventually(Duration::from_secs(120), "a first freshness measurement", || async {
-            let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
-            detail["freshness_secs"].as_f64().map(|_| ())
-        })
+        eventually(
+            Duration::from_secs(120),
+            "a first freshness measurement",
+            || async {
+                let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+                detail["freshness_secs"].as_f64().map(|_| ())
+            },
+        )
         .await;
         for _ in 0..6 {
             sqlx::query(&format!("INSERT INTO {schema}.items SELECT COALESCE(max(id), 0) + 1, 'x', 1 FROM {schema}.items")).execute(&mut db).await.unwrap();
@@ -223,66 +501,154 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
         let margin = 10.0 + 15.0; // heartbeat.interval.ms 10 s, plus delivery and measurement
-        assert!(ages.iter().all(|a| *a < margin), "freshness stays within {margin} s while data flows: {ages:?}");
+        assert!(
+            ages.iter().all(|a| *a < margin),
+            "freshness stays within {margin} s while data flows: {ages:?}"
+        );
         // The source stops (the pipeline is paused): freshness ages.
-        let (status, _) = api.post(&format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()), json!({})).await;
+        let (status, _) = api
+            .post(
+                &format!("/api/v1/pipelines/{}/pause", p["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
         assert_eq!(status, 200);
-        let aged = eventually(Duration::from_secs(90), "freshness older than 40 s", || async {
-            let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
-            detail["freshness_secs"].as_f64().filter(|a| *a > 40.0)
-        })
+        let aged = eventually(
+            Duration::from_secs(90),
+            "freshness older than 40 s",
+            || async {
+                let (_, detail) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+                detail["freshness_secs"].as_f64().filter(|a| *a > 40.0)
+            },
+        )
         .await;
         assert!(aged > 40.0);
-        let (_, samples) = api.get("/api/v1/samples?kind=delivery_freshness_seconds&subject=fresh%20copy").await;
-        assert!(samples["items"].as_array().unwrap().len() >= 3, "freshness is sampled: {samples}");
+        let (_, samples) = api
+            .get("/api/v1/samples?kind=delivery_freshness_seconds&subject=fresh%20copy")
+            .await;
+        assert!(
+            samples["items"].as_array().unwrap().len() >= 3,
+            "freshness is sampled: {samples}"
+        );
     };
     with_cleanup(result, async {
         let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
-        let _ = api.post(&format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()), json!({})).await;
-        let _ = api.delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap())).await;
+        let _ = api
+            .post(
+                &format!("/api/v1/pipelines/{}/resume", p["id"].as_str().unwrap()),
+                json!({}),
+            )
+            .await;
+        let _ = api
+            .delete(&format!(
+                "/api/v1/pipelines/{}?drop_slot=true",
+                p["id"].as_str().unwrap()
+            ))
+            .await;
         delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
         delete_connector(&s.connect_url, "cluecdc-deliver-fresh-copy").await;
         drop_capture_fixture(&s, &format!("fr_{tag}"), &schema).await;
-        let mut pg = sqlx::PgConnection::connect(&s.pg_url(&s.pg_dest_db)).await.unwrap();
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS fr_{tag}_items, fr_{tag}_cluecdc_heartbeat")).execute(&mut pg).await;
+        let mut pg = sqlx::PgConnection::connect(&s.pg_url(&s.pg_dest_db))
+            .await
+            .unwrap();
+        let _ = sqlx::query(&format!(
+            "DROP TABLE IF EXISTS fr_{tag}_items, fr_{tag}_cluecdc_heartbeat"
+        ))
+        .execute(&mut pg)
+        .await;
     })
     .await;
 }
 
 #[tokio::test]
-async fn an_orphan_slot_and_an_unreachable_kafka_raise_alerts_and_the_orphan_can_be_dropped_only_when_confirmed() {
+async fn an_orphan_slot_and_an_unreachable_kafka_raise_alerts_and_the_orphan_can_be_dropped_only_when_confirmed(
+) {
     let s = stack();
-    let api = admin_api_with(&[("CLUECDC_MONITOR_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
     for rule in ["orphan_slot", "kafka_unreachable"] {
-        assert_eq!(api.patch(&format!("/api/v1/alert-rules/{rule}"), json!({"for_secs": 0})).await.0, 200);
+        assert_eq!(
+            api.patch(
+                &format!("/api/v1/alert-rules/{rule}"),
+                json!({"for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
     }
-    let (status, _) = api.post("/api/v1/kafka-clusters", json!({"name": "gone kafka", "bootstrap_servers": "127.0.0.1:9"})).await;
+    let (status, _) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "gone kafka", "bootstrap_servers": "127.0.0.1:9"}),
+        )
+        .await;
     assert_eq!(status, 201);
     let slot = format!("orphan_{}", tag());
     let su = pg_superuser(&s).await;
-    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')").bind(&slot).execute(&su).await.unwrap();
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(&slot)
+        .execute(&su)
+        .await
+        .unwrap();
     let c = api.connection(json!({"name": "pg", "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable"}, "secrets": {"password": s.pg_password}})).await;
     let id = c["id"].as_str().unwrap().to_string();
     let result = async {
         let (status, slots) = api.get(&format!("/api/v1/connections/{id}/slots")).await;
         assert_eq!(status, 200, "{slots}");
-        let ours = slots["items"].as_array().unwrap().iter().find(|x| x["name"] == slot.as_str()).cloned().expect("the stray slot is listed");
+        let ours = slots["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == slot.as_str())
+            .cloned()
+            .expect("the stray slot is listed");
         assert!(ours["pipeline"].is_null(), "no pipeline owns it");
         let subject = format!("pg/{slot}");
-        let alert_found = eventually(Duration::from_secs(30), "the orphan slot alert", || alert(&api, "orphan_slot", &subject, "firing")).await;
-        assert!(alert_found["message"].as_str().unwrap().contains("belongs to no pipeline"));
-        let kafka = eventually(Duration::from_secs(60), "the Kafka unreachable alert", || alert(&api, "kafka_unreachable", "gone kafka", "firing")).await;
+        let alert_found = eventually(Duration::from_secs(30), "the orphan slot alert", || {
+            alert(&api, "orphan_slot", &subject, "firing")
+        })
+        .await;
+        assert!(alert_found["message"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to no pipeline"));
+        let kafka = eventually(
+            Duration::from_secs(60),
+            "the Kafka unreachable alert",
+            || alert(&api, "kafka_unreachable", "gone kafka", "firing"),
+        )
+        .await;
         assert_eq!(kafka["severity"], "critical");
 
-        let (status, err) = api.delete(&format!("/api/v1/connections/{id}/slots/{slot}")).await;
+        let (status, err) = api
+            .delete(&format!("/api/v1/connections/{id}/slots/{slot}"))
+            .await;
         assert_eq!(status, 422, "dropping needs the name repeated: {err}");
-        let (status, _) = api.delete(&format!("/api/v1/connections/{id}/slots/{slot}?confirm={slot}")).await;
+        let (status, _) = api
+            .delete(&format!(
+                "/api/v1/connections/{id}/slots/{slot}?confirm={slot}"
+            ))
+            .await;
         assert_eq!(status, 204);
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)").bind(&slot).fetch_one(&su).await.unwrap();
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+        )
+        .bind(&slot)
+        .fetch_one(&su)
+        .await
+        .unwrap();
         assert!(!exists, "the slot is gone");
-        let (_, audit) = api.get(&format!("/api/v1/audit?action=slot.drop&target={slot}")).await;
+        let (_, audit) = api
+            .get(&format!("/api/v1/audit?action=slot.drop&target={slot}"))
+            .await;
         assert_eq!(audit["items"].as_array().unwrap().len(), 1);
-        eventually(Duration::from_secs(30), "the orphan alert resolved", || alert(&api, "orphan_slot", &subject, "resolved")).await;
+        eventually(Duration::from_secs(30), "the orphan alert resolved", || {
+            alert(&api, "orphan_slot", &subject, "resolved")
+        })
+        .await;
     };
     with_cleanup(result, async {
         drop_slot(&su, &slot).await;

@@ -11,7 +11,10 @@ use sqlx::Connection;
 use crate::helpers::*;
 
 fn tag() -> String {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
     format!("{}_{}", std::process::id(), n % 1_000_000)
 }
 
@@ -29,7 +32,11 @@ impl Event {
 }
 
 /// Reads a topic from the beginning until `done` holds for what was read, or the deadline.
-async fn read_until(topic: &str, within: Duration, done: impl Fn(&[Event]) -> bool + Send + 'static) -> Vec<Event> {
+async fn read_until(
+    topic: &str,
+    within: Duration,
+    done: impl Fn(&[Event]) -> bool + Send + 'static,
+) -> Vec<Event> {
     let bootstrap = stack().kafka_bootstrap;
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
@@ -45,8 +52,14 @@ async fn read_until(topic: &str, within: Duration, done: impl Fn(&[Event]) -> bo
         let mut events = Vec::new();
         while std::time::Instant::now() < deadline {
             if let Some(Ok(m)) = consumer.poll(Duration::from_millis(500)) {
-                let parse = |b: Option<&[u8]>| b.and_then(|b| serde_json::from_slice::<Value>(b).ok()).map(|v| v["payload"].clone());
-                events.push(Event { key: parse(m.key()).unwrap_or(Value::Null), value: parse(m.payload()) });
+                let parse = |b: Option<&[u8]>| {
+                    b.and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                        .map(|v| v["payload"].clone())
+                };
+                events.push(Event {
+                    key: parse(m.key()).unwrap_or(Value::Null),
+                    value: parse(m.payload()),
+                });
             }
             if done(&events) {
                 return events;
@@ -59,7 +72,14 @@ async fn read_until(topic: &str, within: Duration, done: impl Fn(&[Event]) -> bo
 }
 
 fn uuid_like() -> String {
-    format!("{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
 }
 
 fn count(events: &[Event], op: &str) -> usize {
@@ -70,13 +90,23 @@ fn count(events: &[Event], op: &str) -> usize {
 async fn clusters(api: &Api) -> (String, String) {
     let s = stack();
     let connect = point_connect_provider_at(api).await;
-    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let (status, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
     assert_eq!(status, 201, "{kafka}");
-    (kafka["id"].as_str().unwrap().to_string(), connect["id"].as_str().unwrap().to_string())
+    (
+        kafka["id"].as_str().unwrap().to_string(),
+        connect["id"].as_str().unwrap().to_string(),
+    )
 }
 
 async fn pg_as_connector_user(s: &Stack) -> sqlx::PgConnection {
-    sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db)).await.unwrap()
+    sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
+        .await
+        .unwrap()
 }
 
 async fn pg_source(api: &Api, s: &Stack, tag: &str) -> Value {
@@ -87,20 +117,29 @@ async fn pg_source(api: &Api, s: &Stack, tag: &str) -> Value {
 }
 
 async fn wait_pipeline_running(api: &Api, id: &str) -> Value {
-    eventually(Duration::from_secs(120), "the pipeline's connector RUNNING", || async {
-        let (_, p) = api.get(&format!("/api/v1/pipelines/{id}")).await;
-        (p["connector"]["phase"] == "RUNNING").then_some(p)
-    })
+    eventually(
+        Duration::from_secs(120),
+        "the pipeline's connector RUNNING",
+        || async {
+            let (_, p) = api.get(&format!("/api/v1/pipelines/{id}")).await;
+            (p["connector"]["phase"] == "RUNNING").then_some(p)
+        },
+    )
     .await
 }
 
 async fn slot_exists(s: &Stack, slot: &str) -> bool {
     let pg = pg_superuser(s).await;
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)").bind(slot).fetch_one(&pg).await.unwrap()
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)")
+        .bind(slot)
+        .fetch_one(&pg)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
-async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_and_keeps_its_slot_on_plain_delete() {
+async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_and_keeps_its_slot_on_plain_delete(
+) {
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
@@ -124,21 +163,45 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
         "tables": [format!("{schema}.customers"), format!("{schema}.order_lines")], "topic_prefix": prefix, "partitions": 1, "replication_factor": 1});
     let (status, preview) = api.post("/api/v1/pipelines/preview", body.clone()).await;
     assert_eq!(status, 200, "{preview}");
-    assert_eq!(preview["validation_errors"], json!({}), "the real plugin accepts the generated config");
-    assert!(preview["config"]["database.password"].as_str().unwrap().starts_with("${cluecdc:"));
+    assert_eq!(
+        preview["validation_errors"],
+        json!({}),
+        "the real plugin accepts the generated config"
+    );
+    assert!(preview["config"]["database.password"]
+        .as_str()
+        .unwrap()
+        .starts_with("${cluecdc:"));
     let (status, pipeline) = api.post("/api/v1/pipelines", body).await;
     assert_eq!(status, 201, "{pipeline}");
     let id = pipeline["id"].as_str().unwrap().to_string();
     let customers = format!("{prefix}.{schema}.customers");
     let lines = format!("{prefix}.{schema}.order_lines");
-    let (_, topics) = api.get(&format!("/api/v1/kafka-clusters/{kafka}/topics")).await;
-    let names: Vec<&str> = topics["items"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&customers.as_str()) && names.contains(&lines.as_str()), "ClueCDC created the topics itself");
+    let (_, topics) = api
+        .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+        .await;
+    let names: Vec<&str> = topics["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&customers.as_str()) && names.contains(&lines.as_str()),
+        "ClueCDC created the topics itself"
+    );
 
     let result = async {
         let detail = wait_pipeline_running(&api, &id).await;
         let snap = read_until(&customers, Duration::from_secs(90), |e| count(e, "r") >= 2).await;
-        let ada = snap.iter().find(|e| e.value.as_ref().is_some_and(|v| v["after"]["name"] == "Ada")).expect("Ada snapshotted");
+        let ada = snap
+            .iter()
+            .find(|e| {
+                e.value
+                    .as_ref()
+                    .is_some_and(|v| v["after"]["name"] == "Ada")
+            })
+            .expect("Ada snapshotted");
         assert_eq!(ada.key, json!({"id": 1}));
         let source = &ada.value.as_ref().unwrap()["source"];
         assert_eq!(source["connector"], "postgresql");
@@ -157,20 +220,45 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
         ] {
             sqlx::query(&sql).execute(&mut db).await.unwrap();
         }
-        let events = read_until(&customers, Duration::from_secs(60), |e| count(e, "c") >= 1 && count(e, "u") >= 1 && count(e, "d") >= 1 && e.iter().any(|x| x.value.is_none())).await;
+        let events = read_until(&customers, Duration::from_secs(60), |e| {
+            count(e, "c") >= 1
+                && count(e, "u") >= 1
+                && count(e, "d") >= 1
+                && e.iter().any(|x| x.value.is_none())
+        })
+        .await;
         let c = events.iter().find(|e| e.op() == Some("c")).unwrap();
-        assert_eq!(c.value.as_ref().unwrap()["after"], json!({"id": 3, "name": "Barbara"}));
+        assert_eq!(
+            c.value.as_ref().unwrap()["after"],
+            json!({"id": 3, "name": "Barbara"})
+        );
         assert!(c.value.as_ref().unwrap()["before"].is_null());
         let u = events.iter().find(|e| e.op() == Some("u")).unwrap();
         assert_eq!(u.value.as_ref().unwrap()["after"]["name"], "Ada L.");
         let d = events.iter().find(|e| e.op() == Some("d")).unwrap();
         assert_eq!(d.key, json!({"id": 2}));
-        assert_eq!(d.value.as_ref().unwrap()["before"]["id"], 2, "the delete carries the key in before");
+        assert_eq!(
+            d.value.as_ref().unwrap()["before"]["id"],
+            2,
+            "the delete carries the key in before"
+        );
         assert!(d.value.as_ref().unwrap()["after"].is_null());
-        assert!(events.iter().any(|e| e.value.is_none() && e.key == json!({"id": 2})), "a tombstone follows the delete");
-        let events = read_until(&lines, Duration::from_secs(60), |e| count(e, "c") >= 1 && count(e, "u") >= 1 && count(e, "d") >= 1).await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.value.is_none() && e.key == json!({"id": 2})),
+            "a tombstone follows the delete"
+        );
+        let events = read_until(&lines, Duration::from_secs(60), |e| {
+            count(e, "c") >= 1 && count(e, "u") >= 1 && count(e, "d") >= 1
+        })
+        .await;
         let d = events.iter().find(|e| e.op() == Some("d")).unwrap();
-        assert_eq!(d.key, json!({"order_id": 10, "line": 2}), "the composite key");
+        assert_eq!(
+            d.key,
+            json!({"order_id": 10, "line": 2}),
+            "the composite key"
+        );
         let u = events.iter().find(|e| e.op() == Some("u")).unwrap();
         assert_eq!(u.key, json!({"order_id": 10, "line": 1}));
         assert_eq!(u.value.as_ref().unwrap()["after"]["qty"], 4);
@@ -184,10 +272,33 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
         let (status, deleted) = api.delete(&format!("/api/v1/pipelines/{id}")).await;
         assert_eq!(status, 200, "{deleted}");
         assert_eq!(deleted["slot_dropped"], false);
-        assert!(slot_exists(&s, &format!("pl_{tag}")).await, "the slot is left in place");
-        assert!(reqwest::get(format!("{}/connectors/{}", s.connect_url, pipelines_connector(&prefix))).await.unwrap().status() == 404, "the connector is gone");
-        let (_, topics) = api.get(&format!("/api/v1/kafka-clusters/{kafka}/topics")).await;
-        assert!(topics["items"].as_array().unwrap().iter().any(|t| t["name"] == customers.as_str()), "topics are never deleted silently");
+        assert!(
+            slot_exists(&s, &format!("pl_{tag}")).await,
+            "the slot is left in place"
+        );
+        assert!(
+            reqwest::get(format!(
+                "{}/connectors/{}",
+                s.connect_url,
+                pipelines_connector(&prefix)
+            ))
+            .await
+            .unwrap()
+            .status()
+                == 404,
+            "the connector is gone"
+        );
+        let (_, topics) = api
+            .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+            .await;
+        assert!(
+            topics["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == customers.as_str()),
+            "topics are never deleted silently"
+        );
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &pipelines_connector(&prefix)).await;
@@ -201,7 +312,8 @@ fn pipelines_connector(prefix: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_with_the_slot_option_drops_the_slot() {
+async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_with_the_slot_option_drops_the_slot(
+) {
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
@@ -231,27 +343,58 @@ async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_wit
         wait_pipeline_running(&api, &id).await;
         read_until(&first, Duration::from_secs(90), |e| count(e, "r") == 2).await;
 
-        let (status, changed) = api.patch(&format!("/api/v1/pipelines/{id}"), json!({"tables": [format!("{schema}.first"), format!("{schema}.second")]})).await;
+        let (status, changed) = api
+            .patch(
+                &format!("/api/v1/pipelines/{id}"),
+                json!({"tables": [format!("{schema}.first"), format!("{schema}.second")]}),
+            )
+            .await;
         assert_eq!(status, 200, "{changed}");
-        assert_eq!(changed["incremental_snapshot"], json!([format!("{schema}.second")]));
+        assert_eq!(
+            changed["incremental_snapshot"],
+            json!([format!("{schema}.second")])
+        );
         // The added table's existing rows arrive (incremental snapshot reads are op "r")…
         let snap = read_until(&second, Duration::from_secs(120), |e| count(e, "r") >= 3).await;
-        let mut ids: Vec<i64> = snap.iter().filter(|e| e.op() == Some("r")).map(|e| e.value.as_ref().unwrap()["after"]["id"].as_i64().unwrap()).collect();
+        let mut ids: Vec<i64> = snap
+            .iter()
+            .filter(|e| e.op() == Some("r"))
+            .map(|e| e.value.as_ref().unwrap()["after"]["id"].as_i64().unwrap())
+            .collect();
         ids.sort();
         ids.dedup();
         assert_eq!(ids, vec![1, 2, 3]);
         // …then it streams, and so does the first table, without a new full snapshot of it.
-        sqlx::query(&format!("INSERT INTO {schema}.second VALUES (4, 'w')")).execute(&mut db).await.unwrap();
-        sqlx::query(&format!("INSERT INTO {schema}.first VALUES (3, 'c')")).execute(&mut db).await.unwrap();
-        read_until(&second, Duration::from_secs(60), |e| e.iter().any(|x| x.op() == Some("c") && x.key == json!({"id": 4}))).await;
+        sqlx::query(&format!("INSERT INTO {schema}.second VALUES (4, 'w')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        sqlx::query(&format!("INSERT INTO {schema}.first VALUES (3, 'c')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        read_until(&second, Duration::from_secs(60), |e| {
+            e.iter()
+                .any(|x| x.op() == Some("c") && x.key == json!({"id": 4}))
+        })
+        .await;
         let events = read_until(&first, Duration::from_secs(60), |e| count(e, "c") >= 1).await;
-        assert_eq!(count(&events, "r"), 2, "the first table was not snapshotted again");
+        assert_eq!(
+            count(&events, "r"),
+            2,
+            "the first table was not snapshotted again"
+        );
 
         // Delete with the slot option: the slot is dropped after the connector stops.
-        let (status, deleted) = api.delete(&format!("/api/v1/pipelines/{id}?drop_slot=true")).await;
+        let (status, deleted) = api
+            .delete(&format!("/api/v1/pipelines/{id}?drop_slot=true"))
+            .await;
         assert_eq!(status, 200, "{deleted}");
         assert_eq!(deleted["slot_dropped"], true);
-        assert!(!slot_exists(&s, &format!("pl_{tag}")).await, "the slot is gone");
+        assert!(
+            !slot_exists(&s, &format!("pl_{tag}")).await,
+            "the slot is gone"
+        );
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &pipelines_connector(&prefix)).await;
@@ -269,7 +412,9 @@ async fn a_mariadb_pipeline_snapshots_then_streams_inserts_updates_and_deletes()
     let (kafka, connect) = clusters(&api).await;
     let tag = tag();
     let (t1, t2) = (format!("ml_{tag}_customers"), format!("ml_{tag}_lines"));
-    let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db)).await.unwrap();
+    let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
+        .await
+        .unwrap();
     for sql in [
         format!("CREATE TABLE {t1} (id INT PRIMARY KEY, name VARCHAR(50) NOT NULL)"),
         format!("CREATE TABLE {t2} (order_id INT, line INT, sku VARCHAR(20) NOT NULL, PRIMARY KEY (order_id, line))"),
@@ -293,8 +438,18 @@ async fn a_mariadb_pipeline_snapshots_then_streams_inserts_updates_and_deletes()
     let result = async {
         wait_pipeline_running(&api, &id).await;
         let snap = read_until(&customers, Duration::from_secs(120), |e| count(e, "r") >= 2).await;
-        let ada = snap.iter().find(|e| e.value.as_ref().is_some_and(|v| v["after"]["name"] == "Ada")).unwrap();
-        assert_eq!(ada.value.as_ref().unwrap()["source"]["connector"], "mariadb");
+        let ada = snap
+            .iter()
+            .find(|e| {
+                e.value
+                    .as_ref()
+                    .is_some_and(|v| v["after"]["name"] == "Ada")
+            })
+            .unwrap();
+        assert_eq!(
+            ada.value.as_ref().unwrap()["source"]["connector"],
+            "mariadb"
+        );
         read_until(&lines, Duration::from_secs(60), |e| count(e, "r") >= 2).await;
         for sql in [
             format!("INSERT INTO {t1} VALUES (3, 'Barbara')"),
@@ -304,22 +459,48 @@ async fn a_mariadb_pipeline_snapshots_then_streams_inserts_updates_and_deletes()
         ] {
             sqlx::query(&sql).execute(&mut db).await.unwrap();
         }
-        let events = read_until(&customers, Duration::from_secs(60), |e| count(e, "c") >= 1 && count(e, "u") >= 1 && count(e, "d") >= 1).await;
-        let u = events.iter().find(|e| e.op() == Some("u")).unwrap().value.clone().unwrap();
-        assert_eq!(u["before"], json!({"id": 1, "name": "Ada"}), "full row image: before is the whole row");
+        let events = read_until(&customers, Duration::from_secs(60), |e| {
+            count(e, "c") >= 1 && count(e, "u") >= 1 && count(e, "d") >= 1
+        })
+        .await;
+        let u = events
+            .iter()
+            .find(|e| e.op() == Some("u"))
+            .unwrap()
+            .value
+            .clone()
+            .unwrap();
+        assert_eq!(
+            u["before"],
+            json!({"id": 1, "name": "Ada"}),
+            "full row image: before is the whole row"
+        );
         assert_eq!(u["after"], json!({"id": 1, "name": "Ada L."}));
-        assert!(u["source"]["file"].is_string() && u["source"]["pos"].is_number(), "binlog position in source metadata");
+        assert!(
+            u["source"]["file"].is_string() && u["source"]["pos"].is_number(),
+            "binlog position in source metadata"
+        );
         let d = events.iter().find(|e| e.op() == Some("d")).unwrap();
-        assert_eq!(d.value.as_ref().unwrap()["before"], json!({"id": 2, "name": "Grace"}));
+        assert_eq!(
+            d.value.as_ref().unwrap()["before"],
+            json!({"id": 2, "name": "Grace"})
+        );
         let events = read_until(&lines, Duration::from_secs(60), |e| count(e, "d") >= 1).await;
-        assert_eq!(events.iter().find(|e| e.op() == Some("d")).unwrap().key, json!({"order_id": 10, "line": 2}));
+        assert_eq!(
+            events.iter().find(|e| e.op() == Some("d")).unwrap().key,
+            json!({"order_id": 10, "line": 2})
+        );
         let (status, _) = api.delete(&format!("/api/v1/pipelines/{id}")).await;
         assert_eq!(status, 200);
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &pipelines_connector(&prefix)).await;
-        let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db)).await.unwrap();
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t1}, {t2}")).execute(&mut db).await;
+        let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
+            .await
+            .unwrap();
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t1}, {t2}"))
+            .execute(&mut db)
+            .await;
     })
     .await;
 }
@@ -334,26 +515,54 @@ async fn a_config_the_plugin_refuses_is_refused_with_its_own_error_before_anythi
     let tag = tag();
     let schema = format!("pb_{tag}");
     let mut db = pg_as_connector_user(&s).await;
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut db).await.unwrap();
-    sqlx::query(&format!("CREATE TABLE {schema}.t (id int PRIMARY KEY)")).execute(&mut db).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut db)
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE TABLE {schema}.t (id int PRIMARY KEY)"))
+        .execute(&mut db)
+        .await
+        .unwrap();
     let src = pg_source(&api, &s, &tag).await;
     let prefix = format!("pb-{}", tag.replace('_', "-"));
     let (status, err) = api
         .post("/api/v1/pipelines", json!({"name": "bad", "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect, "tables": [format!("{schema}.t")], "topic_prefix": prefix, "options": {"decimal.handling.mode": "fancy"}}))
         .await;
     assert_eq!(status, 422, "{err}");
-    let why = err["error"]["fields"]["config.decimal.handling.mode"].as_str().unwrap_or_else(|| panic!("the plugin's error on its key: {err}"));
-    assert!(why.contains("fancy") || why.to_lowercase().contains("invalid"), "{why}");
+    let why = err["error"]["fields"]["config.decimal.handling.mode"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the plugin's error on its key: {err}"));
+    assert!(
+        why.contains("fancy") || why.to_lowercase().contains("invalid"),
+        "{why}"
+    );
     // Our own checks name their fields too.
     let (status, err) = api.post("/api/v1/pipelines", json!({"name": "bad", "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect, "tables": ["nope.missing"], "options": {"database.password": "plain"}})).await;
     assert_eq!(status, 422);
-    assert!(err["error"]["fields"]["tables"].as_str().unwrap().contains("not found"), "{err}");
-    assert!(err["error"]["fields"]["options.database.password"].is_string(), "{err}");
+    assert!(
+        err["error"]["fields"]["tables"]
+            .as_str()
+            .unwrap()
+            .contains("not found"),
+        "{err}"
+    );
+    assert!(
+        err["error"]["fields"]["options.database.password"].is_string(),
+        "{err}"
+    );
     // Nothing was created: no pipeline, no connector, no topic.
     assert_eq!(api.get("/api/v1/pipelines").await.1["items"], json!([]));
     assert_eq!(api.get("/api/v1/connectors").await.1["items"], json!([]));
-    let (_, topics) = api.get(&format!("/api/v1/kafka-clusters/{kafka}/topics")).await;
-    assert!(!topics["items"].as_array().unwrap().iter().any(|t| t["name"].as_str().unwrap().starts_with(&prefix)));
+    let (_, topics) = api
+        .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+        .await;
+    assert!(!topics["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"].as_str().unwrap().starts_with(&prefix)));
     let su = pg_superuser(&s).await;
-    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&su).await;
+    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&su)
+        .await;
 }

@@ -9,10 +9,17 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-const FAST: &[(&str, &str)] = &[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEASE_TTL", "3s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")];
+const FAST: &[(&str, &str)] = &[
+    ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+    ("CLUECDC_LEASE_TTL", "3s"),
+    ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+];
 
 fn tag() -> String {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
     format!("{}-{}", std::process::id(), n % 10_000_000)
 }
 
@@ -22,13 +29,23 @@ fn source_config(topic: &str) -> Value {
 }
 
 async fn register(api: &Api, url: &str) -> String {
-    let (status, c) = api.post("/api/v1/connect-clusters", json!({"name": "stack", "url": url})).await;
+    let (status, c) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "stack", "url": url}),
+        )
+        .await;
     assert_eq!(status, 201, "{c}");
     c["id"].as_str().unwrap().to_string()
 }
 
 async fn desire(api: &Api, cluster: &str, name: &str, config: Value) -> Value {
-    let (status, c) = api.post("/api/v1/connectors", json!({"name": name, "connect_cluster_id": cluster, "config": config})).await;
+    let (status, c) = api
+        .post(
+            "/api/v1/connectors",
+            json!({"name": name, "connect_cluster_id": cluster, "config": config}),
+        )
+        .await;
     assert_eq!(status, 201, "{c}");
     c
 }
@@ -42,7 +59,9 @@ async fn phase_is(api: &Api, name: &str, phase: &str) -> Option<Value> {
 /// answers 409 (a rebalance in progress) or 5xx.
 async fn connect_config(s: &Stack, name: &str) -> Option<Value> {
     for _ in 0..40 {
-        let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url)).await.ok()?;
+        let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
+            .await
+            .ok()?;
         match res.status().as_u16() {
             200 => return res.json().await.ok(),
             404 => return None,
@@ -60,7 +79,12 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
     let cluster = register(&api, &s.connect_url).await;
     let name = format!("rec-{}", tag());
     desire(&api, &cluster, &name, source_config(&name)).await;
-    let running = eventually(Duration::from_secs(60), "the connector RUNNING in ClueCDC", || phase_is(&api, &name, "RUNNING")).await;
+    let running = eventually(
+        Duration::from_secs(60),
+        "the connector RUNNING in ClueCDC",
+        || phase_is(&api, &name, "RUNNING"),
+    )
+    .await;
     assert_eq!(running["observed_state"], "RUNNING");
     assert_eq!(running["tasks"][0]["state"], "RUNNING");
     assert!(running["observed_age_secs"].as_i64().unwrap() < 10);
@@ -69,51 +93,108 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
     let result = async {
         // Deleted directly in Connect: recreated, and the drift recorded.
         delete_connector(&s.connect_url, &name).await;
-        eventually(Duration::from_secs(60), "a 'deleted' drift event, repaired", || async {
-            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-            c["drift_events"].as_array().unwrap().iter().any(|e| e["kind"] == "deleted" && e["action"] == "repaired").then_some(())
-        })
+        eventually(
+            Duration::from_secs(60),
+            "a 'deleted' drift event, repaired",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                c["drift_events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e["kind"] == "deleted" && e["action"] == "repaired")
+                    .then_some(())
+            },
+        )
         .await;
         wait_running(&s.connect_url, &name, Duration::from_secs(60)).await;
 
         // Config changed directly in Connect: restored, with the diff recorded.
         let mut changed = source_config(&name);
         changed["topic"] = json!("somewhere-else");
-        let res = reqwest::Client::new().put(format!("{}/connectors/{name}/config", s.connect_url)).json(&changed).send().await.unwrap();
+        let res = reqwest::Client::new()
+            .put(format!("{}/connectors/{name}/config", s.connect_url))
+            .json(&changed)
+            .send()
+            .await
+            .unwrap();
         assert!(res.status().is_success());
-        eventually(Duration::from_secs(60), "the desired config restored in Connect", || async {
-            connect_config(&s, &name).await.filter(|c| c["topic"] == name.as_str())
-        })
+        eventually(
+            Duration::from_secs(60),
+            "the desired config restored in Connect",
+            || async {
+                connect_config(&s, &name)
+                    .await
+                    .filter(|c| c["topic"] == name.as_str())
+            },
+        )
         .await;
         let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-        let drift = c["drift_events"].as_array().unwrap().iter().find(|e| e["kind"] == "config_changed").cloned().expect("config drift recorded");
+        let drift = c["drift_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "config_changed")
+            .cloned()
+            .expect("config drift recorded");
         assert_eq!(drift["action"], "repaired");
-        assert_eq!(drift["diff"], json!([{"key": "topic", "desired": name, "applied": name, "live": "somewhere-else"}]));
+        assert_eq!(
+            drift["diff"],
+            json!([{"key": "topic", "desired": name, "applied": name, "live": "somewhere-else"}])
+        );
 
         // An unknown connector added in Connect is reported, never deleted.
         let stranger = format!("stranger-{}", tag());
-        let res = reqwest::Client::new().put(format!("{}/connectors/{stranger}/config", s.connect_url)).json(&source_config(&stranger)).send().await.unwrap();
+        let res = reqwest::Client::new()
+            .put(format!("{}/connectors/{stranger}/config", s.connect_url))
+            .json(&source_config(&stranger))
+            .send()
+            .await
+            .unwrap();
         assert!(res.status().is_success());
-        eventually(Duration::from_secs(30), "the unknown connector listed as unmanaged", || async {
-            let (_, list) = api.get("/api/v1/connectors").await;
-            list["unmanaged"].as_array().unwrap().iter().any(|u| u["name"] == stranger.as_str()).then_some(())
-        })
+        eventually(
+            Duration::from_secs(30),
+            "the unknown connector listed as unmanaged",
+            || async {
+                let (_, list) = api.get("/api/v1/connectors").await;
+                list["unmanaged"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|u| u["name"] == stranger.as_str())
+                    .then_some(())
+            },
+        )
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(connect_config(&s, &stranger).await.is_some(), "ClueCDC left the unmanaged connector alone");
+        assert!(
+            connect_config(&s, &stranger).await.is_some(),
+            "ClueCDC left the unmanaged connector alone"
+        );
         delete_connector(&s.connect_url, &stranger).await;
 
         // Pause through ClueCDC, then delete through ClueCDC.
-        let (status, _) = api.post(&format!("/api/v1/connectors/{name}/pause"), json!({})).await;
+        let (status, _) = api
+            .post(&format!("/api/v1/connectors/{name}/pause"), json!({}))
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "PAUSED in Connect", || async { connect_status(&s.connect_url, &name).await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
+        eventually(Duration::from_secs(30), "PAUSED in Connect", || async {
+            connect_status(&s.connect_url, &name)
+                .await
+                .filter(|st| st["connector"]["state"] == "PAUSED")
+        })
+        .await;
         let (status, _) = api.delete(&format!("/api/v1/connectors/{name}")).await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "the connector gone from Connect and ClueCDC", || async {
-            let gone_in_connect = connect_config(&s, &name).await.is_none();
-            let gone_here = api.get(&format!("/api/v1/connectors/{name}")).await.0 == 404;
-            (gone_in_connect && gone_here).then_some(())
-        })
+        eventually(
+            Duration::from_secs(30),
+            "the connector gone from Connect and ClueCDC",
+            || async {
+                let gone_in_connect = connect_config(&s, &name).await.is_none();
+                let gone_here = api.get(&format!("/api/v1/connectors/{name}")).await.0 == 404;
+                (gone_in_connect && gone_here).then_some(())
+            },
+        )
         .await;
     };
     with_cleanup(result, async {
@@ -126,36 +207,86 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
 async fn a_failing_task_is_restarted_with_growing_backoff_then_reported_with_its_trace() {
     let s = stack();
     let _c = connect_shared().await;
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_RESTART_MAX", "3"), ("CLUECDC_RESTART_BACKOFF", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_RESTART_MAX", "3"),
+        ("CLUECDC_RESTART_BACKOFF", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
     let cluster = register(&api, &s.connect_url).await;
     let name = format!("fail-{}", tag());
     // The sink cannot open its file: every task start fails.
     desire(&api, &cluster, &name, json!({"connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector", "file": "/nonexistent-dir/cluecdc/out.txt", "topics": name, "tasks.max": "1"})).await;
     let result = async {
-        let gave_up = eventually(Duration::from_secs(120), "ClueCDC giving up after 3 restarts", || async {
-            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-            c["message"].as_str().unwrap_or("").contains("gave up after 3 restarts").then_some(c)
-        })
+        let gave_up = eventually(
+            Duration::from_secs(120),
+            "ClueCDC giving up after 3 restarts",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                c["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("gave up after 3 restarts")
+                    .then_some(c)
+            },
+        )
         .await;
         assert_eq!(gave_up["phase"], "FAILED");
-        assert!(gave_up["trace"].as_str().unwrap().contains("Couldn't find or create file"), "the trace is kept: {gave_up}");
-        let restarts: Vec<Value> = gave_up["restarts"].as_array().unwrap().iter().rev().cloned().collect();
+        assert!(
+            gave_up["trace"]
+                .as_str()
+                .unwrap()
+                .contains("Couldn't find or create file"),
+            "the trace is kept: {gave_up}"
+        );
+        let restarts: Vec<Value> = gave_up["restarts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .cloned()
+            .collect();
         assert_eq!(restarts.len(), 3, "{restarts:?}");
         assert!(restarts.iter().all(|r| r["triggered_by"] == "reconciler"));
-        let at: Vec<i64> = restarts.iter().map(|r| chrono::DateTime::parse_from_rfc3339(r["at"].as_str().unwrap()).unwrap().timestamp()).collect();
+        let at: Vec<i64> = restarts
+            .iter()
+            .map(|r| {
+                chrono::DateTime::parse_from_rfc3339(r["at"].as_str().unwrap())
+                    .unwrap()
+                    .timestamp()
+            })
+            .collect();
         let gaps: Vec<i64> = at.windows(2).map(|w| w[1] - w[0]).collect();
         // Backoff after attempt n is base·2^n scaled by jitter in [0.5, 1]: ≥ 1 s, then ≥ 2 s.
-        assert!(gaps[0] >= 1 && gaps[1] >= 2, "restarts are spaced by a growing backoff: {gaps:?}");
+        assert!(
+            gaps[0] >= 1 && gaps[1] >= 2,
+            "restarts are spaced by a growing backoff: {gaps:?}"
+        );
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (_, later) = api.get(&format!("/api/v1/connectors/{name}")).await;
-        assert_eq!(later["restarts"].as_array().unwrap().len(), 3, "no restart past the limit");
+        assert_eq!(
+            later["restarts"].as_array().unwrap().len(),
+            3,
+            "no restart past the limit"
+        );
         // A person can still ask for one.
-        let (status, _) = api.post(&format!("/api/v1/connectors/{name}/restart"), json!({})).await;
+        let (status, _) = api
+            .post(&format!("/api/v1/connectors/{name}/restart"), json!({}))
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "the requested restart recorded", || async {
-            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-            c["restarts"].as_array().unwrap().iter().any(|r| r["triggered_by"] == "user:ada").then_some(())
-        })
+        eventually(
+            Duration::from_secs(30),
+            "the requested restart recorded",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                c["restarts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["triggered_by"] == "user:ada")
+                    .then_some(())
+            },
+        )
         .await;
     };
     with_cleanup(result, async {
@@ -165,46 +296,104 @@ async fn a_failing_task_is_restarted_with_growing_backoff_then_reported_with_its
 }
 
 #[tokio::test]
-async fn with_connect_stopped_clue_cdc_keeps_serving_shows_stale_status_backs_off_and_converges_after() {
+async fn with_connect_stopped_clue_cdc_keeps_serving_shows_stale_status_backs_off_and_converges_after(
+) {
     let s = stack();
     let _c = connect_exclusive().await;
     let api = admin_api_with(FAST);
     let cluster = register(&api, &s.connect_url).await;
     let name = format!("outage-{}", tag());
     desire(&api, &cluster, &name, source_config(&name)).await;
-    eventually(Duration::from_secs(60), "RUNNING before the outage", || phase_is(&api, &name, "RUNNING")).await;
+    eventually(Duration::from_secs(60), "RUNNING before the outage", || {
+        phase_is(&api, &name, "RUNNING")
+    })
+    .await;
     stack_cmd(&["down", "connect"]);
     let result = async {
-        let stale = eventually(Duration::from_secs(30), "the status marked stale", || async {
-            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-            (c["stale"] == true).then_some(c)
-        })
+        let stale = eventually(
+            Duration::from_secs(30),
+            "the status marked stale",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                (c["stale"] == true).then_some(c)
+            },
+        )
         .await;
-        assert_eq!(stale["phase"], "UNKNOWN", "no fresh observation: not shown as RUNNING");
-        assert!(stale["message"].as_str().unwrap().contains("last seen RUNNING"), "{stale}");
+        assert_eq!(
+            stale["phase"], "UNKNOWN",
+            "no fresh observation: not shown as RUNNING"
+        );
+        assert!(
+            stale["message"]
+                .as_str()
+                .unwrap()
+                .contains("last seen RUNNING"),
+            "{stale}"
+        );
         assert!(stale["observed_age_secs"].as_i64().is_some());
-        assert_eq!(api.app.client().get(format!("{}/healthz", api.app.url)).send().await.unwrap().status(), 200);
-        let page = sign_in(&api.app, "ada", PASSWORD).await.client.get(format!("{}/connectors", api.app.url)).send().await.unwrap().text().await.unwrap();
+        assert_eq!(
+            api.app
+                .client()
+                .get(format!("{}/healthz", api.app.url))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        let page = sign_in(&api.app, "ada", PASSWORD)
+            .await
+            .client
+            .get(format!("{}/connectors", api.app.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         assert!(page.contains("(stale)"), "the page marks it stale");
         // A change made during the outage waits for Connect.
-        let (status, _) = api.post(&format!("/api/v1/connectors/{name}/pause"), json!({})).await;
+        let (status, _) = api
+            .post(&format!("/api/v1/connectors/{name}/pause"), json!({}))
+            .await;
         assert_eq!(status, 200);
         tokio::time::sleep(Duration::from_secs(6)).await;
-        let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", api.app.data_dir().join("cluecdc.db").display())).await.unwrap();
-        let (failures, error): (i64, Option<String>) = sqlx::query_as("SELECT failures, last_error FROM connect_clusters").fetch_one(&db).await.unwrap();
-        let passes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes WHERE started_at >= ?").bind(stale["observed_at"].as_str().unwrap()).fetch_one(&db).await.unwrap();
+        let db = sqlx::SqlitePool::connect(&format!(
+            "sqlite://{}",
+            api.app.data_dir().join("cluecdc.db").display()
+        ))
+        .await
+        .unwrap();
+        let (failures, error): (i64, Option<String>) =
+            sqlx::query_as("SELECT failures, last_error FROM connect_clusters")
+                .fetch_one(&db)
+                .await
+                .unwrap();
+        let passes: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes WHERE started_at >= ?")
+                .bind(stale["observed_at"].as_str().unwrap())
+                .fetch_one(&db)
+                .await
+                .unwrap();
         assert!(error.unwrap().contains("unreachable"));
-        assert!(failures >= 2 && failures < passes.max(3) * 2, "backing off: {failures} failed attempts in {passes} passes");
+        assert!(
+            failures >= 2 && failures < passes.max(3) * 2,
+            "backing off: {failures} failed attempts in {passes} passes"
+        );
     };
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
     stack_cmd(&["up"]);
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
     }
-    let converged = eventually(Duration::from_secs(120), "converged after Connect returned (paused as asked)", || async {
-        let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-        (c["stale"] == false && c["phase"] == "PAUSED").then_some(c)
-    })
+    let converged = eventually(
+        Duration::from_secs(120),
+        "converged after Connect returned (paused as asked)",
+        || async {
+            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+            (c["stale"] == false && c["phase"] == "PAUSED").then_some(c)
+        },
+    )
     .await;
     assert_eq!(converged["observed_state"], "PAUSED");
     delete_connector(&s.connect_url, &name).await;
@@ -240,33 +429,69 @@ async fn serve_and_worker_together_never_both_act_and_a_crashed_holder_is_replac
     }
     let result = async {
         for n in &names {
-            eventually(Duration::from_secs(60), "all RUNNING", || phase_is(&api, n, "RUNNING")).await;
+            eventually(Duration::from_secs(60), "all RUNNING", || {
+                phase_is(&api, n, "RUNNING")
+            })
+            .await;
         }
         let (_, rec) = api.get("/api/v1/reconciler").await;
         let holder = rec["holder"].as_str().unwrap().to_string();
-        assert!(holder.starts_with("worker@"), "the worker, started first, holds the lease: {rec}");
+        assert!(
+            holder.starts_with("worker@"),
+            "the worker, started first, holds the lease: {rec}"
+        );
         let calls = proxy.snapshot();
         let mutating: Vec<&ProxiedCall> = calls.iter().filter(|c| c.method != "GET").collect();
-        let creates = mutating.iter().filter(|c| c.method == "POST" && c.path == "/connectors").count();
-        assert_eq!(creates, names.len(), "each connector created exactly once: {mutating:?}");
-        assert!(mutating.iter().all(|c| c.agent.contains(&holder)), "only the lease holder changed Connect: {mutating:?}");
-        assert_eq!(rec["passes_in_this_process"], 0, "serve made no pass while the worker held the lease");
+        let creates = mutating
+            .iter()
+            .filter(|c| c.method == "POST" && c.path == "/connectors")
+            .count();
+        assert_eq!(
+            creates,
+            names.len(),
+            "each connector created exactly once: {mutating:?}"
+        );
+        assert!(
+            mutating.iter().all(|c| c.agent.contains(&holder)),
+            "only the lease holder changed Connect: {mutating:?}"
+        );
+        assert_eq!(
+            rec["passes_in_this_process"], 0,
+            "serve made no pass while the worker held the lease"
+        );
 
         // The worker dies without releasing: its lease runs out and serve takes over.
         worker.kill().unwrap();
         worker.wait().unwrap();
-        let new_holder = eventually(Duration::from_secs(30), "serve holding the lease", || async {
-            let (_, rec) = api.get("/api/v1/reconciler").await;
-            rec["holder"].as_str().filter(|h| h.starts_with("serve@")).map(String::from)
-        })
+        let new_holder = eventually(
+            Duration::from_secs(30),
+            "serve holding the lease",
+            || async {
+                let (_, rec) = api.get("/api/v1/reconciler").await;
+                rec["holder"]
+                    .as_str()
+                    .filter(|h| h.starts_with("serve@"))
+                    .map(String::from)
+            },
+        )
         .await;
         let before = proxy.snapshot().len();
-        let (status, _) = api.post(&format!("/api/v1/connectors/{}/pause", names[0]), json!({})).await;
+        let (status, _) = api
+            .post(&format!("/api/v1/connectors/{}/pause", names[0]), json!({}))
+            .await;
         assert_eq!(status, 200);
-        eventually(Duration::from_secs(30), "PAUSED", || async { connect_status(&s.connect_url, &names[0]).await.filter(|st| st["connector"]["state"] == "PAUSED") }).await;
+        eventually(Duration::from_secs(30), "PAUSED", || async {
+            connect_status(&s.connect_url, &names[0])
+                .await
+                .filter(|st| st["connector"]["state"] == "PAUSED")
+        })
+        .await;
         let after: Vec<ProxiedCall> = proxy.snapshot()[before..].to_vec();
         let mutating: Vec<&ProxiedCall> = after.iter().filter(|c| c.method != "GET").collect();
-        assert!(!mutating.is_empty() && mutating.iter().all(|c| c.agent.contains(&new_holder)), "{mutating:?}");
+        assert!(
+            !mutating.is_empty() && mutating.iter().all(|c| c.agent.contains(&new_holder)),
+            "{mutating:?}"
+        );
     };
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
     let _ = worker.kill();
@@ -284,7 +509,11 @@ async fn a_pass_over_fifty_unchanged_connectors_makes_one_list_call_and_no_chang
     let s = stack();
     let _c = connect_shared().await;
     let proxy = ConnectProxy::start(&s.connect_url).await;
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"), ("CLUECDC_OFFSETS_INTERVAL", "1h")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+        ("CLUECDC_OFFSETS_INTERVAL", "1h"),
+    ]);
     let cluster = register(&api, &proxy.url).await;
     let tag = tag();
     let names: Vec<String> = (0..50).map(|i| format!("many-{tag}-{i:02}")).collect();
@@ -294,7 +523,12 @@ async fn a_pass_over_fifty_unchanged_connectors_makes_one_list_call_and_no_chang
     let result = async {
         eventually(Duration::from_secs(240), "all 50 RUNNING", || async {
             let (_, list) = api.get("/api/v1/connectors").await;
-            let running = list["items"].as_array().unwrap().iter().filter(|c| c["phase"] == "RUNNING").count();
+            let running = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["phase"] == "RUNNING")
+                .count();
             (running == names.len()).then_some(())
         })
         .await;
@@ -302,7 +536,18 @@ async fn a_pass_over_fifty_unchanged_connectors_makes_one_list_call_and_no_chang
             let http = api.http.clone();
             let url = format!("{}/api/v1/reconciler", api.app.url);
             let token = api.token.clone();
-            async move { http.get(url).bearer_auth(token).send().await.unwrap().json::<Value>().await.unwrap()["passes_in_this_process"].as_u64().unwrap() }
+            async move {
+                http.get(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()["passes_in_this_process"]
+                    .as_u64()
+                    .unwrap()
+            }
         };
         // Let any pass in flight finish, then count calls over at least three whole passes.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -311,12 +556,29 @@ async fn a_pass_over_fifty_unchanged_connectors_makes_one_list_call_and_no_chang
         let (c1, p1) = (proxy.snapshot().len(), passes(&api).await);
         let window: Vec<ProxiedCall> = proxy.snapshot()[c0..c1].to_vec();
         let delta = p1 - p0;
-        assert!(delta >= 3, "at least three passes in eight seconds, got {delta}");
-        let lists = window.iter().filter(|c| c.method == "GET" && c.path.starts_with("/connectors?expand=status&expand=info")).count() as u64;
-        let others: Vec<&ProxiedCall> = window.iter().filter(|c| !(c.method == "GET" && c.path.starts_with("/connectors?expand="))).collect();
-        assert!(others.is_empty(), "only list calls during unchanged passes: {others:?}");
+        assert!(
+            delta >= 3,
+            "at least three passes in eight seconds, got {delta}"
+        );
+        let lists = window
+            .iter()
+            .filter(|c| {
+                c.method == "GET" && c.path.starts_with("/connectors?expand=status&expand=info")
+            })
+            .count() as u64;
+        let others: Vec<&ProxiedCall> = window
+            .iter()
+            .filter(|c| !(c.method == "GET" && c.path.starts_with("/connectors?expand=")))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "only list calls during unchanged passes: {others:?}"
+        );
         // The window may cut one pass at each end.
-        assert!(lists >= delta.saturating_sub(1) && lists <= delta + 1, "{lists} list calls for {delta} passes");
+        assert!(
+            lists >= delta.saturating_sub(1) && lists <= delta + 1,
+            "{lists} list calls for {delta} passes"
+        );
     };
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
     drop(api);
@@ -334,37 +596,68 @@ async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_l
     let _c = connect_shared().await;
     // Passes only when something changes in ClueCDC: the change made in Connect below stays
     // until the admin decides.
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1h"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"), ("CLUECDC_OFFSETS_INTERVAL", "1s")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1h"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+        ("CLUECDC_OFFSETS_INTERVAL", "1s"),
+    ]);
     let name = format!("adopt-{}", tag());
     // Managed by ClueCDC first: it creates the connector and reads its offsets.
     let cluster = register(&api, &s.connect_url).await;
     desire(&api, &cluster, &name, source_config(&name)).await;
     let result = async {
-        let running = eventually(Duration::from_secs(60), "RUNNING with offsets read", || async {
-            let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-            if c["phase"] != "RUNNING" || !c["offsets_at"].is_string() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                crate::helpers::bump(&api).await;
-            }
-            (c["phase"] == "RUNNING" && c["offsets_at"].is_string()).then_some(c)
-        })
+        let running = eventually(
+            Duration::from_secs(60),
+            "RUNNING with offsets read",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                if c["phase"] != "RUNNING" || !c["offsets_at"].is_string() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    crate::helpers::bump(&api).await;
+                }
+                (c["phase"] == "RUNNING" && c["offsets_at"].is_string()).then_some(c)
+            },
+        )
         .await;
-        assert!(running["offsets"]["offsets"].is_array(), "committed offsets are stored: {running}");
+        assert!(
+            running["offsets"]["offsets"].is_array(),
+            "committed offsets are stored: {running}"
+        );
 
         // Someone changes it in Connect; an admin adopts the change instead of a repair.
         let mut changed = source_config(&name);
         changed["batch.size"] = json!("100");
-        let res = reqwest::Client::new().put(format!("{}/connectors/{name}/config", s.connect_url)).json(&changed).send().await.unwrap();
+        let res = reqwest::Client::new()
+            .put(format!("{}/connectors/{name}/config", s.connect_url))
+            .json(&changed)
+            .send()
+            .await
+            .unwrap();
         assert!(res.status().is_success());
-        let (status, adopted) = api.post(&format!("/api/v1/connectors/{name}/adopt"), json!({})).await;
+        let (status, adopted) = api
+            .post(&format!("/api/v1/connectors/{name}/adopt"), json!({}))
+            .await;
         assert_eq!(status, 200, "{adopted}");
-        assert_eq!(adopted["config"]["batch.size"], "100", "the live config, read now, is the desired one");
+        assert_eq!(
+            adopted["config"]["batch.size"], "100",
+            "the live config, read now, is the desired one"
+        );
         // The pass the adoption triggers finds nothing to repair.
         tokio::time::sleep(Duration::from_secs(4)).await;
         let live = connect_config(&s, &name).await.unwrap();
-        assert_eq!(live["batch.size"], "100", "after adoption ClueCDC keeps the live config");
+        assert_eq!(
+            live["batch.size"], "100",
+            "after adoption ClueCDC keeps the live config"
+        );
         let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-        assert!(c["drift_events"].as_array().unwrap().iter().any(|e| e["action"] == "adopted"), "{c}");
+        assert!(
+            c["drift_events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["action"] == "adopted"),
+            "{c}"
+        );
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &name).await;
@@ -372,34 +665,83 @@ async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_l
     .await;
 
     // A Strimzi-managed cluster: ClueCDC observes and reports, and changes nothing.
-    let api = admin_api_with(&[("CLUECDC_RECONCILE_INTERVAL", "1s"), ("CLUECDC_LEAK_SCAN_INTERVAL", "1h")]);
-    let (status, strimzi) = api.post("/api/v1/connect-clusters", json!({"name": "strimzi", "url": s.connect_url, "managed_by": "strimzi"})).await;
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+    let (status, strimzi) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "strimzi", "url": s.connect_url, "managed_by": "strimzi"}),
+        )
+        .await;
     assert_eq!(status, 201);
-    let (status, err) = api.post("/api/v1/connectors", json!({"name": "x", "connect_cluster_id": strimzi["id"], "config": source_config("x")})).await;
-    assert_eq!(status, 422, "ClueCDC does not deploy to a Strimzi-managed cluster: {err}");
-    assert!(err["error"]["fields"]["connect_cluster_id"].as_str().unwrap().contains("KafkaConnector"));
+    let (status, err) = api
+        .post(
+            "/api/v1/connectors",
+            json!({"name": "x", "connect_cluster_id": strimzi["id"], "config": source_config("x")}),
+        )
+        .await;
+    assert_eq!(
+        status, 422,
+        "ClueCDC does not deploy to a Strimzi-managed cluster: {err}"
+    );
+    assert!(err["error"]["fields"]["connect_cluster_id"]
+        .as_str()
+        .unwrap()
+        .contains("KafkaConnector"));
     let outsider = format!("strimzi-owned-{}", tag());
-    let res = reqwest::Client::new().put(format!("{}/connectors/{outsider}/config", s.connect_url)).json(&source_config(&outsider)).send().await.unwrap();
+    let res = reqwest::Client::new()
+        .put(format!("{}/connectors/{outsider}/config", s.connect_url))
+        .json(&source_config(&outsider))
+        .send()
+        .await
+        .unwrap();
     assert!(res.status().is_success());
-    eventually(Duration::from_secs(30), "the Strimzi cluster's connector listed", || async {
-        let (_, list) = api.get("/api/v1/connectors").await;
-        list["unmanaged"].as_array().unwrap().iter().any(|u| u["name"] == outsider.as_str()).then_some(())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the Strimzi cluster's connector listed",
+        || async {
+            let (_, list) = api.get("/api/v1/connectors").await;
+            list["unmanaged"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|u| u["name"] == outsider.as_str())
+                .then_some(())
+        },
+    )
     .await;
     assert!(connect_config(&s, &outsider).await.is_some());
     delete_connector(&s.connect_url, &outsider).await;
 }
 
 #[tokio::test]
-async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_deleted_only_when_confirmed() {
+async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_deleted_only_when_confirmed(
+) {
     let s = stack();
     let api = admin_api();
-    let (status, bad) = api.post("/api/v1/kafka-clusters", json!({"name": "k", "bootstrap_servers": "kafka", "security_protocol": "SASL_SSL"})).await;
+    let (status, bad) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "k", "bootstrap_servers": "kafka", "security_protocol": "SASL_SSL"}),
+        )
+        .await;
     assert_eq!(status, 422);
-    for f in ["bootstrap_servers", "sasl_mechanism", "sasl_username", "sasl_password"] {
+    for f in [
+        "bootstrap_servers",
+        "sasl_mechanism",
+        "sasl_username",
+        "sasl_password",
+    ] {
         assert!(bad["error"]["fields"][f].is_string(), "{f}: {bad}");
     }
-    let (status, k) = api.post("/api/v1/kafka-clusters", json!({"name": "stack", "bootstrap_servers": s.kafka_bootstrap})).await;
+    let (status, k) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
     assert_eq!(status, 201, "{k}");
     let id = k["id"].as_str().unwrap();
     let (_, got) = api.get(&format!("/api/v1/kafka-clusters/{id}")).await;
@@ -407,9 +749,17 @@ async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_dele
     assert_eq!(got["health"]["brokers"].as_array().unwrap().len(), 1);
 
     let topic = format!("cluecdc-topic-{}", tag());
-    let (status, err) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 2, "replication_factor": 3})).await;
+    let (status, err) = api
+        .post(
+            &format!("/api/v1/kafka-clusters/{id}/topics"),
+            json!({"name": topic, "partitions": 2, "replication_factor": 3}),
+        )
+        .await;
     assert_eq!(status, 422, "more replicas than brokers is refused: {err}");
-    assert!(err["error"]["fields"]["replication_factor"].as_str().unwrap().contains("1 broker"));
+    assert!(err["error"]["fields"]["replication_factor"]
+        .as_str()
+        .unwrap()
+        .contains("1 broker"));
     let (status, t) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 2, "replication_factor": 1, "retention_ms": 3_600_000, "cleanup_policy": "delete"})).await;
     assert_eq!(status, 201, "{t}");
     assert_eq!(t["partitions"].as_array().unwrap().len(), 2);
@@ -421,20 +771,57 @@ async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_dele
     assert_eq!(p0["high_watermark"], 0);
     assert_eq!(t["configs"]["retention.ms"], "3600000");
     assert_eq!(t["configs"]["cleanup.policy"], "delete");
-    let (status, _) = api.post(&format!("/api/v1/kafka-clusters/{id}/topics"), json!({"name": topic, "partitions": 1, "replication_factor": 1})).await;
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/kafka-clusters/{id}/topics"),
+            json!({"name": topic, "partitions": 1, "replication_factor": 1}),
+        )
+        .await;
     assert_eq!(status, 409);
-    let (_, list) = api.get(&format!("/api/v1/kafka-clusters/{id}/topics")).await;
-    assert!(list["items"].as_array().unwrap().iter().any(|i| i["name"] == topic.as_str()));
+    let (_, list) = api
+        .get(&format!("/api/v1/kafka-clusters/{id}/topics"))
+        .await;
+    assert!(list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["name"] == topic.as_str()));
 
-    let (status, err) = api.delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await;
+    let (status, err) = api
+        .delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}"))
+        .await;
     assert_eq!(status, 422, "deleting needs the name repeated: {err}");
-    assert_eq!(api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await.0, 200, "still there");
-    let (status, _) = api.delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}?confirm={topic}")).await;
+    assert_eq!(
+        api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}"))
+            .await
+            .0,
+        200,
+        "still there"
+    );
+    let (status, _) = api
+        .delete(&format!(
+            "/api/v1/kafka-clusters/{id}/topics/{topic}?confirm={topic}"
+        ))
+        .await;
     assert_eq!(status, 204);
-    let (_, audit) = api.get(&format!("/api/v1/audit?action=topic.&target={topic}")).await;
-    let actions: Vec<&str> = audit["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    let (_, audit) = api
+        .get(&format!("/api/v1/audit?action=topic.&target={topic}"))
+        .await;
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
     assert_eq!(actions, vec!["topic.delete", "topic.create"]);
-    eventually(Duration::from_secs(20), "the topic gone", || async { (api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}")).await.0 == 404).then_some(()) }).await;
+    eventually(Duration::from_secs(20), "the topic gone", || async {
+        (api.get(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}"))
+            .await
+            .0
+            == 404)
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -443,17 +830,48 @@ async fn a_connect_cluster_reports_its_version_workers_and_plugins() {
     let _c = connect_shared().await;
     let api = admin_api();
     let id = register(&api, &s.connect_url).await;
-    let (status, p) = api.get(&format!("/api/v1/connect-clusters/{id}/plugins")).await;
+    let (status, p) = api
+        .get(&format!("/api/v1/connect-clusters/{id}/plugins"))
+        .await;
     assert_eq!(status, 200, "{p}");
     assert!(p["version"].as_str().unwrap().starts_with("4."));
-    let classes: Vec<&str> = p["items"].as_array().unwrap().iter().map(|i| i["class"].as_str().unwrap()).collect();
+    let classes: Vec<&str> = p["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["class"].as_str().unwrap())
+        .collect();
     assert!(classes.contains(&"io.debezium.connector.postgresql.PostgresConnector"));
     assert!(p["items"][0]["version"].is_string());
-    let (status, bad) = api.post("/api/v1/connect-clusters", json!({"name": "x", "url": "http://user:pw@connect:8083"})).await;
+    let (status, bad) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "x", "url": "http://user:pw@connect:8083"}),
+        )
+        .await;
     assert_eq!(status, 422);
-    assert!(bad["error"]["fields"]["url"].as_str().unwrap().contains("basic auth"));
-    let (_, down) = api.post("/api/v1/connect-clusters", json!({"name": "nowhere", "url": "http://127.0.0.1:9"})).await;
-    let (status, err) = api.get(&format!("/api/v1/connect-clusters/{}/plugins", down["id"].as_str().unwrap())).await;
-    assert_eq!(status, 502, "an unreachable cluster is a clear provider error: {err}");
-    assert!(err["error"]["message"].as_str().unwrap().contains("unreachable"));
+    assert!(bad["error"]["fields"]["url"]
+        .as_str()
+        .unwrap()
+        .contains("basic auth"));
+    let (_, down) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "nowhere", "url": "http://127.0.0.1:9"}),
+        )
+        .await;
+    let (status, err) = api
+        .get(&format!(
+            "/api/v1/connect-clusters/{}/plugins",
+            down["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        status, 502,
+        "an unreachable cluster is a clear provider error: {err}"
+    );
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unreachable"));
 }

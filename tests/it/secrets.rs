@@ -9,7 +9,10 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 fn suffix() -> String {
-    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
     format!("{}_{}", std::process::id(), n % 1_000_000)
 }
 
@@ -27,17 +30,32 @@ impl CaptureFixture {
         let table = format!("t_{role}");
         for sql in [
             format!("CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{password}'"),
-            format!("GRANT CONNECT, CREATE ON DATABASE {} TO {role}", s.pg_source_db),
+            format!(
+                "GRANT CONNECT, CREATE ON DATABASE {} TO {role}",
+                s.pg_source_db
+            ),
             format!("CREATE TABLE public.{table} (id bigint PRIMARY KEY, note text)"),
             format!("ALTER TABLE public.{table} OWNER TO {role}"),
         ] {
             sqlx::query(&sql).execute(&pg).await.unwrap();
         }
-        CaptureFixture { pg, role: role.to_string(), table, slot: role.to_string() }
+        CaptureFixture {
+            pg,
+            role: role.to_string(),
+            table,
+            slot: role.to_string(),
+        }
     }
 
     async fn slot_pid(&self) -> Option<i32> {
-        sqlx::query_scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active").bind(&self.slot).fetch_optional(&self.pg).await.unwrap().flatten()
+        sqlx::query_scalar(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active",
+        )
+        .bind(&self.slot)
+        .fetch_optional(&self.pg)
+        .await
+        .unwrap()
+        .flatten()
     }
 
     async fn wait_slot_active(&self, not_pid: Option<i32>) -> i32 {
@@ -49,13 +67,21 @@ impl CaptureFixture {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        panic!("replication slot {} never became active (with a new connection)", self.slot)
+        panic!(
+            "replication slot {} never became active (with a new connection)",
+            self.slot
+        )
     }
 
     async fn cleanup(&self, connect: &str, connector: &str) {
         delete_connector(connect, connector).await;
         drop_slot(&self.pg, &self.slot).await;
-        for sql in [format!("DROP PUBLICATION IF EXISTS {}", self.slot), format!("DROP TABLE IF EXISTS public.{}", self.table), format!("DROP OWNED BY {}", self.role), format!("DROP ROLE IF EXISTS {}", self.role)] {
+        for sql in [
+            format!("DROP PUBLICATION IF EXISTS {}", self.slot),
+            format!("DROP TABLE IF EXISTS public.{}", self.table),
+            format!("DROP OWNED BY {}", self.role),
+            format!("DROP ROLE IF EXISTS {}", self.role),
+        ] {
             let _ = sqlx::query(&sql).execute(&self.pg).await;
         }
     }
@@ -81,8 +107,17 @@ fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) 
 }
 
 async fn put_connector(s: &Stack, name: &str, config: &Value) {
-    let res = reqwest::Client::new().put(format!("{}/connectors/{name}/config", s.connect_url)).json(config).send().await.unwrap();
-    assert!(res.status().is_success(), "deploy {name}: {}", res.text().await.unwrap());
+    let res = reqwest::Client::new()
+        .put(format!("{}/connectors/{name}/config", s.connect_url))
+        .json(config)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        res.status().is_success(),
+        "deploy {name}: {}",
+        res.text().await.unwrap()
+    );
 }
 
 #[tokio::test]
@@ -108,23 +143,57 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;
         let first_pid = f.wait_slot_active(None).await;
 
-        let stored: Value = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url)).await.unwrap().json().await.unwrap();
-        assert_eq!(stored["database.password"], format!("${{cluecdc:{secret_ref}:password}}"), "Connect stores the reference");
+        let stored: Value = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            stored["database.password"],
+            format!("${{cluecdc:{secret_ref}:password}}"),
+            "Connect stores the reference"
+        );
         assert!(!stored.to_string().contains(&pw1));
 
         // Rotate: the database password changes, the connection's credentials follow, the
         // reference stays; a task restart picks the new value up.
-        sqlx::query(&format!("ALTER ROLE {role} PASSWORD '{pw2}'")).execute(&f.pg).await.unwrap();
-        let (status, rotated) = api.post(&format!("/api/v1/connections/{}/rotate", conn["id"].as_str().unwrap()), json!({"secrets": {"password": pw2}})).await;
+        sqlx::query(&format!("ALTER ROLE {role} PASSWORD '{pw2}'"))
+            .execute(&f.pg)
+            .await
+            .unwrap();
+        let (status, rotated) = api
+            .post(
+                &format!(
+                    "/api/v1/connections/{}/rotate",
+                    conn["id"].as_str().unwrap()
+                ),
+                json!({"secrets": {"password": pw2}}),
+            )
+            .await;
         assert_eq!(status, 200, "{rotated}");
         assert_eq!(rotated["secret_ref"], secret_ref.as_str());
-        let res = reqwest::Client::new().post(format!("{}/connectors/{name}/restart?includeTasks=true", s.connect_url)).send().await.unwrap();
+        let res = reqwest::Client::new()
+            .post(format!(
+                "{}/connectors/{name}/restart?includeTasks=true",
+                s.connect_url
+            ))
+            .send()
+            .await
+            .unwrap();
         assert!(res.status().is_success());
         let second_pid = f.wait_slot_active(Some(first_pid)).await;
-        assert_ne!(first_pid, second_pid, "the task reconnected (with the new password: the old one no longer works)");
+        assert_ne!(
+            first_pid, second_pid,
+            "the task reconnected (with the new password: the old one no longer works)"
+        );
         wait_running(&s.connect_url, &name, Duration::from_secs(60)).await;
 
-        let (_, audit) = api.get(&format!("/api/v1/audit?action=secret.resolve&target={secret_ref}")).await;
+        let (_, audit) = api
+            .get(&format!(
+                "/api/v1/audit?action=secret.resolve&target={secret_ref}"
+            ))
+            .await;
         let rows = audit["items"].as_array().unwrap();
         assert!(rows.len() >= 2, "each resolution is audited: {audit}");
         assert_eq!(rows[0]["actor"], "connect:stack");
@@ -141,44 +210,100 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
 #[tokio::test]
 async fn a_wrong_provider_token_or_unknown_reference_is_refused_and_audited() {
     let api = admin_api();
-    let (_, cluster) = api.post("/api/v1/connect-clusters", json!({"name": "c1", "url": "http://127.0.0.1:1"})).await;
+    let (_, cluster) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "c1", "url": "http://127.0.0.1:1"}),
+        )
+        .await;
     let token = cluster["provider_token"].as_str().unwrap();
     let resolve = |tok: String, body: Value| {
         let http = api.http.clone();
         let url = format!("{}/internal/v1/config-provider/resolve", api.app.url);
         async move {
-            let res = http.post(url).bearer_auth(tok).json(&body).send().await.unwrap();
-            (res.status().as_u16(), res.json::<Value>().await.unwrap_or(Value::Null))
+            let res = http
+                .post(url)
+                .bearer_auth(tok)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (
+                res.status().as_u16(),
+                res.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }
     };
-    let (status, _) = resolve("cdcp_wrong".into(), json!({"secret_ref": "sec_x", "fields": ["password"]})).await;
+    let (status, _) = resolve(
+        "cdcp_wrong".into(),
+        json!({"secret_ref": "sec_x", "fields": ["password"]}),
+    )
+    .await;
     assert_eq!(status, 401);
     // A user's API token is not a provider token.
-    let (status, _) = resolve(api.token.clone(), json!({"secret_ref": "sec_x", "fields": ["password"]})).await;
+    let (status, _) = resolve(
+        api.token.clone(),
+        json!({"secret_ref": "sec_x", "fields": ["password"]}),
+    )
+    .await;
     assert_eq!(status, 401);
-    let (status, err) = resolve(token.into(), json!({"secret_ref": "sec_unknown", "fields": ["password"]})).await;
+    let (status, err) = resolve(
+        token.into(),
+        json!({"secret_ref": "sec_unknown", "fields": ["password"]}),
+    )
+    .await;
     assert_eq!(status, 404, "{err}");
     let c = api.connection(json!({"name": "m", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": {"access_key_id": "AK-123456", "secret_access_key": "SK-resolve-me-1"}})).await;
     let r = c["secret_ref"].as_str().unwrap();
-    let (status, ok) = resolve(token.into(), json!({"secret_ref": r, "fields": ["secret_access_key"]})).await;
+    let (status, ok) = resolve(
+        token.into(),
+        json!({"secret_ref": r, "fields": ["secret_access_key"]}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(ok["values"]["secret_access_key"], "SK-resolve-me-1");
-    let (status, _) = resolve(token.into(), json!({"secret_ref": r, "fields": ["session_token"]})).await;
+    let (status, _) = resolve(
+        token.into(),
+        json!({"secret_ref": r, "fields": ["session_token"]}),
+    )
+    .await;
     assert_eq!(status, 404, "a field that is not set");
     // A new provider token retires the old one at once.
-    let (_, rotated) = api.post(&format!("/api/v1/connect-clusters/{}/provider-token", cluster["id"].as_str().unwrap()), json!({})).await;
+    let (_, rotated) = api
+        .post(
+            &format!(
+                "/api/v1/connect-clusters/{}/provider-token",
+                cluster["id"].as_str().unwrap()
+            ),
+            json!({}),
+        )
+        .await;
     assert_ne!(rotated["provider_token"], cluster["provider_token"]);
-    let (status, _) = resolve(token.into(), json!({"secret_ref": r, "fields": ["secret_access_key"]})).await;
+    let (status, _) = resolve(
+        token.into(),
+        json!({"secret_ref": r, "fields": ["secret_access_key"]}),
+    )
+    .await;
     assert_eq!(status, 401);
     let (_, audit) = api.get("/api/v1/audit?action=secret.resolve").await;
-    let outcomes: Vec<&str> = audit["items"].as_array().unwrap().iter().map(|r| r["outcome"].as_str().unwrap()).collect();
-    assert_eq!(outcomes, vec!["failure", "success", "failure"], "resolutions by a known cluster are audited, newest first");
+    let outcomes: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec!["failure", "success", "failure"],
+        "resolutions by a known cluster are audited, newest first"
+    );
     assert!(!audit.to_string().contains("SK-resolve-me-1"));
 }
 
 /// One canary per secret field; the test greps every surface for all of them.
 #[tokio::test]
-async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_row_or_connect_config() {
+async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_row_or_connect_config(
+) {
     let s = stack();
     let _c = connect_shared().await;
     let _guard = provider_lock().await;
@@ -203,9 +328,21 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             "settings": {"bucket": s.s3_bucket, "endpoint": s.s3_endpoint},
             "secrets": {"access_key_id": canary("ak"), "secret_access_key": canary("sk"), "session_token": canary("st")}}))
         .await;
-    let canaries = [pg_pw.clone(), canary("mariapw"), canary("ak"), canary("sk"), canary("st"), canary("rotated")];
+    let canaries = [
+        pg_pw.clone(),
+        canary("mariapw"),
+        canary("ak"),
+        canary("sk"),
+        canary("st"),
+        canary("rotated"),
+    ];
     let name = format!("cdc-canary-{tag}");
-    put_connector(&s, &name, &debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap())).await;
+    put_connector(
+        &s,
+        &name,
+        &debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap()),
+    )
+    .await;
 
     let result = async {
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;
@@ -216,8 +353,23 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         for c in [&pg, &maria, &s3] {
             let id = c["id"].as_str().unwrap();
             look(format!("create {id}"), c.to_string());
-            look(format!("test {id}"), api.post(&format!("/api/v1/connections/{id}/test"), json!({})).await.1.to_string());
-            look(format!("patch {id}"), api.patch(&format!("/api/v1/connections/{id}"), json!({"settings": {}})).await.1.to_string());
+            look(
+                format!("test {id}"),
+                api.post(&format!("/api/v1/connections/{id}/test"), json!({}))
+                    .await
+                    .1
+                    .to_string(),
+            );
+            look(
+                format!("patch {id}"),
+                api.patch(
+                    &format!("/api/v1/connections/{id}"),
+                    json!({"settings": {}}),
+                )
+                .await
+                .1
+                .to_string(),
+            );
         }
         let s3_id = s3["id"].as_str().unwrap();
         look("rotate".into(), api.post(&format!("/api/v1/connections/{s3_id}/rotate"), json!({"secrets": {"access_key_id": canary("ak"), "secret_access_key": canary("rotated")}})).await.1.to_string());
@@ -225,43 +377,107 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         look("invalid create".into(), api.post("/api/v1/connections", json!({"name": "bad name!", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": format!("http://u:{}@m:9000", canary("sk"))}, "secrets": {"access_key_id": canary("ak"), "nope": canary("sk")}})).await.1.to_string());
 
         // Every GET route of the API and the pages, ids filled in.
-        let ids: Vec<String> = [&pg, &maria, &s3].iter().map(|c| c["id"].as_str().unwrap().to_string()).collect();
+        let ids: Vec<String> = [&pg, &maria, &s3]
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect();
         let browser = {
             let b = sign_in(&api.app, "ada", PASSWORD).await;
             b.client
         };
-        for route in routes().into_iter().filter(|r| r.method == "GET" && r.access != "public") {
-            let paths: Vec<String> = if route.path.contains(":id") && route.path.contains("connections") {
-                ids.iter().map(|id| route.path.replace(":id", id)).collect()
-            } else if route.path.contains(':') {
-                continue;
-            } else {
-                vec![route.path.clone()]
-            };
+        for route in routes()
+            .into_iter()
+            .filter(|r| r.method == "GET" && r.access != "public")
+        {
+            let paths: Vec<String> =
+                if route.path.contains(":id") && route.path.contains("connections") {
+                    ids.iter().map(|id| route.path.replace(":id", id)).collect()
+                } else if route.path.contains(':') {
+                    continue;
+                } else {
+                    vec![route.path.clone()]
+                };
             for p in paths {
                 let (_, body) = api.get(&p).await;
                 look(format!("API GET {p}"), body.to_string());
-                let html = browser.get(format!("{}{p}", api.app.url)).send().await.unwrap().text().await.unwrap();
+                let html = browser
+                    .get(format!("{}{p}", api.app.url))
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
                 look(format!("page {p}"), html);
             }
         }
-        look("audit CSV".into(), api.http.get(format!("{}/api/v1/audit/export?format=csv", api.app.url)).bearer_auth(&api.token).send().await.unwrap().text().await.unwrap());
+        look(
+            "audit CSV".into(),
+            api.http
+                .get(format!("{}/api/v1/audit/export?format=csv", api.app.url))
+                .bearer_auth(&api.token)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        );
 
         // Connect: what it stores and shows.
         let connect = reqwest::Client::new();
-        for path in [format!("/connectors/{name}/config"), format!("/connectors/{name}/tasks"), format!("/connectors/{name}/status"), "/connectors?expand=info&expand=status".to_string()] {
-            look(format!("Connect {path}"), connect.get(format!("{}{path}", s.connect_url)).send().await.unwrap().text().await.unwrap());
+        for path in [
+            format!("/connectors/{name}/config"),
+            format!("/connectors/{name}/tasks"),
+            format!("/connectors/{name}/status"),
+            "/connectors?expand=info&expand=status".to_string(),
+        ] {
+            look(
+                format!("Connect {path}"),
+                connect
+                    .get(format!("{}{path}", s.connect_url))
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap(),
+            );
         }
-        look("Connect config topic".into(), read_topic(&s.kafka_bootstrap, &std::env::var("CONNECT_CONFIG_TOPIC").unwrap_or_else(|_| "cluecdc-connect-configs".into())).await);
+        look(
+            "Connect config topic".into(),
+            read_topic(
+                &s.kafka_bootstrap,
+                &std::env::var("CONNECT_CONFIG_TOPIC")
+                    .unwrap_or_else(|_| "cluecdc-connect-configs".into()),
+            )
+            .await,
+        );
 
         // The server's own log (debug level) and the audit table, read directly.
-        let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", api.app.data_dir().join("cluecdc.db").display())).await.unwrap();
-        let audit: Vec<String> = sqlx::query_scalar("SELECT actor || action || target_id || summary FROM audit_log").fetch_all(&db).await.unwrap();
+        let db = sqlx::SqlitePool::connect(&format!(
+            "sqlite://{}",
+            api.app.data_dir().join("cluecdc.db").display()
+        ))
+        .await
+        .unwrap();
+        let audit: Vec<String> =
+            sqlx::query_scalar("SELECT actor || action || target_id || summary FROM audit_log")
+                .fetch_all(&db)
+                .await
+                .unwrap();
         assert!(audit.len() > 10, "the audit table was exercised");
         look("audit table".into(), audit.join("\n"));
-        let envelopes: Vec<String> = sqlx::query_scalar("SELECT envelope FROM secret_values").fetch_all(&db).await.unwrap();
+        let envelopes: Vec<String> = sqlx::query_scalar("SELECT envelope FROM secret_values")
+            .fetch_all(&db)
+            .await
+            .unwrap();
         look("secret_values (ciphertext)".into(), envelopes.join("\n"));
-        let rows: Vec<String> = sqlx::query_scalar("SELECT settings || COALESCE(last_test, '') FROM connections").fetch_all(&db).await.unwrap();
+        let rows: Vec<String> =
+            sqlx::query_scalar("SELECT settings || COALESCE(last_test, '') FROM connections")
+                .fetch_all(&db)
+                .await
+                .unwrap();
         look("connections table".into(), rows.join("\n"));
         look("server log".into(), api.app.log());
 
@@ -320,7 +536,12 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     let s = stack();
     let _c = connect_shared().await;
     let api = admin_api_with(&[("CLUECDC_LEAK_SCAN_INTERVAL", "1s")]);
-    let (status, _) = api.post("/api/v1/connect-clusters", json!({"name": "stack", "url": s.connect_url})).await;
+    let (status, _) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "stack", "url": s.connect_url}),
+        )
+        .await;
     assert_eq!(status, 201);
     let tag = suffix();
     let secret = format!("leaky-secret-{tag}");
@@ -331,7 +552,12 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     let subject = format!("stack/{name}");
     async fn firing(api: &Api, subject: &str) -> Option<Value> {
         let (_, alerts) = api.get("/api/v1/alerts?state=firing").await;
-        alerts["items"].as_array().unwrap().iter().find(|a| a["kind"] == "secret_leak" && a["subject"] == subject).cloned()
+        alerts["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["kind"] == "secret_leak" && a["subject"] == subject)
+            .cloned()
     }
     let mut alert = None;
     for _ in 0..60 {
@@ -344,9 +570,26 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     delete_connector(&s.connect_url, &name).await;
     let alert = alert.expect("a secret_leak alert fires");
     let message = alert["message"].as_str().unwrap();
-    assert!(message.contains("The secret_access_key of connection leaky") && message.contains("connector config") && message.contains("task configs"), "{message}");
-    assert!(!alert.to_string().contains(&secret), "the alert never holds the value");
-    let page = sign_in(&api.app, "ada", PASSWORD).await.client.get(format!("{}/alerts/badge", api.app.url)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        message.contains("The secret_access_key of connection leaky")
+            && message.contains("connector config")
+            && message.contains("task configs"),
+        "{message}"
+    );
+    assert!(
+        !alert.to_string().contains(&secret),
+        "the alert never holds the value"
+    );
+    let page = sign_in(&api.app, "ada", PASSWORD)
+        .await
+        .client
+        .get(format!("{}/alerts/badge", api.app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(page.contains("alert"), "the header badge shows it: {page}");
     for _ in 0..60 {
         if firing(&api, &subject).await.is_none() {

@@ -27,7 +27,11 @@ async fn kafka_connect_lists_every_plugin_the_product_needs() {
         .send()
         .await
         .unwrap_or_else(|e| panic!("{}", down("Connect", &s.connect_url, e)));
-    assert!(res.status().is_success(), "{}", down("Connect", &s.connect_url, res.status()));
+    assert!(
+        res.status().is_success(),
+        "{}",
+        down("Connect", &s.connect_url, res.status())
+    );
     let plugins: Vec<serde_json::Value> = res.json().await.unwrap();
     let classes: Vec<&str> = plugins.iter().filter_map(|p| p["class"].as_str()).collect();
     for class in [
@@ -36,7 +40,10 @@ async fn kafka_connect_lists_every_plugin_the_product_needs() {
         "io.debezium.connector.mariadb.MariaDbConnector",
         "io.debezium.connector.jdbc.JdbcSinkConnector",
     ] {
-        assert!(classes.contains(&class), "Connect lacks plugin {class}; it has {classes:?}");
+        assert!(
+            classes.contains(&class),
+            "Connect lacks plugin {class}; it has {classes:?}"
+        );
     }
     // The Aiven S3 sink is not on Maven Central; `scripts/stack` installs its release archive
     // when one can be had and says which way it went. Connect must agree with that report.
@@ -83,7 +90,10 @@ async fn postgresql_creates_and_drops_a_logical_replication_slot() {
     .await
     .unwrap_or_else(|e| panic!("{}", down("PostgreSQL", &addr, e)))
     .unwrap_or_else(|e| panic!("{}", down("PostgreSQL", &addr, e)));
-    let wal_level: String = sqlx::query_scalar("SHOW wal_level").fetch_one(&mut conn).await.unwrap();
+    let wal_level: String = sqlx::query_scalar("SHOW wal_level")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(wal_level, "logical");
     let slot = format!("smoke_{}", std::process::id());
     sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
@@ -91,18 +101,26 @@ async fn postgresql_creates_and_drops_a_logical_replication_slot() {
         .execute(&mut conn)
         .await
         .unwrap();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)")
-        .bind(&slot)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+    )
+    .bind(&slot)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
     assert!(exists);
-    sqlx::query("SELECT pg_drop_replication_slot($1)").bind(&slot).execute(&mut conn).await.unwrap();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)")
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
         .bind(&slot)
-        .fetch_one(&mut conn)
+        .execute(&mut conn)
         .await
         .unwrap();
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+    )
+    .bind(&slot)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
     assert!(!exists, "the slot is gone after pg_drop_replication_slot");
 }
 
@@ -117,7 +135,11 @@ async fn mariadb_writes_a_row_based_binlog_with_full_row_images() {
     .await
     .unwrap_or_else(|e| panic!("{}", down("MariaDB", &addr, e)))
     .unwrap_or_else(|e| panic!("{}", down("MariaDB", &addr, e)));
-    for (name, want) in [("log_bin", "ON"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL")] {
+    for (name, want) in [
+        ("log_bin", "ON"),
+        ("binlog_format", "ROW"),
+        ("binlog_row_image", "FULL"),
+    ] {
         let row: (String, String) = sqlx::query_as(&format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
             .fetch_one(&mut conn)
             .await
@@ -140,17 +162,49 @@ async fn the_s3_server_round_trips_a_signed_object_and_refuses_a_wrong_secret() 
         .send()
         .await
         .unwrap_or_else(|e| panic!("{}", down("S3", &s.s3_endpoint, format!("{e:?}"))));
-    let got = client.get_object().bucket(&s.s3_bucket).key(&key).send().await.unwrap();
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), body.as_slice());
-    client.delete_object().bucket(&s.s3_bucket).key(&key).send().await.unwrap();
-    let gone = client.head_object().bucket(&s.s3_bucket).key(&key).send().await;
+    let got = client
+        .get_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        body.as_slice()
+    );
+    client
+        .delete_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    let gone = client
+        .head_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .send()
+        .await;
     assert!(gone.is_err(), "the object is deleted");
 
     let wrong = s.s3_client("not-the-secret-key-0000000000");
     let refused = wrong.head_bucket().bucket(&s.s3_bucket).send().await;
-    assert!(refused.is_err(), "a wrong secret must be refused by the S3 server (SigV4 is verified)");
-    let refused = wrong.put_object().bucket(&s.s3_bucket).key(&key).body(body.into()).send().await;
-    assert!(refused.is_err(), "a write signed with a wrong secret must be refused");
+    assert!(
+        refused.is_err(),
+        "a wrong secret must be refused by the S3 server (SigV4 is verified)"
+    );
+    let refused = wrong
+        .put_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .body(body.into())
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "a write signed with a wrong secret must be refused"
+    );
 }
 
 fn uuid_like() -> String {
@@ -158,5 +212,8 @@ fn uuid_like() -> String {
 }
 
 fn chrono_nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
