@@ -508,6 +508,9 @@ pub struct Detail {
     pub current_as_of: Option<String>,
     /// Consumer-group lag per partition: end offset minus the group's committed offset.
     pub lag: Vec<crate::kafka::PartitionLag>,
+    /// Lag in time: the age of the oldest record the delivery has not consumed yet (0 when it
+    /// has consumed everything; None when the lag could not be read).
+    pub lag_secs: Option<f64>,
     pub lag_error: Option<String>,
     /// Plain words about what this delivery promises.
     pub semantics: &'static str,
@@ -532,6 +535,11 @@ pub async fn detail(
             Ok(l) => (l, None),
             Err(e) => (vec![], Some(e)),
         };
+    let lag_secs = if lag_error.is_none() {
+        lag_in_time(&access, &lag).await
+    } else {
+        None
+    };
     let newest = heartbeat_at(pool, store, &d, &pipeline).await?;
     let freshness_secs =
         newest.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
@@ -544,9 +552,36 @@ pub async fn detail(
         freshness_secs,
         current_as_of,
         lag,
+        lag_secs,
         lag_error,
         semantics: SEMANTICS,
     })
+}
+
+/// The age of the oldest unconsumed record over the lagging partitions: the first record after
+/// the committed offset is the one the sink has waited longest to write.
+async fn lag_in_time(
+    access: &crate::kafka::KafkaAccess,
+    lag: &[crate::kafka::PartitionLag],
+) -> Option<f64> {
+    let at: Vec<crate::kafka::RecordAt> = lag
+        .iter()
+        .filter(|l| l.lag > 0)
+        .map(|l| crate::kafka::RecordAt {
+            topic: l.topic.clone(),
+            partition: l.partition,
+            offset: l.end_offset - l.lag,
+        })
+        .collect();
+    let now = crate::reconcile::lease::now_ms();
+    let times = crate::kafka::record_times(access, &at).await.ok()?;
+    Some(
+        times
+            .into_iter()
+            .flatten()
+            .map(|ms| ((now - ms).max(0) as f64) / 1000.0)
+            .fold(0.0, f64::max),
+    )
 }
 
 /// Reads the newest heartbeat in the destination, when the pipeline has a heartbeat, the

@@ -368,3 +368,64 @@ pub async fn group_lag(
     })
     .await
 }
+
+/// Where to look for one record: a partition and the offset of the record wanted.
+#[derive(Debug, Clone)]
+pub struct RecordAt {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The timestamps (unix ms) of the records at the given positions, read without joining a
+/// group or committing anything. None where no record came within 5 s (deleted, compacted
+/// away, or only a transaction marker there). Callers ask only for offsets below the end.
+pub async fn record_times(
+    access: &KafkaAccess,
+    at: &[RecordAt],
+) -> Result<Vec<Option<i64>>, String> {
+    use rdkafka::message::Message;
+    if at.is_empty() {
+        return Ok(vec![]);
+    }
+    let access = access.clone();
+    let at = at.to_vec();
+    blocking(move || {
+        let c: BaseConsumer = access
+            .config()
+            .set("group.id", "cluecdc-peek")
+            .set("enable.auto.commit", "false")
+            .set("fetch.max.bytes", "1048576")
+            .set("max.partition.fetch.bytes", "262144")
+            .create()
+            .map_err(|e| e.to_string())?;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for a in &at {
+            tpl.add_partition_offset(&a.topic, a.partition, rdkafka::Offset::Offset(a.offset))
+                .map_err(|e| e.to_string())?;
+        }
+        c.assign(&tpl).map_err(|e| e.to_string())?;
+        let mut out: Vec<Option<i64>> = vec![None; at.len()];
+        let mut done = vec![false; at.len()];
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while done.iter().any(|d| !d) && std::time::Instant::now() < deadline {
+            match c.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Ok(m)) => {
+                    if let Some(i) = at
+                        .iter()
+                        .position(|a| a.topic == m.topic() && a.partition == m.partition())
+                    {
+                        if !done[i] {
+                            out[i] = m.timestamp().to_millis();
+                            done[i] = true;
+                        }
+                    }
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+            }
+        }
+        Ok(out)
+    })
+    .await
+}

@@ -45,11 +45,7 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-pub async fn render(
-    pool: &SqlitePool,
-    http: &HttpMetrics,
-    reconciler: &crate::reconcile::Handle,
-) -> anyhow::Result<String> {
+pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<String> {
     let mut out = String::new();
     let o = &mut out;
     writeln!(o, "# HELP cluecdc_build_info ClueCDC version.\n# TYPE cluecdc_build_info gauge\ncluecdc_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))?;
@@ -75,15 +71,34 @@ pub async fn render(
         }
     }
 
-    let passes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
-        .fetch_one(pool)
-        .await?;
-    let actions: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(actions), 0) FROM reconcile_passes")
-        .fetch_one(pool)
-        .await?;
-    let _ = reconciler;
-    writeln!(o, "# HELP cluecdc_reconcile_passes_total Reconcile passes recorded (last 1000 kept).\n# TYPE cluecdc_reconcile_passes_total counter\ncluecdc_reconcile_passes_total {passes}")?;
-    writeln!(o, "# HELP cluecdc_reconcile_actions_total Changes the reconciler made in Connect (recorded passes).\n# TYPE cluecdc_reconcile_actions_total counter\ncluecdc_reconcile_actions_total {actions}")?;
+    // Kept in SQLite so that they only grow, whichever process ran the passes.
+    for (name, metric, help) in [
+        (
+            "reconcile_passes",
+            "cluecdc_reconcile_passes_total",
+            "Reconcile passes run.",
+        ),
+        (
+            "reconcile_actions",
+            "cluecdc_reconcile_actions_total",
+            "Changes the reconciler made in Connect.",
+        ),
+        (
+            "reconcile_errors",
+            "cluecdc_reconcile_errors_total",
+            "Connect clusters a reconcile pass could not reach.",
+        ),
+    ] {
+        let value: i64 =
+            sqlx::query_scalar("SELECT COALESCE((SELECT value FROM counters WHERE name = ?), 0)")
+                .bind(name)
+                .fetch_one(pool)
+                .await?;
+        writeln!(
+            o,
+            "# HELP {metric} {help}\n# TYPE {metric} counter\n{metric} {value}"
+        )?;
+    }
 
     writeln!(o, "# HELP cluecdc_connector_state Connectors by ClueCDC phase (1 for the current one).\n# TYPE cluecdc_connector_state gauge")?;
     let states: Vec<(String, Option<String>)> = sqlx::query_as("SELECT c.name, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id ORDER BY c.name").fetch_all(pool).await?;
@@ -98,23 +113,9 @@ pub async fn render(
     let failed_tasks: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connector_status s, json_each(COALESCE(s.tasks, '[]')) t WHERE json_extract(t.value, '$.state') = 'FAILED'").fetch_one(pool).await?;
     writeln!(o, "# HELP cluecdc_failed_tasks Connector tasks FAILED at the last observation.\n# TYPE cluecdc_failed_tasks gauge\ncluecdc_failed_tasks {failed_tasks}")?;
 
-    for (kind, metric, help) in [
-        (
-            "delivery_lag_records",
-            "cluecdc_delivery_lag_records",
-            "Records a delivery's consumer group is behind, summed over partitions.",
-        ),
-        (
-            "slot_retained_wal_bytes",
-            "cluecdc_slot_retained_wal_bytes",
-            "WAL a pipeline's replication slot retains on the source.",
-        ),
-        (
-            "delivery_freshness_seconds",
-            "cluecdc_delivery_freshness_seconds",
-            "Age of the newest heartbeat a delivery wrote to its destination.",
-        ),
-    ] {
+    // The newest sample of each signal the monitor keeps a history of.
+    for (kind, help) in crate::monitor::signals::SAMPLED {
+        let metric = format!("cluecdc_{kind}");
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
         let latest: Vec<(String, f64)> = sqlx::query_as("SELECT subject, value FROM samples s WHERE kind = ? AND at = (SELECT MAX(at) FROM samples WHERE kind = s.kind AND subject = s.subject) ORDER BY subject").bind(kind).fetch_all(pool).await?;
         let label = if kind.starts_with("delivery") {

@@ -84,6 +84,39 @@ pub struct Monitor {
     pub lease_ttl: Duration,
 }
 
+/// The signals kept as history (charts, `/api/v1/samples`, `/metrics`), with what they mean.
+/// A sampled kind that is also a rule kind is alerted on with the same value.
+pub const SAMPLED: [(&str, &str); 7] = [
+    (
+        "delivery_lag_records",
+        "Records a delivery's consumer group is behind, summed over partitions.",
+    ),
+    (
+        "delivery_lag_seconds",
+        "Age of the oldest record a delivery has not written yet.",
+    ),
+    (
+        "delivery_freshness_seconds",
+        "Age of the newest heartbeat a delivery wrote to its destination.",
+    ),
+    (
+        "slot_retained_wal_bytes",
+        "WAL a pipeline's replication slot retains on the source.",
+    ),
+    (
+        "binlog_behind_bytes",
+        "Bytes of binlog a MySQL/MariaDB pipeline has not read yet.",
+    ),
+    (
+        "pipeline_topic_end_offset",
+        "Sum of the end offsets of a pipeline's topics (its growth is the capture rate).",
+    ),
+    (
+        "pipeline_no_new_data_seconds",
+        "Age of the newest record in a pipeline's topics.",
+    ),
+];
+
 /// One observation against one rule.
 struct Observation {
     kind: &'static str,
@@ -125,12 +158,17 @@ impl Monitor {
     async fn cycle(&self) -> anyhow::Result<()> {
         let now = now_ms();
         let mut seen: Vec<Observation> = Vec::new();
+        // Subjects that still exist, measured or not. An open alert resolves by absence only
+        // when its subject is gone (a deleted delivery, a dropped orphan slot): a measurement
+        // that failed this cycle (a rebalancing group, an unreachable source) changes nothing.
+        let mut present: Vec<String> = Vec::new();
         let system = Principal::cli();
         // Delivery lag, per delivery (sum over partitions).
         for d in crate::deliveries::list(&self.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
+            present.push(d.name.clone());
             if let Ok(detail) =
                 crate::deliveries::detail(&self.pool, &self.store, &system, &d.id).await
             {
@@ -140,6 +178,14 @@ impl Monitor {
                         subject: d.name.clone(),
                         value: age,
                         message: format!("the newest data delivery {} wrote is {age:.0} s old (current as of {}): is the pipeline or the delivery stopped, or the source idle without heartbeats?", d.name, detail.current_as_of.clone().unwrap_or_default()),
+                    });
+                }
+                if let Some(secs) = detail.lag_secs {
+                    seen.push(Observation {
+                        kind: "delivery_lag_seconds",
+                        subject: d.name.clone(),
+                        value: secs,
+                        message: format!("delivery {} has not written a record that is {secs:.0} s old: check the sink connector's state and the destination's health", d.name),
                     });
                 }
                 if detail.lag_error.is_none() {
@@ -158,12 +204,48 @@ impl Monitor {
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
+            present.push(p.name.clone());
             let Ok(detail) =
                 crate::pipelines::detail(&self.pool, &self.store, &system, &p.id).await
             else {
                 continue;
             };
-            if let Some(slot) = detail.slot.filter(|s| s.exists) {
+            if !detail.topics.is_empty() {
+                seen.push(Observation {
+                    kind: "pipeline_topic_end_offset",
+                    subject: p.name.clone(),
+                    value: detail.end_offsets as f64,
+                    message: String::new(),
+                });
+            }
+            if let Some(age) = detail.newest_record_age_secs {
+                seen.push(Observation {
+                    kind: "pipeline_no_new_data_seconds",
+                    subject: p.name.clone(),
+                    value: age,
+                    message: format!("no new record reached the topics of pipeline {} for {age:.0} s: is the pipeline paused or failing, or the source idle? Heartbeats keep an idle source's pipeline visibly alive", p.name),
+                });
+            }
+            if let Some(b) = &detail.binlog {
+                if let Some(behind) = b.bytes_behind {
+                    seen.push(Observation {
+                        kind: "binlog_behind_bytes",
+                        subject: p.name.clone(),
+                        value: behind as f64,
+                        message: format!("pipeline {} is {behind} bytes of binlog behind the server (it reached {}:{}, the server writes at {}:{}): is it paused or failing? If the server purges {} first, the pipeline needs a new snapshot", p.name, b.connector_file.clone().unwrap_or_default(), b.connector_pos.unwrap_or(0), b.server_file, b.server_pos, b.connector_file.clone().unwrap_or_default()),
+                    });
+                }
+                if let Some(kept) = b.position_kept {
+                    seen.push(Observation {
+                        kind: "binlog_position_lost",
+                        subject: p.name.clone(),
+                        value: if kept { 0.0 } else { 1.0 },
+                        message: format!("the binlog {} that pipeline {} was reading is purged from the server (oldest kept: {}): the connector cannot resume; raise the server's binlog retention, then re-create the pipeline with a new snapshot", b.connector_file.clone().unwrap_or_default(), p.name, b.oldest_file),
+                    });
+                }
+            }
+            // A slot that does not exist (yet, or any more) retains nothing and is not idle.
+            if let Some(slot) = detail.slot {
                 let bytes = slot.retained_wal_bytes.unwrap_or(0);
                 seen.push(Observation {
                     kind: "slot_retained_wal_bytes",
@@ -174,7 +256,7 @@ impl Monitor {
                 seen.push(Observation {
                     kind: "slot_inactive",
                     subject: p.name.clone(),
-                    value: if slot.active { 0.0 } else { 1.0 },
+                    value: if slot.active || !slot.exists { 0.0 } else { 1.0 },
                     message: format!("nothing reads replication slot {} of pipeline {}: WAL accumulates on the source; resume or fix the pipeline, or drop the slot if the pipeline is gone", slot.name, p.name),
                 });
             }
@@ -184,6 +266,24 @@ impl Monitor {
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
+            if c.desired_state != "deleted" {
+                present.push(c.name.clone());
+            }
+            if c.desired_state != "deleted" && c.phase != "UNKNOWN" {
+                // Missing: the reconciler keeps failing to create it; DRIFTED: an observed-only
+                // cluster differs. (A repaired drift is fixed within a pass and never lasts.)
+                let missing = c.observed_state.is_none();
+                seen.push(Observation {
+                    kind: "connector_missing_or_drifted",
+                    subject: c.name.clone(),
+                    value: if missing || c.phase == "DRIFTED" { 1.0 } else { 0.0 },
+                    message: if missing {
+                        format!("connector {} is not in Kafka Connect ({}): its page shows what the reconciler tried", c.name, c.message.clone().unwrap_or_default())
+                    } else {
+                        format!("connector {} in Kafka Connect differs from what ClueCDC wants ({}): its page shows the difference; adopt the live config or let ClueCDC restore its own", c.name, c.message.clone().unwrap_or_default())
+                    },
+                });
+            }
             let failed = c.desired_state == "running"
                 && (c.observed_state.as_deref() == Some("FAILED")
                     || c.tasks.iter().any(|t| t.state == "FAILED"));
@@ -203,6 +303,7 @@ impl Monitor {
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
+            present.push(k.name.clone());
             let Ok(access) = crate::clusters::kafka::access(&self.store, &k).await else {
                 continue;
             };
@@ -228,6 +329,8 @@ impl Monitor {
                 crate::pipelines::source_slots(&self.pool, &self.store, &system, &c.connection.id)
                     .await
             else {
+                // Unreadable this cycle: its orphan-slot alerts stay as they are.
+                present.push(format!("{}/", c.connection.name));
                 continue;
             };
             for s in slots {
@@ -246,6 +349,7 @@ impl Monitor {
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
+            present.push(cluster.name.clone());
             seen.push(Observation {
                 kind: "connect_unreachable",
                 subject: cluster.name.clone(),
@@ -259,10 +363,7 @@ impl Monitor {
         .fetch_all(&self.pool)
         .await?;
         for o in &seen {
-            if matches!(
-                o.kind,
-                "delivery_lag_records" | "slot_retained_wal_bytes" | "delivery_freshness_seconds"
-            ) {
+            if SAMPLED.iter().any(|(k, _)| *k == o.kind) {
                 sqlx::query("INSERT INTO samples (kind, subject, value, at) VALUES (?, ?, ?, ?)")
                     .bind(o.kind)
                     .bind(&o.subject)
@@ -277,7 +378,7 @@ impl Monitor {
             let breached = rule.enabled && o.value > rule.threshold;
             self.evaluate(rule, o, breached, now).await?;
         }
-        // What is no longer observed at all (a dropped slot, a deleted delivery) resolves.
+        // What is gone (a deleted delivery, a dropped orphan slot) resolves.
         for rule in &rules {
             let still: Vec<&str> = seen
                 .iter()
@@ -290,7 +391,15 @@ impl Monitor {
             .bind(&rule.kind)
             .fetch_all(&self.pool)
             .await?;
-            for subject in open.into_iter().filter(|s| !still.contains(&s.as_str())) {
+            let exists = |s: &str| {
+                present
+                    .iter()
+                    .any(|p| p == s || (p.ends_with('/') && s.starts_with(p.as_str())))
+            };
+            for subject in open
+                .into_iter()
+                .filter(|s| !still.contains(&s.as_str()) && !exists(s))
+            {
                 sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?")
                     .bind(&rule.kind)
                     .bind(&subject)
@@ -341,7 +450,10 @@ impl Monitor {
             if now - since >= rule.for_secs * 1000 {
                 let severity = if matches!(
                     o.kind,
-                    "slot_retained_wal_bytes" | "connector_failed" | "kafka_unreachable"
+                    "slot_retained_wal_bytes"
+                        | "connector_failed"
+                        | "kafka_unreachable"
+                        | "binlog_position_lost"
                 ) {
                     "critical"
                 } else {

@@ -934,6 +934,12 @@ pub struct Detail {
     pub connector: Option<ConnectorView>,
     pub topics: Vec<TopicSize>,
     pub slot: Option<source::SlotInfo>,
+    /// MySQL/MariaDB: the connector's binlog position and its distances.
+    pub binlog: Option<source::BinlogInfo>,
+    /// Sum of the end offsets of the pipeline's topics: grows with every change captured.
+    pub end_offsets: i64,
+    /// Age of the newest record in any of the pipeline's topics (heartbeats included).
+    pub newest_record_age_secs: Option<f64>,
     /// From the connector's offsets: an incremental snapshot in progress, and for which tables.
     pub snapshot: Option<String>,
 }
@@ -943,6 +949,9 @@ pub struct TopicSize {
     pub name: String,
     pub records: i64,
     pub partitions: usize,
+    pub end_offset: i64,
+    /// Time of the newest record (RFC 3339).
+    pub newest_record_at: Option<String>,
 }
 
 pub async fn detail(
@@ -962,26 +971,73 @@ pub async fn detail(
         (Provider::Postgresql, Some(s)) => source::slot(store, &source, &s).await.ok(),
         _ => None,
     };
+    let binlog = match source.provider {
+        Provider::Mysql | Provider::Mariadb => {
+            let position = connector
+                .as_ref()
+                .and_then(|c| c.offsets.as_ref())
+                .and_then(source::binlog_position);
+            source::binlogs(store, &source).await.ok().map(|files| {
+                source::binlog_distance(&files, position.as_ref().map(|(f, p)| (f.as_str(), *p)))
+            })
+        }
+        _ => None,
+    };
     let mut topics = Vec::new();
+    let mut newest_ms: Option<i64> = None;
     if let Ok(kafka) = kclusters::get(pool, who, &p.kafka_cluster_id).await {
-        if let Ok(all) = crate::kafka::topics(&kclusters::access(store, &kafka).await?, None).await
-        {
-            let wanted: BTreeSet<String> = p
+        let access = kclusters::access(store, &kafka).await?;
+        if let Ok(all) = crate::kafka::topics(&access, None).await {
+            let mut wanted: BTreeSet<String> = p
                 .tables
                 .iter()
                 .map(|t| table_topic(&p.topic_prefix, t))
                 .collect();
-            topics = all
+            wanted.extend(p.heartbeat_topic(&source));
+            let mine: Vec<crate::kafka::TopicInfo> = all
                 .into_iter()
                 .filter(|t| wanted.contains(&t.name))
-                .map(|t| TopicSize {
-                    records: t.messages(),
-                    partitions: t.partitions.len(),
-                    name: t.name,
+                .collect();
+            // The newest record of each non-empty partition is the one just below its end.
+            let at: Vec<crate::kafka::RecordAt> = mine
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| p.high_watermark > p.low_watermark)
+                        .map(|p| crate::kafka::RecordAt {
+                            topic: t.name.clone(),
+                            partition: p.id,
+                            offset: p.high_watermark - 1,
+                        })
                 })
                 .collect();
+            let times = crate::kafka::record_times(&access, &at)
+                .await
+                .unwrap_or_default();
+            for t in mine {
+                let newest = at
+                    .iter()
+                    .zip(&times)
+                    .filter(|(a, _)| a.topic == t.name)
+                    .filter_map(|(_, ms)| *ms)
+                    .max();
+                newest_ms = newest_ms.max(newest);
+                topics.push(TopicSize {
+                    records: t.messages(),
+                    partitions: t.partitions.len(),
+                    end_offset: t.partitions.iter().map(|p| p.high_watermark.max(0)).sum(),
+                    newest_record_at: newest
+                        .and_then(chrono::DateTime::from_timestamp_millis)
+                        .map(crate::time::format),
+                    name: t.name,
+                });
+            }
         }
     }
+    let end_offsets = topics.iter().map(|t| t.end_offset).sum();
+    let newest_record_age_secs =
+        newest_ms.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
     let snapshot = connector
         .as_ref()
         .and_then(|c| c.offsets.as_ref())
@@ -995,6 +1051,9 @@ pub async fn detail(
         connector,
         topics,
         slot,
+        binlog,
+        end_offsets,
+        newest_record_age_secs,
         snapshot,
     })
 }

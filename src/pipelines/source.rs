@@ -258,6 +258,107 @@ pub async fn slots(store: &SecretStore, c: &Connection) -> Result<Vec<SlotInfo>>
         .collect())
 }
 
+/// One binary log file the server keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BinlogFile {
+    pub name: String,
+    pub size: i64,
+}
+
+/// Where a MySQL/MariaDB pipeline's connector stands in the server's binary logs.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct BinlogInfo {
+    /// The position the connector has committed (from its Connect offsets).
+    pub connector_file: Option<String>,
+    pub connector_pos: Option<i64>,
+    /// The server's newest binlog and its size: where new changes are written.
+    pub server_file: String,
+    pub server_pos: i64,
+    /// The oldest binlog the server still keeps; purging past the connector's file loses data.
+    pub oldest_file: String,
+    pub files: usize,
+    /// Bytes of binlog the connector has not read yet.
+    pub bytes_behind: Option<i64>,
+    /// Bytes between the oldest kept binlog's start and the connector's position: how much the
+    /// server may purge before the connector's position is gone.
+    pub bytes_after_oldest: Option<i64>,
+    /// False when the connector's file is no longer on the server (it needs a new snapshot).
+    pub position_kept: Option<bool>,
+}
+
+/// Computes the distances, given the server's files oldest first and the connector's position.
+pub fn binlog_distance(files: &[BinlogFile], position: Option<(&str, i64)>) -> BinlogInfo {
+    let mut info = BinlogInfo {
+        server_file: files.last().map(|f| f.name.clone()).unwrap_or_default(),
+        server_pos: files.last().map(|f| f.size).unwrap_or(0),
+        oldest_file: files.first().map(|f| f.name.clone()).unwrap_or_default(),
+        files: files.len(),
+        ..Default::default()
+    };
+    let Some((file, pos)) = position else {
+        return info;
+    };
+    info.connector_file = Some(file.to_string());
+    info.connector_pos = Some(pos);
+    match files.iter().position(|f| f.name == file) {
+        Some(i) => {
+            info.position_kept = Some(true);
+            let before: i64 = files[..i].iter().map(|f| f.size).sum();
+            let after: i64 = files[i + 1..].iter().map(|f| f.size).sum();
+            info.bytes_after_oldest = Some(before + pos);
+            info.bytes_behind = Some((files[i].size - pos).max(0) + after);
+        }
+        // Binlog names sort in order; a file older than the oldest kept one was purged.
+        None if files.first().is_some_and(|f| file < f.name.as_str()) => {
+            info.position_kept = Some(false)
+        }
+        None => {}
+    }
+    info
+}
+
+/// The binlog position in a MySQL/MariaDB connector's offsets (`file` and `pos`).
+pub fn binlog_position(offsets: &serde_json::Value) -> Option<(String, i64)> {
+    let items = offsets.get("offsets")?.as_array()?;
+    items.iter().find_map(|o| {
+        let o = o.get("offset")?;
+        Some((
+            o.get("file")?.as_str()?.to_string(),
+            o.get("pos")?.as_i64()?,
+        ))
+    })
+}
+
+/// The server's binary logs, oldest first (`SHOW BINARY LOGS`; needs REPLICATION CLIENT, which
+/// a capture user has anyway).
+pub async fn binlogs(store: &SecretStore, c: &Connection) -> Result<Vec<BinlogFile>> {
+    use sqlx::Row;
+    let Db::My(mut db) = open(store, c).await? else {
+        return Ok(vec![]);
+    };
+    let rows = sqlx::query("SHOW BINARY LOGS")
+        .fetch_all(&mut db)
+        .await
+        .map_err(|e| sanitized(e, c))?;
+    Ok(rows
+        .iter()
+        .map(|r| BinlogFile {
+            name: r
+                .try_get::<String, _>(0)
+                .or_else(|_| {
+                    r.try_get::<Vec<u8>, _>(0)
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                })
+                .unwrap_or_default(),
+            size: r
+                .try_get::<u64, _>(1)
+                .map(|v| v as i64)
+                .or_else(|_| r.try_get::<i64, _>(1))
+                .unwrap_or(0),
+        })
+        .collect())
+}
+
 /// Drops the slot once no connection holds it (waits up to 30 s for the connector to let go).
 pub async fn drop_slot(store: &SecretStore, c: &Connection, name: &str) -> Result<bool> {
     let Db::Pg(mut db) = open(store, c).await? else {
@@ -286,4 +387,69 @@ pub async fn drop_slot(store: &SecretStore, c: &Connection, name: &str) -> Resul
     Err(Error::Conflict(format!(
         "replication slot {name} is still in use; stop whatever holds it and drop it by hand"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> Vec<BinlogFile> {
+        vec![
+            BinlogFile {
+                name: "bin.000007".into(),
+                size: 1000,
+            },
+            BinlogFile {
+                name: "bin.000008".into(),
+                size: 500,
+            },
+            BinlogFile {
+                name: "bin.000009".into(),
+                size: 300,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_distance_counts_the_rest_of_the_connectors_file_and_every_later_one() {
+        let i = binlog_distance(&files(), Some(("bin.000008", 200)));
+        assert_eq!(i.bytes_behind, Some(300 + 300));
+        assert_eq!(i.bytes_after_oldest, Some(1000 + 200));
+        assert_eq!(i.position_kept, Some(true));
+        assert_eq!(
+            (
+                i.server_file.as_str(),
+                i.server_pos,
+                i.oldest_file.as_str(),
+                i.files
+            ),
+            ("bin.000009", 300, "bin.000007", 3)
+        );
+        let caught_up = binlog_distance(&files(), Some(("bin.000009", 300)));
+        assert_eq!(caught_up.bytes_behind, Some(0));
+    }
+
+    #[test]
+    fn a_purged_position_is_reported_lost_and_an_unknown_one_is_not_guessed() {
+        let lost = binlog_distance(&files(), Some(("bin.000003", 40)));
+        assert_eq!(lost.position_kept, Some(false));
+        assert_eq!(lost.bytes_behind, None);
+        let none = binlog_distance(&files(), None);
+        assert_eq!(
+            (none.position_kept, none.bytes_behind, none.connector_file),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn the_position_is_read_from_connect_offsets() {
+        let offsets = serde_json::json!({"offsets": [{"partition": {"server": "x"}, "offset": {"file": "bin.000008", "pos": 912, "gtids": "0-1-5"}}]});
+        assert_eq!(binlog_position(&offsets), Some(("bin.000008".into(), 912)));
+        assert_eq!(
+            binlog_position(
+                &serde_json::json!({"offsets": [{"partition": {}, "offset": {"lsn": 5}}]})
+            ),
+            None
+        );
+    }
 }

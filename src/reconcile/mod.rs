@@ -231,6 +231,13 @@ impl Reconciler {
             .bind(errors)
             .execute(&self.pool)
             .await?;
+        for (name, add) in [
+            ("reconcile_passes", 1),
+            ("reconcile_actions", actions),
+            ("reconcile_errors", errors),
+        ] {
+            sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.pool).await?;
+        }
         sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&self.pool).await?;
         Ok(())
     }

@@ -42,7 +42,9 @@ async fn overview(
             .await
             .map(|c| c.phase)
             .unwrap_or_else(|_| "UNKNOWN".into());
-        let wal = crate::monitor::signals::history(
+        // PostgreSQL pipelines chart the WAL their slot retains; MySQL/MariaDB ones the binlog
+        // they have not read yet. Both are "how much the source keeps for us".
+        let mut kept = crate::monitor::signals::history(
             &state.pool,
             who,
             "slot_retained_wal_bytes",
@@ -50,14 +52,39 @@ async fn overview(
             120,
         )
         .await?;
-        let values: Vec<f64> = wal.iter().map(|s| s.value).collect();
+        let mut what = "retained WAL";
+        if kept.is_empty() {
+            kept = crate::monitor::signals::history(
+                &state.pool,
+                who,
+                "binlog_behind_bytes",
+                &p.name,
+                120,
+            )
+            .await?;
+            what = "binlog behind";
+        }
+        let values: Vec<f64> = kept.iter().map(|s| s.value).collect();
+        let mut figure = values
+            .last()
+            .map(|v| format!("{} {what}", bytes(*v)))
+            .unwrap_or_else(|| "no source data yet".into());
+        if let Some(age) = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "pipeline_no_new_data_seconds",
+            &p.name,
+            1,
+        )
+        .await?
+        .last()
+        {
+            figure.push_str(&format!(" · newest record {:.0} s ago", age.value));
+        }
         rows.push(OverviewRow {
             kind: "pipeline",
-            figure: values
-                .last()
-                .map(|v| format!("{} retained WAL", bytes(*v)))
-                .unwrap_or_else(|| "no slot data yet".into()),
-            chart: super::charts::sparkline(&values, &format!("retained WAL of {}", p.name)),
+            figure,
+            chart: super::charts::sparkline(&values, &format!("{what} of {}", p.name)),
             href: format!("/pipelines/{}", p.id),
             alerts: open(&p.name),
             name: p.name,
@@ -90,6 +117,14 @@ async fn overview(
             .last()
             .map(|v| format!("{v} records behind"))
             .unwrap_or_else(|| "no lag data yet".into());
+        if let Some(secs) =
+            crate::monitor::signals::history(&state.pool, who, "delivery_lag_seconds", &d.name, 1)
+                .await?
+                .last()
+                .filter(|s| s.value > 0.0)
+        {
+            figure.push_str(&format!(" (oldest {:.0} s)", secs.value));
+        }
         if let Some(f) = fresh.last() {
             figure.push_str(&format!(" · current as of {:.0} s ago", f.value));
         }

@@ -672,10 +672,13 @@ pub struct ProxiedCall {
 }
 
 /// A transparent HTTP proxy in front of the real Connect that records every call, so tests
-/// can count what ClueCDC asks of Connect.
+/// can count what ClueCDC asks of Connect. With `refuse_creates` set it answers connector
+/// creation with Connect's 403, as a Connect with access control does for a principal
+/// without the right.
 pub struct ConnectProxy {
     pub url: String,
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<ProxiedCall>>>,
+    pub refuse_creates: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -696,11 +699,14 @@ impl ConnectProxy {
         let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
         let target = target.trim_end_matches('/').to_string();
         let record = calls.clone();
+        let refuse_creates = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refuse = refuse_creates.clone();
         let http = reqwest::Client::new();
         let endpoint = poem::endpoint::make(move |req: poem::Request| {
             let target = target.clone();
             let record = record.clone();
             let http = http.clone();
+            let refuse = refuse.clone();
             async move {
                 let method = req.method().clone();
                 let path = req
@@ -708,6 +714,17 @@ impl ConnectProxy {
                     .path_and_query()
                     .map(|p| p.as_str().to_string())
                     .unwrap_or_default();
+                if refuse.load(std::sync::atomic::Ordering::Relaxed)
+                    && method == poem::http::Method::POST
+                    && path == "/connectors"
+                {
+                    return poem::Response::builder()
+                        .status(poem::http::StatusCode::FORBIDDEN)
+                        .content_type("application/json")
+                        .body(
+                            r#"{"error_code":403,"message":"not allowed to create connectors"}"#,
+                        );
+                }
                 let agent = req
                     .headers()
                     .get("user-agent")
@@ -753,6 +770,7 @@ impl ConnectProxy {
         ConnectProxy {
             url: format!("http://{addr}"),
             calls,
+            refuse_creates,
             task,
         }
     }

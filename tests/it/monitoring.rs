@@ -58,6 +58,17 @@ async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Valu
         .cloned()
 }
 
+/// The same alert (by id) once it has resolved.
+async fn resolved(api: &Api, firing: &Value) -> Option<Value> {
+    let (_, list) = api.get("/api/v1/alerts").await;
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == firing["id"] && a["state"] == "resolved")
+        .cloned()
+}
+
 fn tag() -> String {
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -123,10 +134,31 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             || async { (count_dest().await == 1).then_some(()) },
         )
         .await;
+        // Once the sink has committed what it wrote, nothing waits: lag is 0 records and 0 s.
+        eventually(
+            Duration::from_secs(60),
+            "the delivery caught up (lag 0 s)",
+            || async {
+                let (_, detail) = api
+                    .get(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap()))
+                    .await;
+                (detail["lag_secs"] == 0.0 && detail["lag"][0]["lag"] == 0).then_some(())
+            },
+        )
+        .await;
         assert_eq!(
             api.patch(
                 "/api/v1/alert-rules/delivery_lag_records",
                 json!({"threshold": 0, "for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
+        assert_eq!(
+            api.patch(
+                "/api/v1/alert-rules/delivery_lag_seconds",
+                json!({"threshold": 2, "for_secs": 0})
             )
             .await
             .0,
@@ -179,6 +211,32 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             },
         )
         .await;
+        // Lag in time: the oldest record not written yet ages while the delivery is stopped.
+        let waited = eventually(
+            Duration::from_secs(60),
+            "lag in seconds above 2",
+            || async {
+                let (_, detail) = api
+                    .get(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap()))
+                    .await;
+                detail["lag_secs"].as_f64().filter(|s| *s > 2.0)
+            },
+        )
+        .await;
+        assert!(
+            waited < 120.0,
+            "the age of the oldest waiting record, not of the pipeline: {waited}"
+        );
+        let by_time = eventually(
+            Duration::from_secs(30),
+            "the lag-in-time alert firing",
+            || alert(&api, "delivery_lag_seconds", "watched", "firing"),
+        )
+        .await;
+        assert!(
+            by_time["message"].as_str().unwrap().contains("s old"),
+            "{by_time}"
+        );
         let (status, _) = api
             .post(&format!("/api/v1/alerts/{}/ack", firing["id"]), json!({}))
             .await;
@@ -199,7 +257,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             .await;
         assert_eq!(status, 200);
         eventually(Duration::from_secs(90), "the lag alert resolved", || {
-            alert(&api, "delivery_lag_records", "watched", "resolved")
+            resolved(&api, &firing)
         })
         .await;
         eventually(
@@ -210,14 +268,42 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
                     .lock()
                     .unwrap()
                     .iter()
-                    .find(|(_, b)| {
-                        b["state"] == "resolved" && b["alert"]["kind"] == "delivery_lag_records"
-                    })
+                    .find(|(_, b)| b["state"] == "resolved" && b["alert"]["id"] == firing["id"])
                     .map(|(valid, _)| assert!(*valid))
             },
         )
         .await;
         assert_eq!(count_dest().await, 40);
+        eventually(
+            Duration::from_secs(30),
+            "the lag-in-time alert resolved",
+            || resolved(&api, &by_time),
+        )
+        .await;
+
+        // The pipeline's topics grew by the 39 rows, and their newest record is known.
+        let (_, pd) = api
+            .get(&format!("/api/v1/pipelines/{}", p["id"].as_str().unwrap()))
+            .await;
+        assert!(pd["end_offsets"].as_i64().unwrap() >= 40, "{pd}");
+        assert!(
+            pd["topics"][0]["newest_record_at"].is_string()
+                && pd["newest_record_age_secs"].as_f64().unwrap() < 300.0,
+            "{pd}"
+        );
+        let (_, growth) = api
+            .get("/api/v1/samples?kind=pipeline_topic_end_offset&subject=monitored")
+            .await;
+        let offsets: Vec<f64> = growth["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["value"].as_f64().unwrap())
+            .collect();
+        assert!(
+            offsets.last().unwrap() - offsets.first().unwrap() >= 39.0,
+            "the end offsets' history shows the growth: {offsets:?}"
+        );
 
         // Pause the pipeline while writes go on: the slot's retained WAL grows and the alert fires.
         let (status, _) = api
@@ -254,6 +340,26 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             alert(&api, "slot_retained_wal_bytes", "monitored", "firing")
         })
         .await;
+        // Nothing reaches the topics while the pipeline is paused: "no new data" fires.
+        assert_eq!(
+            api.patch(
+                "/api/v1/alert-rules/pipeline_no_new_data_seconds",
+                json!({"threshold": 5, "for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
+        let stale = eventually(
+            Duration::from_secs(60),
+            "the no-new-data alert firing",
+            || alert(&api, "pipeline_no_new_data_seconds", "monitored", "firing"),
+        )
+        .await;
+        assert!(
+            stale["message"].as_str().unwrap().contains("no new record"),
+            "{stale}"
+        );
         assert!(
             wal["message"]
                 .as_str()
@@ -321,6 +427,36 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
                 .unwrap()
                 .len()
                 >= 2
+        );
+        let actions = &parsed["cluecdc_reconcile_actions"];
+        assert_eq!(actions["type"], "counter");
+        assert!(
+            actions["samples"][0][2].as_f64().unwrap() >= 2.0,
+            "the pipeline and the delivery were created: {actions}"
+        );
+        let gauge = |name: &str, label: &str, subject: &str| {
+            parsed[name]["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s[1][label] == subject)
+                .map(|s| s[2].as_f64().unwrap())
+        };
+        assert_eq!(
+            gauge("cluecdc_delivery_lag_seconds", "delivery", "watched"),
+            Some(0.0)
+        );
+        assert!(
+            gauge("cluecdc_pipeline_topic_end_offset", "pipeline", "monitored").unwrap() >= 40.0
+        );
+        assert!(
+            gauge(
+                "cluecdc_pipeline_no_new_data_seconds",
+                "pipeline",
+                "monitored"
+            )
+            .unwrap()
+                > 5.0
         );
     };
     with_cleanup(result, async {
@@ -427,12 +563,17 @@ async fn rules_and_webhooks_validate_their_input() {
     assert_eq!(
         kinds,
         vec![
+            "binlog_behind_bytes",
+            "binlog_position_lost",
             "connect_unreachable",
             "connector_failed",
+            "connector_missing_or_drifted",
             "delivery_freshness_seconds",
             "delivery_lag_records",
+            "delivery_lag_seconds",
             "kafka_unreachable",
             "orphan_slot",
+            "pipeline_no_new_data_seconds",
             "slot_inactive",
             "slot_retained_wal_bytes"
         ]
@@ -652,6 +793,250 @@ async fn an_orphan_slot_and_an_unreachable_kafka_raise_alerts_and_the_orphan_can
     };
     with_cleanup(result, async {
         drop_slot(&su, &slot).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_mariadb_pipeline_reports_its_binlog_position_and_the_distance_alert_fires_while_it_is_paused(
+) {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_OFFSETS_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+    let connect = point_connect_provider_at(&api).await;
+    let (_, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
+    let tag = tag();
+    let table = format!("bl_{tag}_items");
+    let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
+        .await
+        .unwrap();
+    for sql in [
+        format!("CREATE TABLE {table} (id INT PRIMARY KEY, note VARCHAR(80) NOT NULL)"),
+        format!("INSERT INTO {table} VALUES (1, 'a')"),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api.connection(json!({"name": "maria src", "provider": "MARIADB", "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "disable"}, "secrets": {"password": s.mariadb_password}})).await;
+    let prefix = format!("bl-{}", tag.replace('_', "-"));
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": "binlogged", "source_connection_id": src["id"], "kafka_cluster_id": kafka["id"], "connect_cluster_id": connect["id"], "tables": [format!("{}.{table}", s.mariadb_db)], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{p}");
+    let id = p["id"].as_str().unwrap().to_string();
+    let binlog = || async {
+        let (_, detail) = api.get(&format!("/api/v1/pipelines/{id}")).await;
+        detail["binlog"].clone()
+    };
+    let result = async {
+        // Streaming: the connector's committed position is on the server and close to its head.
+        sqlx::query(&format!("INSERT INTO {table} VALUES (2, 'b')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        let reached = eventually(
+            Duration::from_secs(120),
+            "a committed binlog position",
+            || async {
+                let b = binlog().await;
+                b["connector_file"].is_string().then_some(b)
+            },
+        )
+        .await;
+        assert_eq!(reached["position_kept"], true, "{reached}");
+        assert!(
+            reached["server_file"].is_string()
+                && reached["oldest_file"].is_string()
+                && reached["files"].as_i64().unwrap() >= 1,
+            "{reached}"
+        );
+        assert!(
+            reached["bytes_after_oldest"].as_i64().unwrap() > 0,
+            "{reached}"
+        );
+        assert!(reached["bytes_behind"].as_i64().unwrap() >= 0);
+
+        // Paused while writes go on: the distance grows past the threshold and the alert fires.
+        let (status, _) = api
+            .post(&format!("/api/v1/pipelines/{id}/pause"), json!({}))
+            .await;
+        assert_eq!(status, 200);
+        eventually(Duration::from_secs(30), "the pipeline PAUSED", || async {
+            connect_status(&s.connect_url, &format!("cluecdc-capture-{prefix}"))
+                .await
+                .filter(|st| st["connector"]["state"] == "PAUSED")
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let base = binlog().await["bytes_behind"].as_i64().unwrap();
+        assert_eq!(
+            api.patch(
+                "/api/v1/alert-rules/binlog_behind_bytes",
+                json!({"threshold": base + 200_000, "for_secs": 0})
+            )
+            .await
+            .0,
+            200
+        );
+        for i in 0..4 {
+            let from = 5000 * (i + 1);
+            sqlx::query(&format!(
+                "INSERT INTO {table} SELECT seq, REPEAT('x', 60) FROM seq_{from}_to_{}",
+                from + 4999
+            ))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        }
+        let fired = eventually(
+            Duration::from_secs(60),
+            "the binlog distance alert firing",
+            || alert(&api, "binlog_behind_bytes", "binlogged", "firing"),
+        )
+        .await;
+        assert!(
+            fired["message"]
+                .as_str()
+                .unwrap()
+                .contains("bytes of binlog behind"),
+            "{fired}"
+        );
+        let behind = binlog().await["bytes_behind"].as_i64().unwrap();
+        assert!(behind > base + 200_000, "{behind} > {base} + 200000");
+        let (_, samples) = api
+            .get("/api/v1/samples?kind=binlog_behind_bytes&subject=binlogged")
+            .await;
+        let values: Vec<f64> = samples["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["value"].as_f64().unwrap())
+            .collect();
+        assert!(
+            values.len() >= 2 && values.last().unwrap() > values.first().unwrap(),
+            "the distance grows: {values:?}"
+        );
+
+        // Resumed: it reads the backlog; its committed position moves up and the alert resolves.
+        // (Debezium commits the start of the last transaction it read, so a small write at the
+        // end moves that position past the big ones.)
+        let (status, _) = api
+            .post(&format!("/api/v1/pipelines/{id}/resume"), json!({}))
+            .await;
+        assert_eq!(status, 200);
+        let writer = sqlx::MySqlPool::connect(&s.mariadb_url(&s.mariadb_db))
+            .await
+            .unwrap();
+        let mut n = 100_000;
+        eventually(
+            Duration::from_secs(120),
+            "the binlog distance alert resolved",
+            || {
+                n += 1;
+                let insert = format!("INSERT INTO {table} VALUES ({n}, 'tail')");
+                let (writer, api, fired) = (writer.clone(), &api, &fired);
+                async move {
+                    let _ = sqlx::query(&insert).execute(&writer).await;
+                    resolved(api, fired).await
+                }
+            },
+        )
+        .await;
+    };
+    with_cleanup(result, async {
+        let _ = api
+            .post(&format!("/api/v1/pipelines/{id}/resume"), json!({}))
+            .await;
+        let _ = api.delete(&format!("/api/v1/pipelines/{id}")).await;
+        delete_connector(&s.connect_url, &format!("cluecdc-capture-{prefix}")).await;
+        let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
+            .await
+            .unwrap();
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut db)
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connector_connect_refuses_to_create_raises_the_missing_alert_until_it_exists() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+    let proxy = ConnectProxy::start(&s.connect_url).await;
+    proxy
+        .refuse_creates
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        api.patch(
+            "/api/v1/alert-rules/connector_missing_or_drifted",
+            json!({"for_secs": 2})
+        )
+        .await
+        .0,
+        200
+    );
+    let (status, cluster) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "guarded", "url": proxy.url}),
+        )
+        .await;
+    assert_eq!(status, 201, "{cluster}");
+    let name = format!("missing-{}", tag());
+    let config = json!({"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector", "file": "/dev/null", "topic": name, "tasks.max": "1"});
+    let (status, c) = api
+        .post(
+            "/api/v1/connectors",
+            json!({"name": name, "connect_cluster_id": cluster["id"], "config": config}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let result = async {
+        let missing = eventually(
+            Duration::from_secs(60),
+            "the missing-connector alert firing",
+            || alert(&api, "connector_missing_or_drifted", &name, "firing"),
+        )
+        .await;
+        assert!(
+            missing["message"]
+                .as_str()
+                .unwrap()
+                .contains("is not in Kafka Connect"),
+            "{missing}"
+        );
+        assert!(
+            connect_status(&s.connect_url, &name).await.is_none(),
+            "Connect really has no such connector"
+        );
+        // Connect lets it be created again: the reconciler creates it and the alert resolves.
+        proxy
+            .refuse_creates
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        eventually(
+            Duration::from_secs(60),
+            "the missing-connector alert resolved",
+            || resolved(&api, &missing),
+        )
+        .await;
+        assert!(connect_status(&s.connect_url, &name).await.is_some());
+    };
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
     })
     .await;
 }
