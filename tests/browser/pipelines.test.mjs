@@ -72,9 +72,13 @@ test('an operator creates a pipeline through the wizard: tables from discovery, 
   const row = page.locator('tr:has-text("shop orders")');
   assert.match(await row.innerText(), /RUNNING/);
   assert.match(await row.innerText(), /retained WAL/);
+  assert.match(await row.innerText(), /newest record \d+ s ago/, 'the snapshot record reached Kafka and its age is shown');
   assert.equal(await row.locator('svg.spark polyline').count(), 1, 'a server-rendered sparkline');
   await screenshot(page, 'overview');
   await page.goBack();
+  await page.reload();
+  assert.match(await page.locator('#topics-heading + p').innerText(), /^Newest record \d+ s ago · 1 records written in all\.$/);
+  await screenshot(page, 'pipeline-topics');
   await page.getByRole('link', { name: 'Delete pipeline…' }).click();
   assert.match(await page.locator('main').innerText(), /the source's disk fills/);
   assert.doesNotMatch(await page.locator('main').innerText(), /Pipeline shop orders created/, 'a flash message shows once');
