@@ -129,8 +129,11 @@ pub async fn resolve(pool: &SqlitePool, kind: &str, subject: &str) -> Result<Opt
 }
 
 /// A person says they have seen it; it stays firing until its cause goes away.
-pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: i64) -> Result<()> {
+pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Operator, "acknowledge alerts")?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| crate::error::Error::NotFound(format!("alert {id}")))?;
     let n = sqlx::query("UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ? WHERE id = ? AND state = 'firing'").bind(&who.user_name).bind(crate::time::now()).bind(id).execute(pool).await?.rows_affected();
     if n == 0 {
         return Err(crate::error::Error::NotFound(format!("firing alert {id}")));

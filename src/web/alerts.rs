@@ -3,17 +3,21 @@
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
-use poem::web::{Data, Json, Query};
-use poem::{handler, Response};
+use poem::web::{Data, Form, Json, Query};
+use poem::{handler, Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiResult, PageResult};
-use super::pages::{page_with_status, Layout};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
-use crate::auth::Principal;
+use crate::auth::{Principal, Role};
+use crate::error::{Error, FieldErrors};
 use crate::monitor::alerts::{self, Alert};
+use crate::monitor::signals::{self, RulePatch};
+use crate::monitor::webhooks::{self, WebhookInput};
+use poem::web::Path;
 
 #[derive(Deserialize)]
 pub struct AlertQuery {
@@ -37,6 +41,71 @@ pub async fn api_list(
 struct AlertsPage {
     layout: Layout,
     items: Vec<Alert>,
+    rules: Vec<signals::Rule>,
+    /// Admins only (webhook URLs are configuration).
+    webhooks: Vec<webhooks::Webhook>,
+    can_operate: bool,
+    is_admin: bool,
+    /// A refused change: the rule it was for, what was submitted, and the field errors.
+    refused: Option<(String, RuleForm, FieldErrors)>,
+    webhook_form: WebhookForm,
+    webhook_errors: FieldErrors,
+}
+
+impl AlertsPage {
+    fn refused_for(&self, kind: &str) -> Option<&(String, RuleForm, FieldErrors)> {
+        self.refused.as_ref().filter(|(k, _, _)| k == kind)
+    }
+
+    /// The field errors of a refused change to this rule, if that is what this page shows.
+    fn errors_for(&self, kind: &str) -> Option<&FieldErrors> {
+        self.refused_for(kind).map(|(_, _, e)| e)
+    }
+
+    /// What the rule's inputs show: the refused submission, else the stored rule.
+    fn threshold_of(&self, r: &signals::Rule) -> String {
+        self.refused_for(&r.kind)
+            .map(|(_, f, _)| f.threshold.clone())
+            .unwrap_or_else(|| r.threshold.to_string())
+    }
+
+    fn for_secs_of(&self, r: &signals::Rule) -> String {
+        self.refused_for(&r.kind)
+            .map(|(_, f, _)| f.for_secs.clone())
+            .unwrap_or_else(|| r.for_secs.to_string())
+    }
+
+    fn enabled_of(&self, r: &signals::Rule) -> bool {
+        self.refused_for(&r.kind)
+            .map(|(_, f, _)| f.enabled.is_some())
+            .unwrap_or(r.enabled)
+    }
+}
+
+async fn alerts_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    refused: Option<(String, RuleForm, FieldErrors)>,
+    webhook_form: WebhookForm,
+    webhook_errors: FieldErrors,
+) -> Result<AlertsPage, Error> {
+    let is_admin = who.role >= Role::Admin;
+    Ok(AlertsPage {
+        layout: Layout::new("Alerts", paths::ALERTS, who, jar),
+        items: alerts::list(&state.pool, who, false).await?,
+        rules: signals::rules(&state.pool, who).await?,
+        webhooks: if is_admin {
+            webhooks::list(&state.pool, who).await?
+        } else {
+            vec![]
+        },
+        can_operate: who.role >= Role::Operator,
+        is_admin,
+        refused,
+        webhook_form,
+        webhook_errors,
+    })
 }
 
 #[handler]
@@ -45,14 +114,164 @@ pub async fn page(
     who: Data<&Principal>,
     jar: &CookieJar,
 ) -> PageResult<Response> {
-    let items = alerts::list(&state.pool, &who, false).await?;
-    page_with_status(
-        StatusCode::OK,
-        &AlertsPage {
-            layout: Layout::new("Alerts", paths::ALERTS, &who, jar),
-            items,
-        },
+    let view = alerts_page(
+        &state,
+        &who,
+        jar,
+        None,
+        WebhookForm::default(),
+        FieldErrors::new(),
     )
+    .await?;
+    page_with_status(StatusCode::OK, &view)
+}
+
+#[handler]
+pub async fn ack_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    alerts::acknowledge(&state.pool, &who, &id).await?;
+    set_flash(
+        jar,
+        "Acknowledged: it stays open until its cause goes away.",
+    );
+    Ok(redirect(req, paths::ALERTS))
+}
+
+/// A rule's row on the page: numbers arrive as text, the checkbox only when ticked.
+#[derive(Debug, Deserialize)]
+pub struct RuleForm {
+    #[serde(default)]
+    threshold: String,
+    #[serde(default)]
+    for_secs: String,
+    enabled: Option<String>,
+}
+
+impl RuleForm {
+    fn patch(&self) -> Result<RulePatch, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let threshold = self
+            .threshold
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| errors.insert("threshold".into(), "a number ≥ 0, e.g. 10000".into()))
+            .ok();
+        let for_secs = self
+            .for_secs
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| errors.insert("for_secs".into(), "whole seconds, 0 to 86400".into()))
+            .ok();
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(RulePatch {
+            threshold,
+            for_secs,
+            enabled: Some(self.enabled.is_some()),
+        })
+    }
+}
+
+#[handler]
+pub async fn save_rule_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(kind): Path<String>,
+    Form(form): Form<RuleForm>,
+) -> PageResult<Response> {
+    // Before reading the form: a viewer is refused, not told which number is wrong.
+    who.require(Role::Admin, "change alert rules")?;
+    let result = match form.patch() {
+        Ok(patch) => signals::set_rule(&state.pool, &who, &kind, &patch).await,
+        Err(fields) => Err(Error::Invalid {
+            message: "check the rule's fields".into(),
+            fields,
+        }),
+    };
+    match result {
+        Ok(rule) => {
+            set_flash(jar, &format!("Rule {} saved.", rule.kind));
+            Ok(redirect(req, paths::ALERTS))
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            let view = alerts_page(
+                &state,
+                &who,
+                jar,
+                Some((kind, form, fields)),
+                WebhookForm::default(),
+                FieldErrors::new(),
+            )
+            .await?;
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &view)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The webhook form; the secret is never echoed back into the page.
+#[derive(Debug, Default, Deserialize)]
+pub struct WebhookForm {
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    secret: String,
+}
+
+#[handler]
+pub async fn add_webhook_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<WebhookForm>,
+) -> PageResult<Response> {
+    let input = WebhookInput {
+        url: Some(form.url.clone()),
+        secret: Some(crate::secrets::Secret::new(form.secret.clone())),
+    };
+    match webhooks::create(&state.pool, &state.inner.secrets, &who, &input).await {
+        Ok(w) => {
+            set_flash(
+                jar,
+                &format!(
+                    "Webhook added: every alert that fires or resolves is POSTed to {}.",
+                    w.url
+                ),
+            );
+            Ok(redirect(req, paths::ALERTS))
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            let kept = WebhookForm {
+                url: form.url,
+                secret: String::new(),
+            };
+            let view = alerts_page(&state, &who, jar, None, kept, fields).await?;
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &view)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[handler]
+pub async fn webhook_delete_form(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    webhooks::delete(&state.pool, &who, &id).await?;
+    set_flash(jar, "Webhook removed.");
+    Ok(redirect(req, paths::ALERTS))
 }
 
 #[derive(Template)]
@@ -69,11 +288,6 @@ pub async fn badge(state: Data<&AppState>) -> PageResult<Response> {
 }
 
 // ---- rules, acknowledgement, webhooks, samples, /metrics -------------------------------------
-
-use poem::web::Path;
-
-use crate::monitor::signals::{self, RulePatch};
-use crate::monitor::webhooks::{self, WebhookInput};
 
 #[handler]
 pub async fn api_rules(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
@@ -98,11 +312,7 @@ pub async fn api_ack(
     who: Data<&Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    who.require(crate::auth::Role::Operator, "acknowledge alerts")?;
-    let id: i64 = id
-        .parse()
-        .map_err(|_| crate::error::Error::NotFound(format!("alert {id}")))?;
-    alerts::acknowledge(&state.pool, &who, id).await?;
+    alerts::acknowledge(&state.pool, &who, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

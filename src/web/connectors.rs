@@ -298,6 +298,7 @@ struct ListPage {
     layout: Layout,
     items: Vec<ConnectorView>,
     unmanaged: Vec<Unmanaged>,
+    can_operate: bool,
 }
 
 #[derive(Template)]
@@ -324,6 +325,7 @@ pub async fn page_list(
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
             items,
             unmanaged,
+            can_operate: who.role >= Role::Operator,
         },
     )
 }
