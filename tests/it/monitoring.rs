@@ -58,6 +58,40 @@ async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Valu
         .cloned()
 }
 
+/// An app that reconciles, reads offsets and monitors every second, with the stack's Connect
+/// (its config provider pointed at this app) and Kafka registered.
+async fn monitored_stack() -> (Api, Value, Value) {
+    let s = stack();
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_OFFSETS_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+    let connect = point_connect_provider_at(&api).await;
+    let (status, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
+    assert_eq!(status, 201, "{kafka}");
+    (api, connect, kafka)
+}
+
+/// The history of one signal, oldest first.
+async fn samples(api: &Api, kind: &str, subject: &str) -> Vec<f64> {
+    let (_, body) = api
+        .get(&format!("/api/v1/samples?kind={kind}&subject={subject}"))
+        .await;
+    body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["value"].as_f64().unwrap())
+        .collect()
+}
+
 /// The same alert (by id) once it has resolved.
 async fn resolved(api: &Api, firing: &Value) -> Option<Value> {
     let (_, list) = api.get("/api/v1/alerts").await;
@@ -82,18 +116,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[
-        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
-        ("CLUECDC_MONITOR_INTERVAL", "1s"),
-        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
-    ]);
-    let connect = point_connect_provider_at(&api).await;
-    let (_, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
+    let (api, connect, kafka) = monitored_stack().await;
     let (hook_url, hooks) = receiver().await;
     let (status, w) = api
         .post(
@@ -291,15 +314,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
                 && pd["newest_record_age_secs"].as_f64().unwrap() < 300.0,
             "{pd}"
         );
-        let (_, growth) = api
-            .get("/api/v1/samples?kind=pipeline_topic_end_offset&subject=monitored")
-            .await;
-        let offsets: Vec<f64> = growth["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["value"].as_f64().unwrap())
-            .collect();
+        let offsets = samples(&api, "pipeline_topic_end_offset", "monitored").await;
         assert!(
             offsets.last().unwrap() - offsets.first().unwrap() >= 39.0,
             "the end offsets' history shows the growth: {offsets:?}"
@@ -367,15 +382,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
                 .contains("fills the source's disk"),
             "{wal}"
         );
-        let (_, samples) = api
-            .get("/api/v1/samples?kind=slot_retained_wal_bytes&subject=monitored")
-            .await;
-        let values: Vec<f64> = samples["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["value"].as_f64().unwrap())
-            .collect();
+        let values = samples(&api, "slot_retained_wal_bytes", "monitored").await;
         assert!(
             values.len() >= 2 && values.last().unwrap() > values.first().unwrap(),
             "retained WAL grows: {values:?}"
@@ -586,18 +593,7 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[
-        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
-        ("CLUECDC_MONITOR_INTERVAL", "1s"),
-        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
-    ]);
-    let connect = point_connect_provider_at(&api).await;
-    let (_, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
+    let (api, connect, kafka) = monitored_stack().await;
     let tag = tag();
     let schema = format!("fr_{tag}");
     let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
@@ -664,12 +660,10 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
         )
         .await;
         assert!(aged > 40.0);
-        let (_, samples) = api
-            .get("/api/v1/samples?kind=delivery_freshness_seconds&subject=fresh%20copy")
-            .await;
+        let ages = samples(&api, "delivery_freshness_seconds", "fresh%20copy").await;
         assert!(
-            samples["items"].as_array().unwrap().len() >= 3,
-            "freshness is sampled: {samples}"
+            ages.len() >= 3 && ages.last().unwrap() > &30.0,
+            "freshness is sampled and ages: {ages:?}"
         );
     };
     with_cleanup(result, async {
@@ -803,19 +797,7 @@ async fn a_mariadb_pipeline_reports_its_binlog_position_and_the_distance_alert_f
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[
-        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
-        ("CLUECDC_MONITOR_INTERVAL", "1s"),
-        ("CLUECDC_OFFSETS_INTERVAL", "1s"),
-        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
-    ]);
-    let connect = point_connect_provider_at(&api).await;
-    let (_, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
+    let (api, connect, kafka) = monitored_stack().await;
     let tag = tag();
     let table = format!("bl_{tag}_items");
     let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
@@ -911,15 +893,7 @@ async fn a_mariadb_pipeline_reports_its_binlog_position_and_the_distance_alert_f
         );
         let behind = binlog().await["bytes_behind"].as_i64().unwrap();
         assert!(behind > base + 200_000, "{behind} > {base} + 200000");
-        let (_, samples) = api
-            .get("/api/v1/samples?kind=binlog_behind_bytes&subject=binlogged")
-            .await;
-        let values: Vec<f64> = samples["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["value"].as_f64().unwrap())
-            .collect();
+        let values = samples(&api, "binlog_behind_bytes", "binlogged").await;
         assert!(
             values.len() >= 2 && values.last().unwrap() > values.first().unwrap(),
             "the distance grows: {values:?}"
