@@ -117,7 +117,12 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<Str
     for (kind, help) in crate::monitor::signals::SAMPLED {
         let metric = format!("cluecdc_{kind}");
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
-        let latest: Vec<(String, f64)> = sqlx::query_as("SELECT subject, value FROM samples s WHERE kind = ? AND at = (SELECT MAX(at) FROM samples WHERE kind = s.kind AND subject = s.subject) ORDER BY subject").bind(kind).fetch_all(pool).await?;
+        let latest: Vec<(String, f64)> = sqlx::query_as(
+            "SELECT subject, value FROM signal_latest WHERE kind = ? ORDER BY subject",
+        )
+        .bind(kind)
+        .fetch_all(pool)
+        .await?;
         let label = if kind.starts_with("delivery") {
             "delivery"
         } else {

@@ -362,16 +362,13 @@ impl Monitor {
         )
         .fetch_all(&self.pool)
         .await?;
+        let sampled: Vec<(&str, &str, f64)> = seen
+            .iter()
+            .filter(|o| SAMPLED.iter().any(|(k, _)| *k == o.kind))
+            .map(|o| (o.kind, o.subject.as_str(), o.value))
+            .collect();
+        record_samples(&self.pool, &sampled, now).await?;
         for o in &seen {
-            if SAMPLED.iter().any(|(k, _)| *k == o.kind) {
-                sqlx::query("INSERT INTO samples (kind, subject, value, at) VALUES (?, ?, ?, ?)")
-                    .bind(o.kind)
-                    .bind(&o.subject)
-                    .bind(o.value)
-                    .bind(now)
-                    .execute(&self.pool)
-                    .await?;
-            }
             let Some(rule) = rules.iter().find(|r| r.kind == o.kind) else {
                 continue;
             };
@@ -417,10 +414,7 @@ impl Monitor {
                 }
             }
         }
-        sqlx::query("DELETE FROM samples WHERE at < ?")
-            .bind(now - self.retention.as_millis() as i64)
-            .execute(&self.pool)
-            .await?;
+        trim_samples(&self.pool, now - self.retention.as_millis() as i64).await?;
         Ok(())
     }
 
@@ -490,6 +484,47 @@ impl Monitor {
         }
         Ok(())
     }
+}
+
+/// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms), in one transaction,
+/// and makes them the latest values. A series this cycle did not measure (its subject deleted,
+/// or its measurement failed) leaves the latest values: `/metrics` does not repeat old numbers.
+pub async fn record_samples(
+    pool: &SqlitePool,
+    samples: &[(&str, &str, f64)],
+    at: i64,
+) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    for (kind, subject, value) in samples {
+        sqlx::query("INSERT INTO samples (kind, subject, value, at) VALUES (?, ?, ?, ?)")
+            .bind(kind)
+            .bind(subject)
+            .bind(value)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO signal_latest (kind, subject, value, at) VALUES (?, ?, ?, ?) ON CONFLICT (kind, subject) DO UPDATE SET value = excluded.value, at = excluded.at")
+            .bind(kind)
+            .bind(subject)
+            .bind(value)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("DELETE FROM signal_latest WHERE at < ?")
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Drops the history older than `before` (unix ms): the retention setting.
+pub async fn trim_samples(pool: &SqlitePool, before: i64) -> sqlx::Result<u64> {
+    Ok(sqlx::query("DELETE FROM samples WHERE at < ?")
+        .bind(before)
+        .execute(pool)
+        .await?
+        .rows_affected())
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]

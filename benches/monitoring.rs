@@ -1,0 +1,135 @@
+//! Benchmark: the monitor's history in SQLite as it grows. `cargo bench --bench monitoring`.
+//!
+//! One monitor cycle writes a sample per series and trims what is older than the retention;
+//! `/metrics` reads the newest sample of every series; the overview reads the last 120 samples
+//! of two series per pipeline or delivery. These must cost about the same whether the table
+//! holds a day or a week of history, so the benchmark fills the table at two sizes, ten times
+//! apart, and prints each operation's time at both and their ratio (within one run, so the
+//! machine's noise cancels). Under `cargo test` it runs once at a small size as a smoke test.
+
+use std::time::{Duration, Instant};
+
+use cluecdc::monitor::{metrics, signals};
+
+const SUBJECTS: usize = 40; // 20 pipelines and 20 deliveries
+const KINDS: [&str; 4] = [
+    "delivery_lag_records",
+    "delivery_lag_seconds",
+    "slot_retained_wal_bytes",
+    "pipeline_no_new_data_seconds",
+];
+const INTERVAL_MS: i64 = 15_000; // the default monitor interval
+
+struct Timings {
+    rows: i64,
+    cycle: Duration,
+    metrics: Duration,
+    overview: Duration,
+    db_bytes: u64,
+}
+
+async fn measure(dir: &std::path::Path, series_len: i64, repeats: u32) -> anyhow::Result<Timings> {
+    let path = dir.join(format!("bench-{series_len}.sqlite"));
+    let pool = cluecdc::db::open(&path).await?;
+    cluecdc::db::migrate(&pool).await?;
+    let subjects: Vec<String> = (0..SUBJECTS).map(|i| format!("subject-{i:02}")).collect();
+    // History: `series_len` samples per series, one interval apart, ending now.
+    let start = 1_800_000_000_000 - series_len * INTERVAL_MS;
+    for step in 0..series_len {
+        let batch: Vec<(&str, &str, f64)> = KINDS
+            .iter()
+            .flat_map(|k| subjects.iter().map(move |s| (*k, s.as_str(), step as f64)))
+            .collect();
+        signals::record_samples(&pool, &batch, start + step * INTERVAL_MS).await?;
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM samples")
+        .fetch_one(&pool)
+        .await?;
+    let http = metrics::HttpMetrics::default();
+    let who = cluecdc::auth::Principal::cli();
+    let (mut cycle, mut render, mut overview) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for r in 0..repeats as i64 {
+        let now = start + (series_len + r) * INTERVAL_MS;
+        let batch: Vec<(&str, &str, f64)> = KINDS
+            .iter()
+            .flat_map(|k| subjects.iter().map(move |s| (*k, s.as_str(), 1.0)))
+            .collect();
+        let t = Instant::now();
+        signals::record_samples(&pool, &batch, now).await?;
+        signals::trim_samples(&pool, now - series_len * INTERVAL_MS).await?;
+        cycle += t.elapsed();
+        let t = Instant::now();
+        let text = metrics::render(&pool, &http).await?;
+        render += t.elapsed();
+        assert!(text.contains("cluecdc_delivery_lag_records{delivery=\"subject-39\"}"));
+        let t = Instant::now();
+        for s in &subjects {
+            for kind in &KINDS[..2] {
+                let h = signals::history(&pool, &who, kind, s, 120).await?;
+                assert_eq!(h.len(), 120);
+            }
+        }
+        overview += t.elapsed();
+    }
+    pool.close().await;
+    let db_bytes = std::fs::metadata(&path)?.len()
+        + std::fs::metadata(dir.join(format!("bench-{series_len}.sqlite-wal")))
+            .map(|m| m.len())
+            .unwrap_or(0);
+    Ok(Timings {
+        rows,
+        cycle: cycle / repeats,
+        metrics: render / repeats,
+        overview: overview / repeats,
+        db_bytes,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let full = std::env::args().any(|a| a == "--bench");
+    // About 3.4 hours and a day of history at the default interval (7× apart; a smoke size
+    // under `cargo test`).
+    let (small, large, repeats) = if full {
+        (5_760 / 7, 5_760, 20)
+    } else {
+        (130, 260, 2)
+    };
+    let dir = tempfile::tempdir()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let a = rt.block_on(measure(dir.path(), small, repeats))?;
+    let b = rt.block_on(measure(dir.path(), large, repeats))?;
+    println!(
+        "monitor history: {SUBJECTS} subjects × {} kinds, one sample per {} s",
+        KINDS.len(),
+        INTERVAL_MS / 1000
+    );
+    println!(
+        "{:<34} {:>14} {:>14} {:>8}",
+        "",
+        format!("{} rows", a.rows),
+        format!("{} rows", b.rows),
+        "ratio"
+    );
+    for (name, x, y) in [
+        ("cycle write + retention trim", a.cycle, b.cycle),
+        ("/metrics render", a.metrics, b.metrics),
+        ("overview history (80 series)", a.overview, b.overview),
+    ] {
+        println!(
+            "{name:<34} {:>11.2} ms {:>11.2} ms {:>7.2}×",
+            x.as_secs_f64() * 1e3,
+            y.as_secs_f64() * 1e3,
+            y.as_secs_f64() / x.as_secs_f64()
+        );
+    }
+    println!(
+        "{:<34} {:>11.1} MB {:>11.1} MB {:>7.2}×",
+        "database file",
+        a.db_bytes as f64 / 1e6,
+        b.db_bytes as f64 / 1e6,
+        b.db_bytes as f64 / a.db_bytes as f64
+    );
+    Ok(())
+}
