@@ -4,7 +4,7 @@
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
-use poem::web::{Data, Json, Path, Query};
+use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Body, Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -495,6 +495,8 @@ struct DetailPage {
     settings: Vec<(String, String)>,
     can_edit: bool,
     can_test: bool,
+    /// A PostgreSQL source: its replication slots are listed (loaded after the page).
+    has_slots: bool,
     secret_names: Vec<(&'static str, &'static str, bool)>,
 }
 
@@ -542,6 +544,7 @@ pub async fn page_detail(
             settings: settings_rows(&c.connection.settings),
             can_edit: who.role >= Role::Admin,
             can_test: who.role >= Role::Operator,
+            has_slots: c.connection.provider == Provider::Postgresql && c.connection.is_source(),
             secret_names,
             c,
         },
@@ -799,4 +802,115 @@ pub async fn api_drop_slot(
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A PostgreSQL source's replication slots, loaded into its page after it renders (reading
+/// the source can take seconds). Orphans can be dropped by an admin who types the name.
+#[derive(Template)]
+#[template(path = "connections/slots_partial.html")]
+struct SlotsFragment {
+    connection_id: String,
+    slots: Vec<crate::pipelines::OwnedSlot>,
+    error: Option<String>,
+    /// The outcome of a drop just made, or why it was refused, for one slot.
+    notice: Option<String>,
+    refused: Option<(String, String)>,
+    can_drop: bool,
+    csrf_token: String,
+}
+
+impl SlotsFragment {
+    fn refused_for(&self, slot: &str) -> Option<&String> {
+        self.refused
+            .as_ref()
+            .filter(|(name, _)| name == slot)
+            .map(|(_, why)| why)
+    }
+}
+
+async fn slots_fragment(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    notice: Option<String>,
+    refused: Option<(String, String)>,
+) -> SlotsFragment {
+    let (slots, error) =
+        match crate::pipelines::source_slots(&state.pool, &state.inner.secrets, who, id).await {
+            Ok(s) => (s, None),
+            Err(e) => (vec![], Some(e.to_string())),
+        };
+    SlotsFragment {
+        connection_id: id.to_string(),
+        slots,
+        error,
+        notice,
+        refused,
+        can_drop: who.role >= Role::Admin,
+        csrf_token: who.csrf_token().unwrap_or_default().to_string(),
+    }
+}
+
+#[handler]
+pub async fn slots_partial(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    who.require(Role::Viewer, "see replication slots")?;
+    page_with_status(
+        StatusCode::OK,
+        &slots_fragment(&state, &who, &id, None, None).await,
+    )
+}
+
+#[handler]
+pub async fn drop_slot_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path((id, name)): Path<(String, String)>,
+    Form(form): Form<SlotConfirm>,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "drop replication slots")?;
+    match crate::pipelines::drop_orphan_slot(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &id,
+        &name,
+        &form.confirm,
+    )
+    .await
+    {
+        Ok(()) => {
+            let notice = format!(
+                "Replication slot {name} dropped: the WAL it retained can be recycled now."
+            );
+            page_with_status(
+                StatusCode::OK,
+                &slots_fragment(&state, &who, &id, Some(notice), None).await,
+            )
+        }
+        // Refusals are shown next to the slot: a wrong confirmation, a slot that is in use or
+        // owned by a pipeline, or a source that cannot be reached.
+        Err(
+            e @ (Error::Invalid { .. }
+            | Error::Conflict(_)
+            | Error::NotFound(_)
+            | Error::Unavailable(_)),
+        ) => {
+            let why = match &e {
+                Error::Invalid { fields, .. } => fields
+                    .get("confirm")
+                    .cloned()
+                    .unwrap_or_else(|| e.to_string()),
+                other => other.to_string(),
+            };
+            page_with_status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &slots_fragment(&state, &who, &id, None, Some((name, why))).await,
+            )
+        }
+        Err(e) => Err(e.into()),
+    }
 }

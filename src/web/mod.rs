@@ -149,6 +149,20 @@ pub fn route_table() -> Vec<RouteSpec> {
             home::system_status,
         ),
         r(M::GET, AUDIT, Viewer, "audit trail page", audit::page),
+        r(
+            M::GET,
+            "/connections/:id/slots",
+            Viewer,
+            "replication slots fragment",
+            connections::slots_partial,
+        ),
+        r(
+            M::POST,
+            "/connections/:id/slots/:name/drop",
+            Admin,
+            "drop an orphan replication slot",
+            connections::drop_slot_form,
+        ),
         r(M::GET, ALERTS, Viewer, "alerts page", alerts::page),
         r(
             M::POST,

@@ -1,6 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, signIn } from './harness.mjs';
+import { spawnSync } from 'node:child_process';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
 
 let app, browser;
 before(async () => {
@@ -81,4 +82,47 @@ test('deleting a connection asks first on a page that says what will be lost', a
   await page.getByRole('button', { name: 'Delete stack minio' }).click();
   await page.waitForURL(app.url + '/connections');
   assert.match(await page.locator('main').innerText(), /Connection stack minio deleted/);
+});
+
+function psql(sql) {
+  const env = process.env;
+  const out = spawnSync('psql', ['-h', stackEnv('PG_HOST'), '-p', stackEnv('PG_PORT'), '-U', stackEnv('PG_USER'), '-d', stackEnv('PG_SOURCE_DB'), '-tA', '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: stackEnv('PG_PASSWORD') }, encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(out.stderr);
+  return out.stdout.trim();
+}
+
+test('an orphan replication slot is listed on its source and dropped only after its name is typed', async () => {
+  const slot = `orphan_${process.pid}`;
+  psql(`SELECT pg_create_logical_replication_slot('${slot}', 'pgoutput')`);
+  try {
+    const token = createToken(app, 'ada');
+    const [status, conn] = await api(app, token, 'POST', '/api/v1/connections', { name: `pg slots ${process.pid}`, provider: 'POSTGRESQL', capabilities: ['SOURCE'],
+      settings: { host: stackEnv('PG_HOST'), port: Number(stackEnv('PG_PORT')), database: stackEnv('PG_SOURCE_DB'), user: stackEnv('PG_USER'), tls_mode: 'disable' }, secrets: { password: stackEnv('PG_PASSWORD') } });
+    assert.equal(status, 201, JSON.stringify(conn));
+    const page = await browser.newPage();
+    const errors = watchConsole(page);
+    await signIn(page, app, 'ada');
+    await page.goto(`${app.url}/connections/${conn.id}`);
+    const row = page.locator(`#slots tr:has-text("${slot}")`);
+    await row.waitFor({ timeout: 30_000 });
+    assert.match(await row.innerText(), /no pipeline \(orphan\)/);
+    assert.match(await row.innerText(), /idle/);
+    await row.getByLabel(`Type ${slot} to drop it`).fill('wrong');
+    await row.getByRole('button', { name: 'Drop slot' }).click();
+    await page.locator(`[id="drop-${slot}-error"]`).waitFor();
+    assert.match(await page.locator(`[id="drop-${slot}-error"]`).innerText(), /type the slot name/);
+    assert.equal(psql(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '${slot}'`), '1', 'a wrong confirmation drops nothing');
+    await screenshot(page, 'connection-slots');
+    await page.locator(`#slots tr:has-text("${slot}")`).getByLabel(`Type ${slot} to drop it`).fill(slot);
+    await page.locator(`#slots tr:has-text("${slot}")`).getByRole('button', { name: 'Drop slot' }).click();
+    await page.locator('#slots .flash-ok').waitFor();
+    assert.match(await page.locator('#slots .flash-ok').innerText(), new RegExp(`${slot} dropped`));
+    assert.equal(await page.locator(`#slots tr:has-text("${slot}")`).count(), 0);
+    assert.equal(psql(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '${slot}'`), '0');
+    const [, audit] = await api(app, token, 'GET', '/api/v1/audit?action=slot.drop');
+    assert.ok(audit.items.some((e) => e.target_id === slot && e.outcome === 'success'), 'the drop is audited');
+    assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+  } finally {
+    try { psql(`SELECT pg_drop_replication_slot('${slot}') FROM pg_replication_slots WHERE slot_name = '${slot}'`); } catch {}
+  }
 });

@@ -10,8 +10,9 @@ const prefix = `bw-${process.pid}`;
 let app, browser, token;
 
 function psql(sql) {
-  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', env.PG_SOURCE_DB, '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
+  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', env.PG_SOURCE_DB, '-tA', '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
   if (out.status !== 0) throw new Error(out.stderr);
+  return out.stdout.trim();
 }
 
 before(async () => {
@@ -25,9 +26,16 @@ after(async () => {
   await browser?.close();
   await app?.stop();
   await fetch(`${env.CONNECT_URL}/connectors/cluecdc-capture-${prefix}`, { method: 'DELETE' }).catch(() => {});
-  for (let i = 0; i < 20; i++) {
-    try { psql(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'bw_${process.pid}' AND NOT active; DROP PUBLICATION IF EXISTS bw_${process.pid}; DROP SCHEMA ${schema} CASCADE;`); break; } catch { await new Promise((r) => setTimeout(r, 500)); }
+  // The slot can be dropped once the deleted connector's task has let go of it; a slot left
+  // behind would keep WAL on the shared fixture server for good.
+  for (let i = 0; i < 60; i++) {
+    try {
+      psql(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'bw_${process.pid}' AND NOT active`);
+      if (psql(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'bw_${process.pid}'`) === '0') break;
+    } catch { /* retried */ }
+    await new Promise((r) => setTimeout(r, 500));
   }
+  psql(`DROP PUBLICATION IF EXISTS bw_${process.pid}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`);
 });
 
 test('an operator creates a pipeline through the wizard: tables from discovery, review with the plugin verdict, then create', async () => {
