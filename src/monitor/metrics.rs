@@ -113,12 +113,13 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<Str
     let failed_tasks: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connector_status s, json_each(COALESCE(s.tasks, '[]')) t WHERE json_extract(t.value, '$.state') = 'FAILED'").fetch_one(pool).await?;
     writeln!(o, "# HELP cluecdc_failed_tasks Connector tasks FAILED at the last observation.\n# TYPE cluecdc_failed_tasks gauge\ncluecdc_failed_tasks {failed_tasks}")?;
 
-    // The newest sample of each signal the monitor keeps a history of.
+    // Each signal as the latest monitor cycle measured it. A series that cycle did not measure
+    // (its subject deleted, or the measurement failed) is left out rather than repeated.
     for (kind, help) in crate::monitor::signals::SAMPLED {
         let metric = format!("cluecdc_{kind}");
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
         let latest: Vec<(String, f64)> = sqlx::query_as(
-            "SELECT subject, value FROM signal_latest WHERE kind = ? ORDER BY subject",
+            "SELECT subject, latest FROM series WHERE kind = ? AND latest_at = (SELECT MAX(latest_at) FROM series) ORDER BY subject",
         )
         .bind(kind)
         .fetch_all(pool)

@@ -486,9 +486,8 @@ impl Monitor {
     }
 }
 
-/// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms), in one transaction,
-/// and makes them the latest values. A series this cycle did not measure (its subject deleted,
-/// or its measurement failed) leaves the latest values: `/metrics` does not repeat old numbers.
+/// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms), in one transaction:
+/// each becomes its series' latest value and a point of its history.
 pub async fn record_samples(
     pool: &SqlitePool,
     samples: &[(&str, &str, f64)],
@@ -496,35 +495,49 @@ pub async fn record_samples(
 ) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for (kind, subject, value) in samples {
-        sqlx::query("INSERT INTO samples (kind, subject, value, at) VALUES (?, ?, ?, ?)")
-            .bind(kind)
-            .bind(subject)
-            .bind(value)
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO series (kind, subject, latest, latest_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (kind, subject) DO UPDATE SET latest = excluded.latest, latest_at = excluded.latest_at RETURNING id",
+        )
+        .bind(kind)
+        .bind(subject)
+        .bind(value)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query("INSERT OR REPLACE INTO points (series_id, at, value) VALUES (?, ?, ?)")
+            .bind(id)
             .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("INSERT INTO signal_latest (kind, subject, value, at) VALUES (?, ?, ?, ?) ON CONFLICT (kind, subject) DO UPDATE SET value = excluded.value, at = excluded.at")
-            .bind(kind)
-            .bind(subject)
             .bind(value)
-            .bind(at)
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query("DELETE FROM signal_latest WHERE at < ?")
-        .bind(at)
-        .execute(&mut *tx)
-        .await?;
     tx.commit().await
 }
 
-/// Drops the history older than `before` (unix ms): the retention setting.
+/// Drops the history older than `before` (unix ms): the retention setting. Works series by
+/// series along the primary key, so its cost follows what is dropped, not what is kept. A
+/// series not measured since then (its subject deleted) goes with its points.
 pub async fn trim_samples(pool: &SqlitePool, before: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query("DELETE FROM samples WHERE at < ?")
+    let mut tx = pool.begin().await?;
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM series")
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut dropped = 0;
+    for id in ids {
+        dropped += sqlx::query("DELETE FROM points WHERE series_id = ? AND at < ?")
+            .bind(id)
+            .bind(before)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
+    sqlx::query("DELETE FROM series WHERE latest_at < ?")
         .bind(before)
-        .execute(pool)
-        .await?
-        .rows_affected())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(dropped)
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -543,7 +556,8 @@ pub async fn history(
 ) -> Result<Vec<Sample>> {
     who.require(Role::Viewer, "see metrics history")?;
     let mut rows: Vec<Sample> = sqlx::query_as(
-        "SELECT value, at FROM samples WHERE kind = ? AND subject = ? ORDER BY at DESC LIMIT ?",
+        "SELECT p.value, p.at FROM points p JOIN series s ON s.id = p.series_id
+         WHERE s.kind = ? AND s.subject = ? ORDER BY p.at DESC LIMIT ?",
     )
     .bind(kind)
     .bind(subject)
