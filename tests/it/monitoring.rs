@@ -79,6 +79,14 @@ async fn monitored_stack() -> (Api, Value, Value) {
     (api, connect, kafka)
 }
 
+/// Changes an alert rule (as an admin would on the Alerts page).
+async fn set_rule(api: &Api, kind: &str, patch: Value) {
+    let (status, body) = api
+        .patch(&format!("/api/v1/alert-rules/{kind}"), patch)
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// The history of one signal, oldest first.
 async fn samples(api: &Api, kind: &str, subject: &str) -> Vec<f64> {
     let (_, body) = api
@@ -169,24 +177,18 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             },
         )
         .await;
-        assert_eq!(
-            api.patch(
-                "/api/v1/alert-rules/delivery_lag_records",
-                json!({"threshold": 0, "for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
-        assert_eq!(
-            api.patch(
-                "/api/v1/alert-rules/delivery_lag_seconds",
-                json!({"threshold": 2, "for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
+        set_rule(
+            &api,
+            "delivery_lag_records",
+            json!({"threshold": 0, "for_secs": 0}),
+        )
+        .await;
+        set_rule(
+            &api,
+            "delivery_lag_seconds",
+            json!({"threshold": 2, "for_secs": 0}),
+        )
+        .await;
 
         // Stop the delivery: changes pile up, the lag alert fires, a signed webhook says so.
         let (status, _) = api
@@ -339,15 +341,12 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             .get(&format!("/api/v1/pipelines/{}", p["id"].as_str().unwrap()))
             .await;
         let base = before["slot"]["retained_wal_bytes"].as_i64().unwrap();
-        assert_eq!(
-            api.patch(
-                "/api/v1/alert-rules/slot_retained_wal_bytes",
-                json!({"threshold": base + 2_000_000, "for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
+        set_rule(
+            &api,
+            "slot_retained_wal_bytes",
+            json!({"threshold": base + 2_000_000, "for_secs": 0}),
+        )
+        .await;
         for _ in 0..4 {
             sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, repeat('x', 40), 1 FROM generate_series((SELECT max(id) + 1 FROM {schema}.items), (SELECT max(id) + 10000 FROM {schema}.items)) g")).execute(&mut db).await.unwrap();
         }
@@ -356,15 +355,12 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
         })
         .await;
         // Nothing reaches the topics while the pipeline is paused: "no new data" fires.
-        assert_eq!(
-            api.patch(
-                "/api/v1/alert-rules/pipeline_no_new_data_seconds",
-                json!({"threshold": 5, "for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
+        set_rule(
+            &api,
+            "pipeline_no_new_data_seconds",
+            json!({"threshold": 5, "for_secs": 0}),
+        )
+        .await;
         let stale = eventually(
             Duration::from_secs(60),
             "the no-new-data alert firing",
@@ -704,15 +700,7 @@ async fn an_orphan_slot_and_an_unreachable_kafka_raise_alerts_and_the_orphan_can
         ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
     ]);
     for rule in ["orphan_slot", "kafka_unreachable"] {
-        assert_eq!(
-            api.patch(
-                &format!("/api/v1/alert-rules/{rule}"),
-                json!({"for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
+        set_rule(&api, rule, json!({"for_secs": 0})).await;
     }
     let (status, _) = api
         .post(
@@ -859,15 +847,12 @@ async fn a_mariadb_pipeline_reports_its_binlog_position_and_the_distance_alert_f
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let base = binlog().await["bytes_behind"].as_i64().unwrap();
-        assert_eq!(
-            api.patch(
-                "/api/v1/alert-rules/binlog_behind_bytes",
-                json!({"threshold": base + 200_000, "for_secs": 0})
-            )
-            .await
-            .0,
-            200
-        );
+        set_rule(
+            &api,
+            "binlog_behind_bytes",
+            json!({"threshold": base + 200_000, "for_secs": 0}),
+        )
+        .await;
         for i in 0..4 {
             let from = 5000 * (i + 1);
             sqlx::query(&format!(
@@ -954,15 +939,7 @@ async fn a_connector_connect_refuses_to_create_raises_the_missing_alert_until_it
     proxy
         .refuse_creates
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(
-        api.patch(
-            "/api/v1/alert-rules/connector_missing_or_drifted",
-            json!({"for_secs": 2})
-        )
-        .await
-        .0,
-        200
-    );
+    set_rule(&api, "connector_missing_or_drifted", json!({"for_secs": 2})).await;
     let (status, cluster) = api
         .post(
             "/api/v1/connect-clusters",
