@@ -37,6 +37,12 @@ pub async fn resolve(
         let Some((_, _)) = &connection else {
             return Err(Error::NotFound(format!("secret reference {secret_ref}")));
         };
+        if !in_scope(pool, who, secret_ref).await? {
+            return Err(Error::NotFound(format!(
+                "secret reference {secret_ref} for Connect cluster {}: no connector ClueCDC manages there uses it",
+                who.cluster_name
+            )));
+        }
         if fields.is_empty() {
             return Err(Error::field("fields", "name at least one field"));
         }
@@ -74,4 +80,20 @@ pub async fn resolve(
     )
     .await?;
     outcome
+}
+
+/// A cluster's token resolves only the references that the connectors ClueCDC wants on that
+/// cluster use: whoever can create connectors in Connect cannot read the secrets of other
+/// connections through the provider. A Strimzi-managed cluster has no connectors of ClueCDC's,
+/// so there any stored reference resolves (its KafkaConnector resources name them).
+async fn in_scope(pool: &SqlitePool, who: &ProviderIdentity, secret_ref: &str) -> Result<bool> {
+    let needle = format!("${{cluecdc:{secret_ref}:");
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM connect_clusters WHERE id = ?1 AND managed_by = 'strimzi')
+             OR EXISTS (SELECT 1 FROM connectors WHERE connect_cluster_id = ?1 AND desired_state != 'deleted' AND instr(config, ?2) > 0)",
+    )
+    .bind(&who.cluster_id)
+    .bind(&needle)
+    .fetch_one(pool)
+    .await?)
 }

@@ -106,6 +106,24 @@ fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) 
     })
 }
 
+/// Deploys a connector the way a user does: ClueCDC wants it, its reconciler creates it. (The
+/// provider resolves a reference only for connectors ClueCDC manages on that cluster.)
+async fn manage_connector(api: &Api, cluster: &Value, name: &str, config: &Value) {
+    let (status, body) = api
+        .post(
+            "/api/v1/connectors",
+            json!({"name": name, "connect_cluster_id": cluster["id"], "config": config}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// Stops ClueCDC wanting the connector, then removes it from Connect (so it is not recreated).
+async fn unmanage_connector(api: &Api, s: &Stack, name: &str) {
+    let _ = api.delete(&format!("/api/v1/connectors/{name}")).await;
+    delete_connector(&s.connect_url, name).await;
+}
+
 async fn put_connector(s: &Stack, name: &str, config: &Value) {
     let res = reqwest::Client::new()
         .put(format!("{}/connectors/{name}/config", s.connect_url))
@@ -126,7 +144,7 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
     let _c = connect_shared().await;
     let _guard = provider_lock().await;
     let api = admin_api();
-    point_connect_provider_at(&api).await;
+    let cluster = point_connect_provider_at(&api).await;
     let tag = suffix();
     let role = format!("rot_{tag}");
     let (pw1, pw2) = (format!("first-{tag}-pw"), format!("second-{tag}-pw"));
@@ -138,7 +156,13 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
         .await;
     let secret_ref = conn["secret_ref"].as_str().unwrap().to_string();
     let name = format!("cdc-rot-{tag}");
-    put_connector(&s, &name, &debezium_config(&s, &name, &f, &secret_ref)).await;
+    manage_connector(
+        &api,
+        &cluster,
+        &name,
+        &debezium_config(&s, &name, &f, &secret_ref),
+    )
+    .await;
     let result = async {
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;
         let first_pid = f.wait_slot_active(None).await;
@@ -202,6 +226,7 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
     };
     // Clean up even when an assertion fails.
     with_cleanup(result, async {
+        unmanage_connector(&api, &s, &name).await;
         f.cleanup(&s.connect_url, &name).await;
     })
     .await;
@@ -255,12 +280,30 @@ async fn a_wrong_provider_token_or_unknown_reference_is_refused_and_audited() {
     assert_eq!(status, 404, "{err}");
     let c = api.connection(json!({"name": "m", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": "http://m:9000"}, "secrets": {"access_key_id": "AK-123456", "secret_access_key": "SK-resolve-me-1"}})).await;
     let r = c["secret_ref"].as_str().unwrap();
+    // Stored, but no connector of this cluster uses it: the token cannot read it.
+    let (status, err) = resolve(
+        token.into(),
+        json!({"secret_ref": r, "fields": ["secret_access_key"]}),
+    )
+    .await;
+    assert_eq!(status, 404, "{err}");
+    assert!(
+        err.to_string()
+            .contains("no connector ClueCDC manages there uses it"),
+        "{err}"
+    );
+    let (status, body) = api
+        .post("/api/v1/connectors", json!({"name": "uses-m", "connect_cluster_id": cluster["id"],
+            "config": {"connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector", "topics": "t", "file": "/dev/null",
+                       "aws.secret.access.key": format!("${{cluecdc:{r}:secret_access_key}}")}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
     let (status, ok) = resolve(
         token.into(),
         json!({"secret_ref": r, "fields": ["secret_access_key"]}),
     )
     .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{ok}");
     assert_eq!(ok["values"]["secret_access_key"], "SK-resolve-me-1");
     let (status, _) = resolve(
         token.into(),
@@ -294,7 +337,7 @@ async fn a_wrong_provider_token_or_unknown_reference_is_refused_and_audited() {
         .collect();
     assert_eq!(
         outcomes,
-        vec!["failure", "success", "failure"],
+        vec!["failure", "success", "failure", "failure"],
         "resolutions by a known cluster are audited, newest first"
     );
     assert!(!audit.to_string().contains("SK-resolve-me-1"));
@@ -308,7 +351,7 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
     let _c = connect_shared().await;
     let _guard = provider_lock().await;
     let api = admin_api_with(&[("CLUECDC_LOG", "debug")]);
-    point_connect_provider_at(&api).await;
+    let cluster = point_connect_provider_at(&api).await;
     let tag = suffix();
     let canary = |field: &str| format!("CANARY-{field}-{tag}");
     let pg_pw = canary("pgpw");
@@ -337,8 +380,9 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         canary("rotated"),
     ];
     let name = format!("cdc-canary-{tag}");
-    put_connector(
-        &s,
+    manage_connector(
+        &api,
+        &cluster,
         &name,
         &debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap()),
     )
@@ -489,6 +533,7 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         assert!(seen.len() > 40, "checked {} surfaces", seen.len());
     };
     with_cleanup(result, async {
+        unmanage_connector(&api, &s, &name).await;
         f.cleanup(&s.connect_url, &name).await;
     })
     .await;
