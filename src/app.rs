@@ -39,6 +39,8 @@ pub struct StateInner {
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
     pub login_limiter: LoginLimiter,
+    /// The URL people (and Connect workers) use to reach this server, when configured.
+    pub public_url: Option<String>,
 }
 
 pub struct Application {
@@ -81,6 +83,7 @@ impl Application {
                 },
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),
+                public_url: settings.public_url.clone(),
             }),
         };
         let base = settings
@@ -240,6 +243,7 @@ pub async fn run_worker(
         },
         secure_cookies: false,
         login_limiter: LoginLimiter::new(Limits::default()),
+        public_url: None,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_background(&pool, &inner, &settings.runtime, "worker", stop_rx);

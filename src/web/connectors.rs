@@ -18,6 +18,7 @@ use crate::clusters::kafka::{self, KafkaClusterInput, NewTopicInput};
 use crate::connectors::{
     self, ConnectorInput, ConnectorView, DriftEvent, RestartRecord, Unmanaged,
 };
+use crate::error::{Error, FieldErrors};
 use crate::reconcile::plan::DesiredState;
 
 // ---- connectors API -------------------------------------------------------------------------
@@ -416,19 +417,122 @@ struct ClustersPage {
     kafka: Vec<(kafka::KafkaCluster, Option<(bool, usize)>)>,
     /// (cluster, (version, plugin count)) from the last health check.
     connect: Vec<(crate::clusters::ConnectCluster, Option<(String, usize)>)>,
+    is_admin: bool,
+    kafka_form: KafkaForm,
+    kafka_errors: FieldErrors,
+    connect_form: ConnectForm,
+    connect_errors: FieldErrors,
+    /// Set only on the response that registered a Connect cluster: its provider token, once,
+    /// with the worker settings that use it.
+    created: Option<(String, String)>,
+    /// How Connect workers reach this server (the request's origin, or the public URL).
+    server_url: String,
 }
 
-#[handler]
-pub async fn page_clusters(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+/// The Kafka cluster form: text as typed (empty = not set); the SASL password is write-only.
+#[derive(Debug, Default, Deserialize)]
+pub struct KafkaForm {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    bootstrap_servers: String,
+    #[serde(default)]
+    security_protocol: String,
+    #[serde(default)]
+    sasl_mechanism: String,
+    #[serde(default)]
+    sasl_username: String,
+    #[serde(default)]
+    sasl_password: String,
+    #[serde(default)]
+    tls_ca_certificate: String,
+}
+
+/// The Kafka Connect cluster form; the basic-auth password is write-only.
+#[derive(Debug, Default, Deserialize)]
+pub struct ConnectForm {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    kafka_cluster_id: String,
+    #[serde(default)]
+    managed_by: String,
+    #[serde(default)]
+    basic_auth_user: String,
+    #[serde(default)]
+    basic_auth_password: String,
+}
+
+fn set(v: &str) -> Option<String> {
+    Some(v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+impl KafkaForm {
+    fn input(&self) -> KafkaClusterInput {
+        KafkaClusterInput {
+            name: set(&self.name),
+            bootstrap_servers: set(&self.bootstrap_servers),
+            security_protocol: set(&self.security_protocol),
+            sasl_mechanism: set(&self.sasl_mechanism),
+            sasl_username: set(&self.sasl_username),
+            tls_ca_certificate: set(&self.tls_ca_certificate),
+            sasl_password: set(&self.sasl_password).map(crate::secrets::Secret::new),
+        }
+    }
+
+    /// What the page shows again after a refusal: never the password.
+    fn kept(self) -> Self {
+        KafkaForm {
+            sasl_password: String::new(),
+            ..self
+        }
+    }
+}
+
+impl ConnectForm {
+    fn input(&self) -> crate::clusters::ConnectClusterInput {
+        crate::clusters::ConnectClusterInput {
+            name: set(&self.name),
+            url: set(&self.url),
+            kafka_cluster_id: set(&self.kafka_cluster_id),
+            managed_by: set(&self.managed_by),
+            basic_auth_user: set(&self.basic_auth_user),
+            basic_auth_password: set(&self.basic_auth_password).map(crate::secrets::Secret::new),
+        }
+    }
+
+    fn kept(self) -> Self {
+        ConnectForm {
+            basic_auth_password: String::new(),
+            ..self
+        }
+    }
+}
+
+/// The page's parts other than the lists: forms, their errors, a token just created.
+#[derive(Default)]
+struct ClusterForms {
+    kafka_form: KafkaForm,
+    kafka_errors: FieldErrors,
+    connect_form: ConnectForm,
+    connect_errors: FieldErrors,
+    created: Option<(String, String)>,
+}
+
+async fn clusters_page(
+    state: &AppState,
+    who: &Principal,
     jar: &CookieJar,
-) -> PageResult<Response> {
+    req: &Request,
+    forms: ClusterForms,
+) -> Result<ClustersPage, Error> {
     let parse = |h: &Option<String>| {
         h.as_deref()
             .and_then(|h| serde_json::from_str::<Value>(h).ok())
     };
-    let kafka = kafka::list(&state.pool, &who)
+    let kafka = kafka::list(&state.pool, who)
         .await?
         .into_iter()
         .map(|k| {
@@ -441,7 +545,7 @@ pub async fn page_clusters(
             (k, h)
         })
         .collect();
-    let connect = crate::clusters::list(&state.pool, &who)
+    let connect = crate::clusters::list(&state.pool, who)
         .await?
         .into_iter()
         .map(|c| {
@@ -454,14 +558,108 @@ pub async fn page_clusters(
             (c, h)
         })
         .collect();
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:8080");
+    Ok(ClustersPage {
+        layout: Layout::new("Clusters", paths::CLUSTERS, who, jar),
+        kafka,
+        connect,
+        is_admin: who.role >= Role::Admin,
+        kafka_form: forms.kafka_form,
+        kafka_errors: forms.kafka_errors,
+        connect_form: forms.connect_form,
+        connect_errors: forms.connect_errors,
+        created: forms.created,
+        server_url: state
+            .inner
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{host}")),
+    })
+}
+
+#[handler]
+pub async fn page_clusters(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    req: &Request,
+) -> PageResult<Response> {
     page_with_status(
         StatusCode::OK,
-        &ClustersPage {
-            layout: Layout::new("Clusters", paths::CLUSTERS, &who, jar),
-            kafka,
-            connect,
-        },
+        &clusters_page(&state, &who, jar, req, ClusterForms::default()).await?,
     )
+}
+
+#[handler]
+pub async fn kafka_cluster_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    req: &Request,
+    Form(form): Form<KafkaForm>,
+) -> PageResult<Response> {
+    match kafka::create(&state.pool, &state.inner.secrets, &who, &form.input()).await {
+        Ok(k) => {
+            set_flash(jar, &format!("Kafka cluster {} registered.", k.name));
+            Ok(redirect(req, paths::CLUSTERS))
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            let forms = ClusterForms {
+                kafka_form: form.kept(),
+                kafka_errors: fields,
+                ..Default::default()
+            };
+            page_with_status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &clusters_page(&state, &who, jar, req, forms).await?,
+            )
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Answers with the page itself: the provider token is shown in this response only.
+#[handler]
+pub async fn connect_cluster_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    req: &Request,
+    Form(form): Form<ConnectForm>,
+) -> PageResult<Response> {
+    match crate::clusters::create(&state.pool, &state.inner.secrets, &who, &form.input()).await {
+        Ok(created) => {
+            let forms = ClusterForms {
+                created: Some((created.cluster.name.clone(), created.provider_token)),
+                ..Default::default()
+            };
+            let mut res = page_with_status(
+                StatusCode::CREATED,
+                &clusters_page(&state, &who, jar, req, forms).await?,
+            )?;
+            res.headers_mut().insert(
+                "cache-control",
+                poem::http::HeaderValue::from_static("no-store"),
+            );
+            Ok(res)
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            let forms = ClusterForms {
+                connect_form: form.kept(),
+                connect_errors: fields,
+                ..Default::default()
+            };
+            page_with_status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &clusters_page(&state, &who, jar, req, forms).await?,
+            )
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[derive(Template)]

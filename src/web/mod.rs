@@ -469,6 +469,20 @@ pub fn route_table() -> Vec<RouteSpec> {
             deliveries::page_restart,
         ),
         r(
+            M::POST,
+            "/clusters/kafka",
+            Admin,
+            "register a Kafka cluster",
+            connectors::kafka_cluster_form,
+        ),
+        r(
+            M::POST,
+            "/clusters/connect",
+            Admin,
+            "register a Kafka Connect cluster",
+            connectors::connect_cluster_form,
+        ),
+        r(
             M::GET,
             CLUSTERS,
             Viewer,
