@@ -299,6 +299,7 @@ async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
     }
     let mut with_name = config.clone();
     with_name.insert("name".into(), name.clone());
+    crate::secrets::resolve::grant_for_validation(store.pool(), &c.cluster.id, &config).await?;
     let validation_errors = client
         .validate(JDBC_SINK, &with_name)
         .await

@@ -413,6 +413,7 @@ async fn validate_with_plugin(
     let client = crate::clusters::connect::client_for(store, &c.connect).await?;
     let mut with_name = config.clone();
     with_name.insert("name".into(), name.into());
+    crate::secrets::resolve::grant_for_validation(store.pool(), &c.connect.id, config).await?;
     client
         .validate(&config["connector.class"], &with_name)
         .await

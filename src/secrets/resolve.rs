@@ -83,17 +83,86 @@ pub async fn resolve(
 }
 
 /// A cluster's token resolves only the references that the connectors ClueCDC wants on that
-/// cluster use: whoever can create connectors in Connect cannot read the secrets of other
+/// cluster use, or that a config ClueCDC is having it validate uses (a grant, for two
+/// minutes): whoever can create connectors in Connect cannot read the secrets of other
 /// connections through the provider. A Strimzi-managed cluster has no connectors of ClueCDC's,
 /// so there any stored reference resolves (its KafkaConnector resources name them).
 async fn in_scope(pool: &SqlitePool, who: &ProviderIdentity, secret_ref: &str) -> Result<bool> {
     let needle = format!("${{cluecdc:{secret_ref}:");
     Ok(sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM connect_clusters WHERE id = ?1 AND managed_by = 'strimzi')
-             OR EXISTS (SELECT 1 FROM connectors WHERE connect_cluster_id = ?1 AND desired_state != 'deleted' AND instr(config, ?2) > 0)",
+             OR EXISTS (SELECT 1 FROM connectors WHERE connect_cluster_id = ?1 AND desired_state != 'deleted' AND instr(config, ?2) > 0)
+             OR EXISTS (SELECT 1 FROM provider_grants WHERE connect_cluster_id = ?1 AND secret_ref = ?3 AND expires_at > ?4)",
     )
     .bind(&who.cluster_id)
     .bind(&needle)
+    .bind(secret_ref)
+    .bind(crate::reconcile::lease::now_ms())
     .fetch_one(pool)
     .await?)
+}
+
+/// The secret references in a connector config (`${cluecdc:<ref>:<field>}` in its values).
+pub fn references(config: &BTreeMap<String, String>) -> Vec<String> {
+    let mut refs: Vec<String> = config
+        .values()
+        .flat_map(|v| {
+            v.match_indices("${cluecdc:")
+                .map(move |(i, m)| &v[i + m.len()..])
+        })
+        .filter_map(|rest| rest.split(':').next())
+        .filter(|r| !r.is_empty() && !r.contains('}'))
+        .map(str::to_string)
+        .collect();
+    refs.sort();
+    refs.dedup();
+    refs
+}
+
+/// Lets `cluster_id` resolve the config's references for two minutes: ClueCDC is about to
+/// have that cluster validate the config (validation resolves them, as a task start would).
+pub async fn grant_for_validation(
+    pool: &SqlitePool,
+    cluster_id: &str,
+    config: &BTreeMap<String, String>,
+) -> Result<()> {
+    let now = crate::reconcile::lease::now_ms();
+    sqlx::query("DELETE FROM provider_grants WHERE expires_at <= ?")
+        .bind(now)
+        .execute(pool)
+        .await?;
+    for r in references(config) {
+        sqlx::query("INSERT INTO provider_grants (connect_cluster_id, secret_ref, expires_at) VALUES (?, ?, ?) ON CONFLICT (connect_cluster_id, secret_ref) DO UPDATE SET expires_at = excluded.expires_at")
+            .bind(cluster_id)
+            .bind(&r)
+            .bind(now + 120_000)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::references;
+
+    #[test]
+    fn references_are_read_from_every_placeholder_in_the_values() {
+        let config = [
+            (
+                "database.password".to_string(),
+                "${cluecdc:sec_a:password}".to_string(),
+            ),
+            (
+                "url".to_string(),
+                "jdbc:x?u=${cluecdc:sec_b:user}&p=${cluecdc:sec_a:password}".to_string(),
+            ),
+            ("plain".to_string(), "cluecdc:sec_c:password".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            references(&config),
+            vec!["sec_a".to_string(), "sec_b".to_string()]
+        );
+    }
 }

@@ -41,6 +41,11 @@ impl SecretStore {
         }
     }
 
+    /// The database the secrets live in (grants and audit rows go beside them).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     /// Reloads the key file when it changed on disk (another process rotated the keys).
     fn refresh(&self) {
         let (path, seen) = {

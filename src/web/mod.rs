@@ -421,6 +421,20 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/pipelines/:id/tables",
+            Operator,
+            "change a pipeline's tables (form)",
+            pipelines::page_tables,
+        ),
+        r(
+            M::POST,
+            "/pipelines/:id/tables",
+            Operator,
+            "change a pipeline's tables",
+            pipelines::page_tables_submit,
+        ),
+        r(
+            M::GET,
             "/pipelines/:id/delete",
             Operator,
             "confirm deleting a pipeline",

@@ -13,7 +13,7 @@ use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::error::Error;
+use crate::error::{Error, FieldErrors};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
 use crate::reconcile::plan::DesiredState;
 
@@ -222,6 +222,137 @@ pub async fn page_detail(
     )
 }
 
+/// Changing a running pipeline's tables: the source's tables, the current ones ticked.
+#[derive(Template)]
+#[template(path = "pipelines/tables.html")]
+struct TablesPage {
+    layout: Layout,
+    p: pipelines::Pipeline,
+    tables: Vec<crate::connections::TableInfo>,
+    /// What is ticked: the pipeline's tables, or what a refused submission ticked.
+    selected: Vec<String>,
+    table_error: Option<String>,
+    errors: FieldErrors,
+}
+
+impl TablesPage {
+    fn checked(&self, t: &crate::connections::TableInfo) -> bool {
+        let name = format!("{}.{}", t.schema, t.name);
+        self.selected.iter().any(|s| *s == name)
+    }
+}
+
+async fn tables_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    selected: Option<Vec<String>>,
+    errors: FieldErrors,
+) -> Result<TablesPage, Error> {
+    who.require(Role::Operator, "change pipelines")?;
+    let p = pipelines::load(&state.pool, id).await?;
+    let (tables, table_error) = match crate::connections::discover(
+        &state.pool,
+        &state.inner.secrets,
+        who,
+        &p.source_connection_id,
+    )
+    .await
+    {
+        Ok(d) => (
+            d.items
+                .into_iter()
+                .filter(|t| {
+                    ![
+                        crate::pipelines::config::SIGNAL_TABLE,
+                        crate::pipelines::config::HEARTBEAT_TABLE,
+                    ]
+                    .contains(&t.name.as_str())
+                })
+                .collect(),
+            None,
+        ),
+        Err(e) => (vec![], Some(e.to_string())),
+    };
+    Ok(TablesPage {
+        layout: Layout::new(format!("Tables of {}", p.name), paths::PIPELINES, who, jar),
+        selected: selected.unwrap_or_else(|| p.tables.clone()),
+        p,
+        tables,
+        table_error,
+        errors,
+    })
+}
+
+#[handler]
+pub async fn page_tables(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &tables_page(&state, &who, jar, &id, None, FieldErrors::new()).await?,
+    )
+}
+
+#[handler]
+pub async fn page_tables_submit(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: poem::Body,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "change pipelines")?;
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::field("tables", e.to_string()))?;
+    let tables: Vec<String> = url::form_urlencoded::parse(&bytes)
+        .filter(|(k, _)| k == "tables")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    match pipelines::set_tables(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &id,
+        tables.clone(),
+    )
+    .await
+    {
+        Ok((p, added)) => {
+            let note = if added.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " {} will be snapshotted once the new configuration runs.",
+                    added.join(", ")
+                )
+            };
+            set_flash(
+                jar,
+                &format!(
+                    "Tables of {} changed: now {}.{note}",
+                    p.name,
+                    p.tables.join(", ")
+                ),
+            );
+            Ok(redirect(req, &format!("/pipelines/{}", p.id)))
+        }
+        Err(Error::Invalid { fields, .. }) => page_with_status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &tables_page(&state, &who, jar, &id, Some(tables), fields).await?,
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The create wizard is one page whose sections fill in as choices are made: source → tables
 /// (from discovery) → clusters and topics → review (the exact config and the plugin's verdict).
 #[derive(Template)]
@@ -299,6 +430,12 @@ impl Form {
 
     pub fn selected(&self, table: &str) -> bool {
         self.tables.iter().any(|t| t == table)
+    }
+}
+
+impl NewPage {
+    fn checked(&self, t: &crate::connections::TableInfo) -> bool {
+        self.form.selected(&format!("{}.{}", t.schema, t.name))
     }
 }
 

@@ -20,7 +20,7 @@ before(async () => {
   createUser(app, 'ada', 'admin');
   token = createToken(app, 'ada');
   browser = await launchBrowser();
-  psql(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total numeric); CREATE TABLE ${schema}.notes (body text); INSERT INTO ${schema}.orders VALUES (1, 9.5);`);
+  psql(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total numeric); CREATE TABLE ${schema}.notes (body text); CREATE TABLE ${schema}.customers (id int PRIMARY KEY, name text); INSERT INTO ${schema}.orders VALUES (1, 9.5); INSERT INTO ${schema}.customers VALUES (1, 'Ada'), (2, 'Grace');`);
 });
 after(async () => {
   await browser?.close();
@@ -86,7 +86,25 @@ test('an operator creates a pipeline through the wizard: tables from discovery, 
   await page.goBack();
   await page.reload();
   assert.match(await page.locator('#topics-heading + p').innerText(), /^Newest record \d+ s ago · 1 records written in all\.$/);
+  assert.match(await page.locator('main').innerText(), /Confirmed flush lag\s+\d+ bytes/);
   await screenshot(page, 'pipeline-topics');
+
+  // Change the tables on the page: none is refused inline; adding one is applied at once.
+  await page.getByRole('link', { name: 'Change tables…' }).click();
+  await page.locator(`[id="t-${schema}-orders"]`).uncheck();
+  await page.getByRole('button', { name: 'Save tables' }).click();
+  await page.locator('#tables-error').waitFor();
+  assert.match(await page.locator('#tables-error').innerText(), /at least one table/i);
+  assert.equal(await page.locator(`[id="t-${schema}-orders"]`).isChecked(), false, 'what was ticked stays');
+  await page.locator(`[id="t-${schema}-orders"]`).check();
+  await page.locator(`[id="t-${schema}-customers"]`).check();
+  await screenshot(page, 'pipeline-tables');
+  await page.getByRole('button', { name: 'Save tables' }).click();
+  await page.waitForURL(/\/pipelines\/pl_[0-9a-f]+$/);
+  const changed = await page.locator('main').innerText();
+  assert.match(changed, new RegExp(`Tables of shop orders changed: now ${schema}\\.customers, ${schema}\\.orders\\.`));
+  assert.match(changed, new RegExp(`${schema}\\.customers will be snapshotted`));
+  assert.match(await page.locator('#topics-heading').locator('..').innerText(), new RegExp(`${prefix}\\.${schema}\\.customers`), 'its topic exists');
   await page.getByRole('link', { name: 'Delete pipeline…' }).click();
   assert.match(await page.locator('main').innerText(), /the source's disk fills/);
   assert.doesNotMatch(await page.locator('main').innerText(), /Pipeline shop orders created/, 'a flash message shows once');
