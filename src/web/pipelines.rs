@@ -238,7 +238,7 @@ struct TablesPage {
 impl TablesPage {
     fn checked(&self, t: &crate::connections::TableInfo) -> bool {
         let name = format!("{}.{}", t.schema, t.name);
-        self.selected.iter().any(|s| *s == name)
+        self.selected.contains(&name)
     }
 }
 
