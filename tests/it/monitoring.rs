@@ -100,6 +100,18 @@ async fn samples(api: &Api, kind: &str, subject: &str) -> Vec<f64> {
         .collect()
 }
 
+/// Waits (up to a minute) for an alert to fire, and checks that its text says what to check.
+async fn fires(api: &Api, kind: &str, subject: &str, says: &str) -> Value {
+    let a = eventually(
+        Duration::from_secs(60),
+        &format!("alert {kind} on {subject} firing"),
+        || alert(api, kind, subject, "firing"),
+    )
+    .await;
+    assert!(a["message"].as_str().unwrap().contains(says), "{a}");
+    a
+}
+
 /// The same alert (by id) once it has resolved.
 async fn resolved(api: &Api, firing: &Value) -> Option<Value> {
     let (_, list) = api.get("/api/v1/alerts").await;
@@ -210,17 +222,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
         .execute(&mut db)
         .await
         .unwrap();
-        let firing = eventually(Duration::from_secs(60), "the lag alert firing", || {
-            alert(&api, "delivery_lag_records", "watched", "firing")
-        })
-        .await;
-        assert!(
-            firing["message"]
-                .as_str()
-                .unwrap()
-                .contains("records behind"),
-            "{firing}"
-        );
+        let firing = fires(&api, "delivery_lag_records", "watched", "records behind").await;
         eventually(
             Duration::from_secs(30),
             "a signed firing webhook",
@@ -252,16 +254,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             waited < 120.0,
             "the age of the oldest waiting record, not of the pipeline: {waited}"
         );
-        let by_time = eventually(
-            Duration::from_secs(30),
-            "the lag-in-time alert firing",
-            || alert(&api, "delivery_lag_seconds", "watched", "firing"),
-        )
-        .await;
-        assert!(
-            by_time["message"].as_str().unwrap().contains("s old"),
-            "{by_time}"
-        );
+        let by_time = fires(&api, "delivery_lag_seconds", "watched", "s old").await;
         let (status, _) = api
             .post(&format!("/api/v1/alerts/{}/ack", firing["id"]), json!({}))
             .await;
@@ -350,9 +343,12 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
         for _ in 0..4 {
             sqlx::query(&format!("INSERT INTO {schema}.items SELECT g, repeat('x', 40), 1 FROM generate_series((SELECT max(id) + 1 FROM {schema}.items), (SELECT max(id) + 10000 FROM {schema}.items)) g")).execute(&mut db).await.unwrap();
         }
-        let wal = eventually(Duration::from_secs(60), "the WAL alert firing", || {
-            alert(&api, "slot_retained_wal_bytes", "monitored", "firing")
-        })
+        fires(
+            &api,
+            "slot_retained_wal_bytes",
+            "monitored",
+            "fills the source's disk",
+        )
         .await;
         // Nothing reaches the topics while the pipeline is paused: "no new data" fires.
         set_rule(
@@ -361,23 +357,13 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
             json!({"threshold": 5, "for_secs": 0}),
         )
         .await;
-        let stale = eventually(
-            Duration::from_secs(60),
-            "the no-new-data alert firing",
-            || alert(&api, "pipeline_no_new_data_seconds", "monitored", "firing"),
+        fires(
+            &api,
+            "pipeline_no_new_data_seconds",
+            "monitored",
+            "no new record",
         )
         .await;
-        assert!(
-            stale["message"].as_str().unwrap().contains("no new record"),
-            "{stale}"
-        );
-        assert!(
-            wal["message"]
-                .as_str()
-                .unwrap()
-                .contains("fills the source's disk"),
-            "{wal}"
-        );
         let values = samples(&api, "slot_retained_wal_bytes", "monitored").await;
         assert!(
             values.len() >= 2 && values.last().unwrap() > values.first().unwrap(),
@@ -863,19 +849,13 @@ async fn a_mariadb_pipeline_reports_its_binlog_position_and_the_distance_alert_f
             .await
             .unwrap();
         }
-        let fired = eventually(
-            Duration::from_secs(60),
-            "the binlog distance alert firing",
-            || alert(&api, "binlog_behind_bytes", "binlogged", "firing"),
+        let fired = fires(
+            &api,
+            "binlog_behind_bytes",
+            "binlogged",
+            "bytes of binlog behind",
         )
         .await;
-        assert!(
-            fired["message"]
-                .as_str()
-                .unwrap()
-                .contains("bytes of binlog behind"),
-            "{fired}"
-        );
         let behind = binlog().await["bytes_behind"].as_i64().unwrap();
         assert!(behind > base + 200_000, "{behind} > {base} + 200000");
         let values = samples(&api, "binlog_behind_bytes", "binlogged").await;
@@ -957,19 +937,13 @@ async fn a_connector_connect_refuses_to_create_raises_the_missing_alert_until_it
         .await;
     assert_eq!(status, 201, "{c}");
     let result = async {
-        let missing = eventually(
-            Duration::from_secs(60),
-            "the missing-connector alert firing",
-            || alert(&api, "connector_missing_or_drifted", &name, "firing"),
+        let missing = fires(
+            &api,
+            "connector_missing_or_drifted",
+            &name,
+            "is not in Kafka Connect",
         )
         .await;
-        assert!(
-            missing["message"]
-                .as_str()
-                .unwrap()
-                .contains("is not in Kafka Connect"),
-            "{missing}"
-        );
         assert!(
             connect_status(&s.connect_url, &name).await.is_none(),
             "Connect really has no such connector"
