@@ -207,6 +207,112 @@ pub async fn create(
     })
 }
 
+/// Changes some settings; absent fields keep their value. An empty `basic_auth_user` turns
+/// basic auth off (and forgets the password); a new `basic_auth_password` replaces the stored
+/// one. The provider token stays (rotate it separately).
+pub async fn update(
+    pool: &SqlitePool,
+    store: &crate::secrets::store::SecretStore,
+    who: &Principal,
+    id: &str,
+    patch: &ConnectClusterInput,
+) -> Result<ConnectCluster> {
+    who.require(Role::Admin, "manage clusters")?;
+    let cur = get(pool, who, id).await?;
+    let merged = ConnectClusterInput {
+        name: Some(patch.name.clone().unwrap_or_else(|| cur.name.clone())),
+        url: Some(patch.url.clone().unwrap_or_else(|| cur.url.clone())),
+        kafka_cluster_id: patch
+            .kafka_cluster_id
+            .clone()
+            .or_else(|| cur.kafka_cluster_id.clone()),
+        managed_by: Some(
+            patch
+                .managed_by
+                .clone()
+                .unwrap_or_else(|| cur.managed_by.clone()),
+        ),
+        basic_auth_user: patch
+            .basic_auth_user
+            .clone()
+            .or_else(|| cur.basic_auth_user.clone()),
+        basic_auth_password: None,
+    };
+    let (name, url, managed_by) = validate(&merged)?;
+    if let Some(k) = &patch.kafka_cluster_id {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
+            .bind(k)
+            .fetch_one(pool)
+            .await?;
+        if n == 0 {
+            return Err(Error::field(
+                "kafka_cluster_id",
+                "no Kafka cluster has this id; register the Kafka cluster first",
+            ));
+        }
+    }
+    if managed_by == "strimzi" && cur.managed_by != "strimzi" {
+        let managed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ? AND desired_state != 'deleted'").bind(id).fetch_one(pool).await?;
+        if managed > 0 {
+            return Err(Error::field("managed_by", format!("ClueCDC manages {managed} connector(s) on this cluster; delete them (or their pipelines and deliveries) before handing it to Strimzi")));
+        }
+    }
+    let user = merged
+        .basic_auth_user
+        .clone()
+        .filter(|u| !u.trim().is_empty());
+    let has_password = match &cur.secret_ref {
+        Some(r) => store.get(r, "basic_auth_password").await?.is_some(),
+        None => false,
+    };
+    if user.is_some() && patch.basic_auth_password.is_none() && !has_password {
+        return Err(Error::field(
+            "basic_auth_password",
+            "basic auth needs both basic_auth_user and basic_auth_password",
+        ));
+    }
+    if user.is_none() && patch.basic_auth_password.is_some() {
+        return Err(Error::field(
+            "basic_auth_user",
+            "basic auth needs both basic_auth_user and basic_auth_password",
+        ));
+    }
+    let secret_ref = match (&user, &cur.secret_ref) {
+        (Some(_), Some(r)) => Some(r.clone()),
+        (Some(_), None) => Some(crate::secrets::store::new_ref()),
+        (None, _) => None,
+    };
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some()}) }).await?;
+    sqlx::query("UPDATE connect_clusters SET name = ?, url = ?, kafka_cluster_id = ?, managed_by = ?, basic_auth_user = ?, secret_ref = ?, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
+        .bind(&name)
+        .bind(&url)
+        .bind(&merged.kafka_cluster_id)
+        .bind(&managed_by)
+        .bind(&user)
+        .bind(&secret_ref)
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Connect cluster named {name:?} already exists")) } else { e.into() })?;
+    match (&secret_ref, &patch.basic_auth_password, &cur.secret_ref) {
+        (Some(r), Some(pw), _) => {
+            store
+                .put(
+                    &mut tx,
+                    r,
+                    &[("basic_auth_password".to_string(), pw.clone())].into(),
+                )
+                .await?
+        }
+        (None, _, Some(old)) => store.remove(&mut tx, old, "basic_auth_password").await?,
+        _ => {}
+    }
+    tx.commit().await?;
+    get(pool, who, id).await
+}
+
 /// Issues a new provider token; the old one stops working at once.
 pub async fn rotate_provider_token(
     pool: &SqlitePool,

@@ -198,6 +198,100 @@ pub async fn create(
     get(pool, who, &id).await
 }
 
+/// Changes some settings; absent fields keep their value. Switching to a protocol without
+/// SASL drops the SASL settings and the stored password (unless the patch sets them, which is
+/// then refused). A new `sasl_password` replaces the stored one under the same reference.
+pub async fn update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    patch: &KafkaClusterInput,
+) -> Result<KafkaCluster> {
+    who.require(Role::Admin, "manage clusters")?;
+    let cur = get(pool, who, id).await?;
+    let protocol = patch
+        .security_protocol
+        .clone()
+        .unwrap_or_else(|| cur.security_protocol.clone());
+    let sasl = protocol.to_ascii_uppercase().starts_with("SASL");
+    let stored_password = store.get(&cur.secret_ref, "sasl_password").await?.is_some();
+    let merged = KafkaClusterInput {
+        name: Some(patch.name.clone().unwrap_or_else(|| cur.name.clone())),
+        bootstrap_servers: Some(
+            patch
+                .bootstrap_servers
+                .clone()
+                .unwrap_or_else(|| cur.bootstrap_servers.clone()),
+        ),
+        security_protocol: Some(protocol),
+        sasl_mechanism: patch
+            .sasl_mechanism
+            .clone()
+            .or_else(|| cur.sasl_mechanism.clone().filter(|_| sasl)),
+        sasl_username: patch
+            .sasl_username
+            .clone()
+            .or_else(|| cur.sasl_username.clone().filter(|_| sasl)),
+        tls_ca_certificate: patch
+            .tls_ca_certificate
+            .clone()
+            .or_else(|| cur.tls_ca_certificate.clone()),
+        // The stored password counts as given (validation only; it is not rewritten).
+        sasl_password: patch
+            .sasl_password
+            .clone()
+            .or_else(|| (sasl && stored_password).then(|| Secret::new(String::new()))),
+    };
+    let (name, bootstrap, protocol, mechanism) = validate(&merged)?;
+    let mut changed: Vec<&str> = Vec::new();
+    for (field, given) in [
+        ("name", patch.name.is_some()),
+        ("bootstrap_servers", patch.bootstrap_servers.is_some()),
+        ("security_protocol", patch.security_protocol.is_some()),
+        ("sasl_mechanism", patch.sasl_mechanism.is_some()),
+        ("sasl_username", patch.sasl_username.is_some()),
+        ("tls_ca_certificate", patch.tls_ca_certificate.is_some()),
+    ] {
+        if given {
+            changed.push(field);
+        }
+    }
+    let mut tx = pool.begin().await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.update", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "changed": changed, "secret_fields_set": if patch.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }}) }).await?;
+    sqlx::query("UPDATE kafka_clusters SET name = ?, bootstrap_servers = ?, security_protocol = ?, sasl_mechanism = ?, sasl_username = ?, tls_ca_certificate = ?, health = NULL, health_at = NULL, updated_at = ? WHERE id = ?")
+        .bind(&name)
+        .bind(&bootstrap)
+        .bind(&protocol)
+        .bind(&mechanism)
+        .bind(merged.sasl_username.as_deref().map(str::trim))
+        .bind(&merged.tls_ca_certificate)
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a Kafka cluster named {name:?} already exists")) } else { e.into() })?;
+    match (&patch.sasl_password, protocol.starts_with("SASL")) {
+        (Some(pw), true) => {
+            store
+                .put(
+                    &mut tx,
+                    &cur.secret_ref,
+                    &[("sasl_password".to_string(), pw.clone())].into(),
+                )
+                .await?
+        }
+        (_, false) => {
+            store
+                .remove(&mut tx, &cur.secret_ref, "sasl_password")
+                .await?
+        }
+        _ => {}
+    }
+    tx.commit().await?;
+    get(pool, who, id).await
+}
+
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<KafkaCluster>> {
     who.require(Role::Viewer, "see Kafka clusters")?;
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))

@@ -44,6 +44,18 @@ pub async fn api_get(
 }
 
 #[handler]
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(patch): Json<ConnectClusterInput>,
+) -> ApiResult<Json<ConnectCluster>> {
+    Ok(Json(
+        clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await?,
+    ))
+}
+
+#[handler]
 pub async fn api_delete(
     state: Data<&AppState>,
     who: Data<&Principal>,

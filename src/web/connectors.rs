@@ -203,6 +203,18 @@ pub async fn api_kafka_get(
 }
 
 #[handler]
+pub async fn api_kafka_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(patch): Json<KafkaClusterInput>,
+) -> ApiResult<Json<kafka::KafkaCluster>> {
+    Ok(Json(
+        kafka::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await?,
+    ))
+}
+
+#[handler]
 pub async fn api_kafka_delete(
     state: Data<&AppState>,
     who: Data<&Principal>,

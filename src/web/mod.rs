@@ -673,6 +673,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             clusters::api_get,
         ),
         r(
+            M::PATCH,
+            "/api/v1/connect-clusters/:id",
+            Admin,
+            "change a Connect cluster's settings",
+            clusters::api_patch,
+        ),
+        r(
             M::DELETE,
             "/api/v1/connect-clusters/:id",
             Admin,
@@ -720,6 +727,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Viewer,
             "a Kafka cluster with live health",
             connectors::api_kafka_get,
+        ),
+        r(
+            M::PATCH,
+            "/api/v1/kafka-clusters/:id",
+            Admin,
+            "change a Kafka cluster's settings",
+            connectors::api_kafka_patch,
         ),
         r(
             M::DELETE,

@@ -875,3 +875,131 @@ async fn a_connect_cluster_reports_its_version_workers_and_plugins() {
         .unwrap()
         .contains("unreachable"));
 }
+
+#[tokio::test]
+async fn clusters_change_with_patch_and_a_refused_change_keeps_everything() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+
+    // Kafka: refused changes name their fields and store nothing; an accepted one is live at once.
+    let (status, k) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            json!({"name": "stack", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
+    assert_eq!(status, 201, "{k}");
+    let id = k["id"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/kafka-clusters/{id}");
+    let (status, err) = api
+        .patch(&path, json!({"bootstrap_servers": "no-port"}))
+        .await;
+    assert_eq!(status, 422);
+    assert!(
+        err["error"]["fields"]["bootstrap_servers"]
+            .as_str()
+            .unwrap()
+            .contains("host:port"),
+        "{err}"
+    );
+    let (status, err) = api
+        .patch(&path, json!({"security_protocol": "SASL_PLAINTEXT"}))
+        .await;
+    assert_eq!(status, 422);
+    for f in ["sasl_mechanism", "sasl_username", "sasl_password"] {
+        assert!(err["error"]["fields"][f].is_string(), "{f}: {err}");
+    }
+    let (_, same) = api.get(&path).await;
+    assert_eq!(
+        (
+            same["bootstrap_servers"].as_str(),
+            same["security_protocol"].as_str()
+        ),
+        (Some(s.kafka_bootstrap.as_str()), Some("PLAINTEXT"))
+    );
+    let (status, moved) = api
+        .patch(
+            &path,
+            json!({"name": "elsewhere", "bootstrap_servers": "127.0.0.1:9"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["name"], "elsewhere");
+    let (_, got) = api.get(&path).await;
+    assert_eq!(
+        got["health"]["reachable"], false,
+        "the new address is used at once: {got}"
+    );
+    let (status, _) = api
+        .patch(&path, json!({"bootstrap_servers": s.kafka_bootstrap}))
+        .await;
+    assert_eq!(status, 200);
+    let (_, got) = api.get(&path).await;
+    assert_eq!(got["health"]["reachable"], true);
+
+    // Connect: moved from an address nobody answers at to the real one, the reconciler reaches
+    // it on its next pass. Handing it to Strimzi is refused while ClueCDC manages a connector there.
+    let (status, c) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "moving", "url": "http://127.0.0.1:1", "kafka_cluster_id": id}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let cpath = format!("/api/v1/connect-clusters/{}", c["id"].as_str().unwrap());
+    let (status, err) = api.patch(&cpath, json!({"url": "ftp://connect"})).await;
+    assert_eq!(status, 422);
+    assert!(err["error"]["fields"]["url"].is_string(), "{err}");
+    let (status, err) = api.patch(&cpath, json!({"basic_auth_user": "ops"})).await;
+    assert_eq!(status, 422);
+    assert!(
+        err["error"]["fields"]["basic_auth_password"].is_string(),
+        "{err}"
+    );
+    let name = format!("patch-{}", tag());
+    desire(&api, c["id"].as_str().unwrap(), &name, source_config(&name)).await;
+    let (status, err) = api.patch(&cpath, json!({"managed_by": "strimzi"})).await;
+    assert_eq!(status, 422);
+    assert!(
+        err["error"]["fields"]["managed_by"]
+            .as_str()
+            .unwrap()
+            .contains("manages 1 connector"),
+        "{err}"
+    );
+    let (status, _) = api.delete(&format!("/api/v1/connectors/{name}")).await;
+    assert!(status == 200 || status == 204, "{status}");
+    let (status, moved) = api.patch(&cpath, json!({"url": s.connect_url})).await;
+    assert_eq!(status, 200, "{moved}");
+    assert!(
+        moved["last_error"].is_null(),
+        "the old address's error is cleared: {moved}"
+    );
+    let result = async {
+        eventually(
+            Duration::from_secs(30),
+            "the reconciler reaching the new address",
+            || async {
+                let (_, c) = api.get(&cpath).await;
+                (c["observed_at"].is_string() && c["last_error"].is_null()).then_some(())
+            },
+        )
+        .await;
+        let (_, audit) = api.get("/api/v1/audit?action=connect_cluster.update").await;
+        assert_eq!(
+            audit["items"].as_array().unwrap().len(),
+            1,
+            "one row per accepted change: {audit}"
+        );
+        let (_, audit) = api.get("/api/v1/audit?action=kafka_cluster.update").await;
+        assert_eq!(audit["items"].as_array().unwrap().len(), 2, "{audit}");
+    };
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
+    })
+    .await;
+}
