@@ -369,35 +369,8 @@ pub async fn create(
             format!("the destination check failed: {}", failed.join("; ")),
         ));
     }
-    let preview = preview_of(store, &c).await?;
-    if !preview.validation_errors.is_empty() {
-        let fields: FieldErrors = preview
-            .validation_errors
-            .iter()
-            .map(|(k, v)| (format!("config.{k}"), v.join("; ")))
-            .collect();
-        return Err(Error::Invalid {
-            message: "the sink plugin refused the config".into(),
-            fields,
-        });
-    }
-    if let Some(dlq) = &c.options.dead_letter_topic {
-        let kafka = crate::clusters::kafka::get(pool, who, &c.pipeline.kafka_cluster_id).await?;
-        let access = crate::clusters::kafka::access(store, &kafka).await?;
-        let spec = crate::kafka::TopicSpec {
-            name: dlq.clone(),
-            partitions: 1,
-            replication_factor: c.pipeline.replication_factor as i32,
-            configs: [("cleanup.policy".to_string(), "delete".to_string())].into(),
-        };
-        if let Err(e) = crate::kafka::create_topic(&access, &spec).await {
-            if !e.contains("TopicAlreadyExists") {
-                return Err(Error::Unavailable(format!(
-                    "creating the dead-letter topic {dlq}: {e}"
-                )));
-            }
-        }
-    }
+    let preview = accepted_preview(store, &c).await?;
+    ensure_dead_letter_topic(pool, store, who, &c).await?;
     let id = format!("dl_{}", uuid::Uuid::new_v4().simple());
     let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
     let now = crate::time::now();
@@ -431,6 +404,143 @@ pub async fn create(
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
     load(pool, &id).await
+}
+
+/// The preview, when the sink plugin accepts its config; its refusal names each config key.
+async fn accepted_preview(store: &SecretStore, c: &Checked) -> Result<Preview> {
+    let preview = preview_of(store, c).await?;
+    if !preview.validation_errors.is_empty() {
+        let fields: FieldErrors = preview
+            .validation_errors
+            .iter()
+            .map(|(k, v)| (format!("config.{k}"), v.join("; ")))
+            .collect();
+        return Err(Error::Invalid {
+            message: "the sink plugin refused the config".into(),
+            fields,
+        });
+    }
+    Ok(preview)
+}
+
+/// Creates the dead-letter topic when one is configured (an existing one is fine).
+async fn ensure_dead_letter_topic(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    c: &Checked,
+) -> Result<()> {
+    if let Some(dlq) = &c.options.dead_letter_topic {
+        let kafka = crate::clusters::kafka::get(pool, who, &c.pipeline.kafka_cluster_id).await?;
+        let access = crate::clusters::kafka::access(store, &kafka).await?;
+        let spec = crate::kafka::TopicSpec {
+            name: dlq.clone(),
+            partitions: 1,
+            replication_factor: c.pipeline.replication_factor as i32,
+            configs: [("cleanup.policy".to_string(), "delete".to_string())].into(),
+        };
+        if let Err(e) = crate::kafka::create_topic(&access, &spec).await {
+            if !e.contains("TopicAlreadyExists") {
+                return Err(Error::Unavailable(format!(
+                    "creating the dead-letter topic {dlq}: {e}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Changes a delivery's topics or database settings: the new sink config is validated by the
+/// plugin, then becomes the connector's next generation (the reconciler applies it). The
+/// pipeline, destination, cluster and name stay: those make a new delivery.
+pub async fn update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    patch: &DeliveryInput,
+) -> Result<Delivery> {
+    who.require(Role::Operator, "change deliveries")?;
+    let d = load(pool, id).await?;
+    let mut errors = FieldErrors::new();
+    for (field, given, current) in [
+        ("name", &patch.name, &d.name),
+        ("pipeline_id", &patch.pipeline_id, &d.pipeline_id),
+        (
+            "destination_connection_id",
+            &patch.destination_connection_id,
+            &d.destination_connection_id,
+        ),
+        (
+            "connect_cluster_id",
+            &patch.connect_cluster_id,
+            &d.connect_cluster_id,
+        ),
+    ] {
+        if given.as_ref().is_some_and(|g| g != current) {
+            errors.insert(
+                field.into(),
+                "cannot change on an existing delivery; create a new delivery instead".into(),
+            );
+        }
+    }
+    Error::check(errors)?;
+    let current: JdbcOptions = serde_json::from_value(d.options.clone()).unwrap_or_default();
+    let input = DeliveryInput {
+        name: Some(d.name.clone()),
+        pipeline_id: Some(d.pipeline_id.clone()),
+        destination_connection_id: Some(d.destination_connection_id.clone()),
+        connect_cluster_id: Some(d.connect_cluster_id.clone()),
+        topics: Some(patch.topics.clone().unwrap_or_else(|| d.topics.clone())),
+        insert_mode: Some(patch.insert_mode.clone().unwrap_or(current.insert_mode)),
+        delete_enabled: Some(patch.delete_enabled.unwrap_or(current.delete_enabled)),
+        table_name_format: Some(
+            patch
+                .table_name_format
+                .clone()
+                .unwrap_or(current.table_name_format),
+        ),
+        schema_evolution: Some(
+            patch
+                .schema_evolution
+                .clone()
+                .unwrap_or(current.schema_evolution),
+        ),
+        error_policy: Some(patch.error_policy.clone().unwrap_or(current.error_policy)),
+        dead_letter_topic: patch
+            .dead_letter_topic
+            .clone()
+            .or(current.dead_letter_topic),
+    };
+    let c = check(pool, who, &input).await?;
+    let preview = accepted_preview(store, &c).await?;
+    ensure_dead_letter_topic(pool, store, who, &c).await?;
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "delivery.update",
+            target_kind: "delivery",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": d.name, "topics": c.topics, "options": c.options}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE deliveries SET topics = ?, options = ?, updated_at = ? WHERE id = ?")
+        .bind(json!(c.topics).to_string())
+        .bind(json!(c.options).to_string())
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&d.connector_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    load(pool, id).await
 }
 
 pub async fn set_state(

@@ -65,6 +65,26 @@ pub async fn api_get(
 }
 
 #[handler]
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(patch): Json<DeliveryInput>,
+) -> ApiResult<Json<deliveries::Delivery>> {
+    Ok(Json(
+        deliveries::update(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            &patch,
+        )
+        .await?,
+    ))
+}
+
+#[handler]
 pub async fn api_delete(
     state: Data<&AppState>,
     who: Data<&Principal>,

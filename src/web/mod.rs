@@ -946,6 +946,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             deliveries::api_get,
         ),
         r(
+            M::PATCH,
+            "/api/v1/deliveries/:id",
+            Operator,
+            "change a delivery's topics or database settings",
+            deliveries::api_patch,
+        ),
+        r(
             M::DELETE,
             "/api/v1/deliveries/:id",
             Operator,

@@ -162,6 +162,66 @@ async fn postgres_to_mariadb_rows_converge_and_two_deliveries_each_get_every_rec
                 .unwrap()
                 .contains("At-least-once"));
         }
+
+        // PATCH: what makes another delivery is refused; a setting changes the running sink.
+        let b = format!("/api/v1/deliveries/{}", delivery_ids[1]);
+        let (status, err) = api.patch(&b, json!({"pipeline_id": "pl_other"})).await;
+        assert_eq!(status, 422);
+        assert!(
+            err["error"]["fields"]["pipeline_id"]
+                .as_str()
+                .unwrap()
+                .contains("create a new delivery"),
+            "{err}"
+        );
+        let (status, err) = api.patch(&b, json!({"insert_mode": "fancy"})).await;
+        assert_eq!(status, 422);
+        assert!(err["error"]["fields"]["insert_mode"].is_string(), "{err}");
+        let (status, changed) = api.patch(&b, json!({"delete_enabled": false})).await;
+        assert_eq!(status, 200, "{changed}");
+        assert_eq!(changed["options"]["delete_enabled"], false);
+        eventually(
+            Duration::from_secs(60),
+            "Connect running b with deletes off",
+            || async {
+                let live: Value = reqwest::get(format!(
+                    "{}/connectors/cluecdc-deliver-to-maria-b/config",
+                    s.connect_url
+                ))
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+                let running = connect_status(&s.connect_url, "cluecdc-deliver-to-maria-b").await?;
+                (live["delete.enabled"] == "false" && running["tasks"][0]["state"] == "RUNNING")
+                    .then_some(())
+            },
+        )
+        .await;
+        sqlx::query(&format!("DELETE FROM {schema}.items WHERE id = 3"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        let after: Rows = vec![(1, "green apple".into(), 4)];
+        eventually(Duration::from_secs(120), "a applies the delete", || async {
+            (maria_rows(&dest_url, &format!("dv_{tag}_a_items")).await == after).then_some(())
+        })
+        .await;
+        eventually(
+            Duration::from_secs(60),
+            "b consumed the delete too",
+            || async {
+                let (_, d) = api.get(&b).await;
+                (d["lag"][0]["end_offset"] == 8 && d["lag"][0]["lag"] == 0).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(
+            maria_rows(&dest_url, &format!("dv_{tag}_b_items")).await,
+            want,
+            "b keeps the row: its deletes are off now"
+        );
     };
     with_cleanup(result, async {
         for id in &delivery_ids {
