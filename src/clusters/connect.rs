@@ -103,6 +103,22 @@ fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
     Ok((name, url, managed_by))
 }
 
+/// A Connect cluster may name the Kafka cluster it works with; it must be a registered one.
+async fn check_kafka_cluster(pool: &SqlitePool, id: Option<&str>) -> Result<()> {
+    let Some(id) = id else { return Ok(()) };
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
+        .bind(id)
+        .fetch_one(pool)
+        .await?;
+    if n == 0 {
+        return Err(Error::field(
+            "kafka_cluster_id",
+            "no Kafka cluster has this id; register the Kafka cluster first",
+        ));
+    }
+    Ok(())
+}
+
 const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
@@ -136,18 +152,7 @@ pub async fn create(
 ) -> Result<WithToken> {
     who.require(Role::Admin, "manage clusters")?;
     let (name, url, managed_by) = validate(input)?;
-    if let Some(k) = &input.kafka_cluster_id {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
-            .bind(k)
-            .fetch_one(pool)
-            .await?;
-        if n == 0 {
-            return Err(Error::field(
-                "kafka_cluster_id",
-                "no Kafka cluster has this id; register the Kafka cluster first",
-            ));
-        }
-    }
+    check_kafka_cluster(pool, input.kafka_cluster_id.as_deref()).await?;
     let user = input
         .basic_auth_user
         .clone()
@@ -239,18 +244,7 @@ pub async fn update(
         basic_auth_password: None,
     };
     let (name, url, managed_by) = validate(&merged)?;
-    if let Some(k) = &patch.kafka_cluster_id {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
-            .bind(k)
-            .fetch_one(pool)
-            .await?;
-        if n == 0 {
-            return Err(Error::field(
-                "kafka_cluster_id",
-                "no Kafka cluster has this id; register the Kafka cluster first",
-            ));
-        }
-    }
+    check_kafka_cluster(pool, patch.kafka_cluster_id.as_deref()).await?;
     if managed_by == "strimzi" && cur.managed_by != "strimzi" {
         let managed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ? AND desired_state != 'deleted'").bind(id).fetch_one(pool).await?;
         if managed > 0 {
