@@ -199,6 +199,40 @@ fn view(r: Row) -> ConnectorView {
     }
 }
 
+/// A connector ClueCDC wants, as stored: `owner` is the (kind, id) of the pipeline or delivery
+/// that owns it; None for one added by hand.
+pub struct NewConnector<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub cluster_id: &'a str,
+    pub config: &'a BTreeMap<String, String>,
+    pub state: DesiredState,
+    pub owner: Option<(&'a str, &'a str)>,
+}
+
+/// Stores a desired connector in the caller's transaction; a name taken on that cluster is a
+/// conflict.
+pub async fn insert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    c: &NewConnector<'_>,
+) -> Result<()> {
+    let now = crate::time::now();
+    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(c.id)
+        .bind(c.name)
+        .bind(c.cluster_id)
+        .bind(json!(c.config).to_string())
+        .bind(c.state.as_str())
+        .bind(c.owner.map_or("manual", |(kind, _)| kind))
+        .bind(c.owner.map(|(_, id)| id))
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a connector named {} already exists on this Connect cluster", c.name)) } else { e.into() })?;
+    Ok(())
+}
+
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorView>> {
     who.require(Role::Viewer, "see connectors")?;
     let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name"))
@@ -336,20 +370,20 @@ pub async fn create(
     Error::check(errors)?;
     let state = state.unwrap_or(DesiredState::Running);
     let id = format!("cn_{}", uuid::Uuid::new_v4().simple());
-    let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "connector.create", target_kind: "connector", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "cluster": cluster.map(|c| c.0), "desired_state": state.as_str(), "config": config}) }).await?;
-    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'manual', ?, ?)")
-        .bind(&id)
-        .bind(&name)
-        .bind(&cluster_id)
-        .bind(json!(config).to_string())
-        .bind(state.as_str())
-        .bind(&now)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("a connector named {name} already exists on this Connect cluster")) } else { e.into() })?;
+    insert(
+        &mut tx,
+        &NewConnector {
+            id: &id,
+            name: &name,
+            cluster_id: &cluster_id,
+            config: &config,
+            state,
+            owner: None,
+        },
+    )
+    .await?;
     tx.commit().await?;
     changed(pool, wake).await?;
     load(pool, &id).await

@@ -376,17 +376,18 @@ pub async fn create(
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.create", target_kind: "delivery", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "pipeline": c.pipeline.name, "destination": c.dest.name, "topics": c.topics, "options": c.options}) }).await?;
-    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, 'running', 'delivery', ?, ?, ?)")
-        .bind(&connector_id)
-        .bind(&preview.connector_name)
-        .bind(&c.cluster.id)
-        .bind(json!(preview.config).to_string())
-        .bind(&id)
-        .bind(&now)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("connector {} already exists", preview.connector_name)) } else { e.into() })?;
+    connectors::insert(
+        &mut tx,
+        &connectors::NewConnector {
+            id: &connector_id,
+            name: &preview.connector_name,
+            cluster_id: &c.cluster.id,
+            config: &preview.config,
+            state: DesiredState::Running,
+            owner: Some(("delivery", &id)),
+        },
+    )
+    .await?;
     sqlx::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'jdbc', ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&c.name)

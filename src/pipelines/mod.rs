@@ -659,17 +659,18 @@ pub async fn create(
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.create", target_kind: "pipeline", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "source": c.source.name, "tables": c.tables, "topic_prefix": c.prefix, "topics": preview.topics}) }).await?;
-    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, 'running', 'pipeline', ?, ?, ?)")
-        .bind(&connector_id)
-        .bind(&preview.connector_name)
-        .bind(&c.connect.id)
-        .bind(json!(preview.config).to_string())
-        .bind(&id)
-        .bind(&now)
-        .bind(&now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| if crate::db::is_unique_violation(&e) { Error::Conflict(format!("connector {} already exists on {}", preview.connector_name, c.connect.name)) } else { e.into() })?;
+    connectors::insert(
+        &mut tx,
+        &connectors::NewConnector {
+            id: &connector_id,
+            name: &preview.connector_name,
+            cluster_id: &c.connect.id,
+            config: &preview.config,
+            state: DesiredState::Running,
+            owner: Some(("pipeline", &id)),
+        },
+    )
+    .await?;
     sqlx::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at, heartbeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&c.name)
