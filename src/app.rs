@@ -189,6 +189,7 @@ pub fn spawn_background(
         crate::reconcile::holder_id(role),
     );
     let monitor = crate::monitor::signals::Monitor {
+        progress: Default::default(),
         pool: pool.clone(),
         store: inner.secrets.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),

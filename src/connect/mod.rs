@@ -103,6 +103,32 @@ pub struct PluginInfo {
     pub version: String,
 }
 
+/// Keys of `config` that neither the plugin nor Connect defines. Prefixed families are
+/// pass-throughs that validation does not list: converter settings (`key.converter.*` when
+/// `key.converter` is defined), client overrides, transforms, predicates, and Debezium's
+/// schema history settings (`schema.history.internal.kafka.*` and its clients).
+pub fn unknown_keys(config: &BTreeMap<String, String>, defined: &[&str]) -> Vec<String> {
+    const PASS_THROUGH: &[&str] = &[
+        "consumer.override.",
+        "producer.override.",
+        "admin.override.",
+        "transforms.",
+        "predicates.",
+        "schema.history.internal.",
+    ];
+    config
+        .keys()
+        .filter(|k| k.as_str() != "name" && !defined.contains(&k.as_str()))
+        .filter(|k| !PASS_THROUGH.iter().any(|p| k.starts_with(p)))
+        .filter(|k| {
+            !defined
+                .iter()
+                .any(|d| d.ends_with("converter") && k.starts_with(&format!("{d}.")))
+        })
+        .cloned()
+        .collect()
+}
+
 impl ConnectClient {
     pub fn new(base: &str, auth: Option<(String, String)>) -> Self {
         Self::with_agent(base, auth, concat!("cluecdc/", env!("CARGO_PKG_VERSION")))
@@ -319,6 +345,8 @@ impl ConnectClient {
 
     /// Validates a config with the plugin itself (`PUT /connector-plugins/{class}/config/validate`).
     /// Returns each key's errors; empty when valid. Config providers are resolved first.
+    /// Connect does not flag keys nobody defines (a misspelt or invented key would be silently
+    /// ignored), so each key must also be one the response defines (see `unknown_keys`).
     pub async fn validate(
         &self,
         class: &str,
@@ -346,6 +374,19 @@ impl ConnectClient {
             if !errs.is_empty() {
                 errors.insert(c["value"]["name"].as_str().unwrap_or("?").to_string(), errs);
             }
+        }
+        let defined: Vec<&str> = v["configs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c["definition"]["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for key in unknown_keys(config, &defined) {
+            errors.entry(key).or_default().push(format!(
+                "not a setting of {short}: Connect would accept and ignore it"
+            ));
         }
         Ok(errors)
     }
@@ -406,6 +447,35 @@ mod tests {
     #[test]
     fn connector_names_are_escaped_in_paths() {
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn a_key_nobody_defines_is_unknown_but_pass_throughs_are_not() {
+        let config: BTreeMap<String, String> = [
+            "name",
+            "topics",
+            "flush.size",
+            "key.converter",
+            "key.converter.schemas.enable",
+            "value.converter.schemas.enable",
+            "consumer.override.auto.offset.reset",
+            "transforms.unwrap.type",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), "x".to_string()))
+        .collect();
+        let defined = [
+            "topics",
+            "key.converter",
+            "value.converter",
+            "file.max.records",
+        ];
+        assert_eq!(unknown_keys(&config, &defined), vec!["flush.size"]);
+        assert_eq!(
+            unknown_keys(&config, &["topics", "key.converter"]),
+            vec!["flush.size", "value.converter.schemas.enable"],
+            "a converter's settings pass only when the converter itself is defined"
+        );
     }
 }
 

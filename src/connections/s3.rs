@@ -50,8 +50,8 @@ pub fn client(
     aws_sdk_s3::Client::from_conf(b.build())
 }
 
-/// (error code, sanitized message) of an SDK error.
-fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+/// (error code, sanitized message) of an SDK error: never a secret, never a raw response.
+pub fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
     e: &SdkError<E, R>,
     secrets: &BTreeMap<String, Secret<String>>,
 ) -> (String, String) {

@@ -1,8 +1,10 @@
 //! Deliveries: a pipeline's topics written to a destination by one sink connector with its
-//! own consumer group. Database deliveries use the Debezium JDBC sink (upsert by primary key,
-//! deletes applied). Object-storage deliveries (the Aiven S3 sink) are not built yet.
+//! own consumer group, from the earliest retained offsets. Database deliveries use the Debezium
+//! JDBC sink (upsert by primary key, deletes applied); object-storage deliveries use the Aiven
+//! S3 sink (raw CDC export as JSON Lines; deleting a delivery never deletes objects).
 
 pub mod config;
+pub mod objects;
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::SqlitePool;
 
-use self::config::{jdbc, JdbcOptions, JDBC_SINK};
+use self::config::{jdbc, JdbcOptions, ObjectStorageOptions, JDBC_SINK, S3_SINK};
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::connections::{self, Capability, CheckStatus};
@@ -29,12 +31,91 @@ pub struct DeliveryInput {
     pub connect_cluster_id: Option<String>,
     /// Defaults to every table topic of the pipeline.
     pub topics: Option<Vec<String>>,
+    // Database deliveries.
     pub insert_mode: Option<String>,
     pub delete_enabled: Option<bool>,
     pub table_name_format: Option<String>,
     pub schema_evolution: Option<String>,
+    // Object-storage deliveries.
+    pub format: Option<String>,
+    pub compression: Option<String>,
+    pub records_per_file: Option<u64>,
+    /// Refused with an explanation: the sink has no such key (see `ObjectStorageOptions`).
+    pub flush_interval_ms: Option<u64>,
+    pub tasks: Option<u64>,
+    pub key_template: Option<String>,
+    // Both.
     pub error_policy: Option<String>,
     pub dead_letter_topic: Option<String>,
+}
+
+/// What kind of destination a delivery writes to (API name), from its connection's provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Database,
+    ObjectStorage,
+}
+
+impl Kind {
+    pub fn of(provider: connections::Provider) -> Kind {
+        if provider.is_object_storage() {
+            Kind::ObjectStorage
+        } else {
+            Kind::Database
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Database => "database",
+            Kind::ObjectStorage => "object_storage",
+        }
+    }
+    /// The value of the `deliveries.kind` column.
+    fn column(self) -> &'static str {
+        match self {
+            Kind::Database => "jdbc",
+            Kind::ObjectStorage => "object_storage",
+        }
+    }
+    pub fn sink_class(self) -> &'static str {
+        match self {
+            Kind::Database => JDBC_SINK,
+            Kind::ObjectStorage => S3_SINK,
+        }
+    }
+    pub fn semantics(self) -> &'static str {
+        match self {
+            Kind::Database => SEMANTICS,
+            Kind::ObjectStorage => OBJECT_STORAGE_SEMANTICS,
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Database => "database",
+            Kind::ObjectStorage => "object storage",
+        })
+    }
+}
+
+/// A delivery's settings, by kind (stored as the JSON of the inner struct).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Options {
+    Database(JdbcOptions),
+    ObjectStorage(ObjectStorageOptions),
+}
+
+impl Options {
+    fn error_policy(&self) -> (&str, Option<&String>) {
+        match self {
+            Options::Database(o) => (&o.error_policy, o.dead_letter_topic.as_ref()),
+            Options::ObjectStorage(o) => (&o.error_policy, o.dead_letter_topic.as_ref()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,7 +125,7 @@ pub struct Delivery {
     pub pipeline_id: String,
     pub destination_connection_id: String,
     pub connect_cluster_id: String,
-    pub kind: String,
+    pub kind: Kind,
     pub topics: Vec<String>,
     pub options: serde_json::Value,
     pub connector_id: String,
@@ -85,7 +166,11 @@ impl From<Row> for Delivery {
             pipeline_id: r.pipeline_id,
             destination_connection_id: r.destination_connection_id,
             connect_cluster_id: r.connect_cluster_id,
-            kind: r.kind,
+            kind: if r.kind == "object_storage" {
+                Kind::ObjectStorage
+            } else {
+                Kind::Database
+            },
             connector_id: r.connector_id,
             created_at: r.created_at,
         }
@@ -114,12 +199,42 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
 /// Everything checked; what would be deployed. Creates nothing.
 #[derive(Debug, Clone, Serialize)]
 pub struct Preview {
+    pub kind: Kind,
     pub connector_name: String,
     pub connector_class: String,
+    /// The sink plugin's version on the chosen Connect cluster.
+    pub plugin_version: String,
+    /// The config Connect will store: credentials only as `${cluecdc:…}` references.
     pub config: std::collections::BTreeMap<String, String>,
+    /// The plugin's refusals (and keys it does not define), by config key.
     pub validation_errors: std::collections::BTreeMap<String, Vec<String>>,
     pub topics: Vec<String>,
+    /// The destination's connection test, run now.
+    pub destination_checks: Vec<connections::Check>,
+    /// Object storage: the key a file of the first topic would get now.
+    pub example_key: Option<String>,
+    /// What this delivery promises, in plain words.
+    pub statements: Vec<&'static str>,
 }
+
+impl Preview {
+    /// Deployable: the plugin accepts the config and the destination passed its test.
+    pub fn ok(&self) -> bool {
+        self.validation_errors.is_empty()
+            && self
+                .destination_checks
+                .iter()
+                .all(|k| k.status != CheckStatus::Fail)
+    }
+}
+
+pub const OBJECT_STORAGE_STATEMENTS: &[&str] = &[
+    "Raw CDC export: every change event (snapshot reads r, creates c, updates u, deletes d and the tombstone after each delete) is written as it is, one JSON line with key, value, offset and timestamp; value is the untouched Debezium envelope. It is not a current-state copy of the tables.",
+    "At least once: after a restart, a worker failure or a retry, some records are written again into new objects.",
+    "Deduplicate by topic, partition and offset: each object key carries the topic, partition and start offset, and each line its offset.",
+    "No exactly-once export is claimed.",
+    "Objects are written when records_per_file records have gathered for one file, or at each offset commit of the Connect worker (offset.flush.interval.ms, a worker setting; 60 s by default). Fewer, larger objects mean later data; low-volume topics wait for the flush.",
+];
 
 struct Checked {
     name: String,
@@ -127,7 +242,13 @@ struct Checked {
     cluster: crate::clusters::ConnectCluster,
     dest: connections::Connection,
     topics: Vec<String>,
-    options: JdbcOptions,
+    options: Options,
+}
+
+impl Checked {
+    fn kind(&self) -> Kind {
+        Kind::of(self.dest.provider)
+    }
 }
 
 async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Result<Checked> {
@@ -153,10 +274,6 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
                 "destination_connection_id".into(),
                 format!("{} is not a DESTINATION connection", c.name),
             );
-            None
-        }
-        Ok(c) if c.provider.is_object_storage() => {
-            errors.insert("destination_connection_id".into(), "object-storage deliveries (Aiven S3 sink) are not available in this version yet; choose a database destination".into());
             None
         }
         Ok(c) => Some(c),
@@ -189,20 +306,10 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
         }
         _ => {}
     }
-    let mut available: Vec<String> = pipeline
-        .as_ref()
-        .map(|p| {
-            p.tables
-                .iter()
-                .map(|t| table_topic(&p.topic_prefix, t))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(p) = &pipeline {
-        if let Ok(source) = connections::load(pool, &p.source_connection_id).await {
-            available.extend(p.heartbeat_topic(&source));
-        }
-    }
+    let available = match &pipeline {
+        Some(p) => topics_of(pool, p).await,
+        None => vec![],
+    };
     let topics = input.topics.clone().unwrap_or_else(|| available.clone());
     if topics.is_empty() {
         errors.insert(
@@ -218,6 +325,90 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             ),
         );
     }
+    // Without a valid destination the kind is unknown: check the options of the kind the
+    // input's fields suggest, so that their errors show at once too.
+    let kind = dest.as_ref().map(|d| Kind::of(d.provider)).unwrap_or(
+        if input.key_template.is_some() || input.compression.is_some() {
+            Kind::ObjectStorage
+        } else {
+            Kind::Database
+        },
+    );
+    let options = match kind {
+        Kind::Database => Options::Database(database_options(input, &mut errors)),
+        Kind::ObjectStorage => Options::ObjectStorage(object_storage_options(input, &mut errors)),
+    };
+    let (policy, dlq) = options.error_policy();
+    if !["fail", "continue"].contains(&policy) {
+        errors.insert(
+            "error_policy".into(),
+            "fail (default: stop at a bad record) or continue (skip it, an explicit choice)".into(),
+        );
+    }
+    if let Some(dlq) = dlq {
+        if policy != "continue" {
+            errors.insert(
+                "dead_letter_topic".into(),
+                "only with error_policy continue: with fail, nothing is skipped".into(),
+            );
+        } else if let Err(why) = crate::kafka::check_topic_name(dlq) {
+            errors.insert("dead_letter_topic".into(), why);
+        }
+    }
+    Error::check(errors)?;
+    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "checked input lost a reference"
+        )));
+    };
+    Ok(Checked {
+        name,
+        pipeline,
+        cluster,
+        dest,
+        topics,
+        options,
+    })
+}
+
+/// The topics a delivery of this pipeline may read: its table topics and its heartbeat topic.
+pub async fn topics_of(pool: &SqlitePool, p: &pipelines::Pipeline) -> Vec<String> {
+    let mut available: Vec<String> = p
+        .tables
+        .iter()
+        .map(|t| table_topic(&p.topic_prefix, t))
+        .collect();
+    if let Ok(source) = connections::load(pool, &p.source_connection_id).await {
+        available.extend(p.heartbeat_topic(&source));
+    }
+    available
+}
+
+/// Fields of the other kind are refused rather than ignored: the user meant something by them.
+fn refuse_fields(errors: &mut FieldErrors, given: &[(&str, bool)], kind: &str) {
+    for (field, set) in given {
+        if *set {
+            errors.insert(
+                (*field).into(),
+                format!("only for {kind} deliveries; remove it or choose a matching destination"),
+            );
+        }
+    }
+}
+
+fn database_options(input: &DeliveryInput, errors: &mut FieldErrors) -> JdbcOptions {
+    refuse_fields(
+        errors,
+        &[
+            ("format", input.format.is_some()),
+            ("compression", input.compression.is_some()),
+            ("records_per_file", input.records_per_file.is_some()),
+            ("flush_interval_ms", input.flush_interval_ms.is_some()),
+            ("tasks", input.tasks.is_some()),
+            ("key_template", input.key_template.is_some()),
+        ],
+        "object-storage",
+    );
     let d = JdbcOptions::default();
     let options = JdbcOptions {
         insert_mode: input.insert_mode.clone().unwrap_or(d.insert_mode),
@@ -248,68 +439,160 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             "e.g. ${source.table}, or a literal name; at most 200 characters".into(),
         );
     }
-    if !["fail", "continue"].contains(&options.error_policy.as_str()) {
+    options
+}
+
+pub const MAX_RECORDS_PER_FILE: u64 = 1_000_000;
+pub const MAX_TASKS: u64 = 64;
+
+fn object_storage_options(input: &DeliveryInput, errors: &mut FieldErrors) -> ObjectStorageOptions {
+    refuse_fields(
+        errors,
+        &[
+            ("insert_mode", input.insert_mode.is_some()),
+            ("delete_enabled", input.delete_enabled.is_some()),
+            ("table_name_format", input.table_name_format.is_some()),
+            ("schema_evolution", input.schema_evolution.is_some()),
+        ],
+        "database",
+    );
+    if input.flush_interval_ms.is_some() {
         errors.insert(
-            "error_policy".into(),
-            "fail (default: stop at a bad record) or continue (skip it, an explicit choice)".into(),
+            "flush_interval_ms".into(),
+            "the S3 sink has no per-connector flush setting: objects are written at each offset commit of the Connect worker (offset.flush.interval.ms, set on the workers) or when records_per_file is reached; remove this field".into(),
         );
     }
-    if let Some(dlq) = &options.dead_letter_topic {
-        if options.error_policy != "continue" {
-            errors.insert(
-                "dead_letter_topic".into(),
-                "only with error_policy continue: with fail, nothing is skipped".into(),
-            );
-        } else if let Err(why) = crate::kafka::check_topic_name(dlq) {
-            errors.insert("dead_letter_topic".into(), why);
-        }
+    let d = ObjectStorageOptions::default();
+    let records_per_file = input
+        .records_per_file
+        .unwrap_or(u64::from(d.records_per_file));
+    if !(1..=MAX_RECORDS_PER_FILE).contains(&records_per_file) {
+        errors.insert(
+            "records_per_file".into(),
+            format!(
+                "a whole number from 1 to {MAX_RECORDS_PER_FILE}; default {}",
+                d.records_per_file
+            ),
+        );
     }
-    Error::check(errors)?;
-    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else {
-        return Err(Error::Unexpected(anyhow::anyhow!(
-            "checked input lost a reference"
-        )));
+    let tasks = input.tasks.unwrap_or(u64::from(d.tasks));
+    if !(1..=MAX_TASKS).contains(&tasks) {
+        errors.insert(
+            "tasks".into(),
+            format!("a whole number from 1 to {MAX_TASKS}; more tasks than the topics' partitions stay idle"),
+        );
+    }
+    let options = ObjectStorageOptions {
+        format: input.format.clone().unwrap_or(d.format),
+        compression: input.compression.clone().unwrap_or(d.compression),
+        records_per_file: u32::try_from(records_per_file).unwrap_or(d.records_per_file),
+        tasks: u32::try_from(tasks).unwrap_or(d.tasks),
+        key_template: input
+            .key_template
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .unwrap_or(d.key_template),
+        error_policy: input.error_policy.clone().unwrap_or(d.error_policy),
+        dead_letter_topic: input.dead_letter_topic.clone().filter(|t| !t.is_empty()),
     };
-    Ok(Checked {
-        name,
-        pipeline,
-        cluster,
-        dest,
-        topics,
-        options,
+    if options.format != "jsonl" {
+        errors.insert(
+            "format".into(),
+            "jsonl (JSON Lines: key, value, offset and timestamp per record) is the one format ClueCDC writes".into(),
+        );
+    }
+    if !["gzip", "none"].contains(&options.compression.as_str()) {
+        errors.insert(
+            "compression".into(),
+            "gzip (default, .jsonl.gz) or none (.jsonl)".into(),
+        );
+    }
+    if let Err(why) = config::check_key_template(&options.key_template) {
+        errors.insert("key_template".into(), why);
+    }
+    options
+}
+
+/// Builds the sink config of a checked input (pure but for the secret store's field list).
+async fn config_of(store: &SecretStore, c: &Checked) -> Result<config::Config> {
+    Ok(match &c.options {
+        Options::Database(o) => jdbc(&c.dest, &c.topics, o),
+        Options::ObjectStorage(o) => {
+            let fields = store.fields_set(&c.dest.secret_ref).await?;
+            config::s3(
+                &c.dest,
+                &c.topics,
+                o,
+                fields.iter().any(|f| f == "session_token"),
+            )
+        }
     })
 }
 
-async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
-    let config = jdbc(&c.dest, &c.topics, &c.options);
+/// The plugin on the cluster, its validation of the config, and the destination's test.
+async fn preview_of(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    c: &Checked,
+) -> Result<Preview> {
+    let kind = c.kind();
+    let class = kind.sink_class();
+    let config = config_of(store, c).await?;
     let name = connector_name(&c.name);
     let client = crate::clusters::connect::client_for(store, &c.cluster).await?;
     let plugins = client
         .plugins()
         .await
         .map_err(|e| Error::Unavailable(format!("cannot read Connect's plugins: {e}")))?;
-    if !plugins.iter().any(|p| p.class == JDBC_SINK) {
+    let Some(plugin) = plugins.iter().find(|p| p.class == class) else {
+        let what = match kind {
+            Kind::Database => "the Debezium JDBC sink",
+            Kind::ObjectStorage => "the Aiven S3 sink",
+        };
         return Err(Error::field(
             "connect_cluster_id",
             format!(
-                "the Debezium JDBC sink plugin is not installed on {}; install it on every worker",
+                "{what} plugin ({class}) is not installed on {}; install it on every worker",
                 c.cluster.name
             ),
         ));
-    }
+    };
     let mut with_name = config.clone();
     with_name.insert("name".into(), name.clone());
     crate::secrets::resolve::grant_for_validation(store.pool(), &c.cluster.id, &config).await?;
-    let validation_errors = client
-        .validate(JDBC_SINK, &with_name)
+    let mut validation_errors = client
+        .validate(class, &with_name)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
+    if let Some(why) = validation_errors.get_mut("aws.session.token") {
+        *why = vec![format!("the S3 sink {} has no session-token setting, so temporary credentials cannot be handed to it: rotate the connection to long-lived keys scoped to the bucket", plugin.version)];
+    }
+    let destination_checks = connections::test(pool, store, who, &c.dest.id)
+        .await?
+        .checks;
+    let example_key = match (&c.options, c.dest.object_storage(), c.topics.first()) {
+        (Options::ObjectStorage(o), Some(s), Some(topic)) => {
+            Some(config::example_key(&s.prefix, o, topic, chrono::Utc::now()))
+        }
+        _ => None,
+    };
     Ok(Preview {
+        kind,
         connector_name: name,
-        connector_class: JDBC_SINK.into(),
+        connector_class: class.into(),
+        plugin_version: plugin.version.clone(),
         config,
         validation_errors,
         topics: c.topics.clone(),
+        destination_checks,
+        example_key,
+        statements: match kind {
+            Kind::Database => vec![SEMANTICS],
+            Kind::ObjectStorage => OBJECT_STORAGE_STATEMENTS.to_vec(),
+        },
     })
 }
 
@@ -321,11 +604,12 @@ pub async fn preview(
 ) -> Result<Preview> {
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
-    preview_of(store, &c).await
+    preview_of(pool, store, who, &c).await
 }
 
-/// Checks the destination (reachable, may create and alter tables) and the config with the
-/// plugin, then records the desired sink connector. Nothing is deployed when a check fails.
+/// Checks the destination (a database reachable and writable; a bucket that takes, returns and
+/// deletes a probe) and the config with the plugin, then records the desired sink connector.
+/// Nothing is deployed when a check fails.
 pub async fn create(
     pool: &SqlitePool,
     store: &SecretStore,
@@ -346,36 +630,13 @@ pub async fn create(
             c.name
         )));
     }
-    let report = connections::test(pool, store, who, &c.dest.id).await?;
-    if !report.ok {
-        let failed: Vec<String> = report
-            .checks
-            .iter()
-            .filter(|k| k.status == CheckStatus::Fail)
-            .map(|k| {
-                format!(
-                    "{}: {}{}",
-                    k.name,
-                    k.message,
-                    k.hint
-                        .as_deref()
-                        .map(|h| format!(" (fix: {h})"))
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
-        return Err(Error::field(
-            "destination_connection_id",
-            format!("the destination check failed: {}", failed.join("; ")),
-        ));
-    }
-    let preview = accepted_preview(store, &c).await?;
+    let preview = accepted_preview(pool, store, who, &c).await?;
     ensure_dead_letter_topic(pool, store, who, &c).await?;
     let id = format!("dl_{}", uuid::Uuid::new_v4().simple());
     let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.create", target_kind: "delivery", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "pipeline": c.pipeline.name, "destination": c.dest.name, "topics": c.topics, "options": c.options}) }).await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "delivery.create", target_kind: "delivery", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "kind": c.kind(), "pipeline": c.pipeline.name, "destination": c.dest.name, "topics": c.topics, "options": c.options}) }).await?;
     connectors::insert(
         &mut tx,
         &connectors::NewConnector {
@@ -388,12 +649,13 @@ pub async fn create(
         },
     )
     .await?;
-    sqlx::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'jdbc', ?, ?, ?, ?, ?)")
+    sqlx::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.pipeline.id)
         .bind(&c.dest.id)
         .bind(&c.cluster.id)
+        .bind(c.kind().column())
         .bind(json!(c.topics).to_string())
         .bind(json!(c.options).to_string())
         .bind(&connector_id)
@@ -407,9 +669,37 @@ pub async fn create(
     load(pool, &id).await
 }
 
-/// The preview, when the sink plugin accepts its config; its refusal names each config key.
-async fn accepted_preview(store: &SecretStore, c: &Checked) -> Result<Preview> {
-    let preview = preview_of(store, c).await?;
+/// The preview, when the destination passed its test and the sink plugin accepts the config;
+/// a refusal names the failed checks or each refused config key.
+async fn accepted_preview(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    c: &Checked,
+) -> Result<Preview> {
+    let preview = preview_of(pool, store, who, c).await?;
+    let failed: Vec<String> = preview
+        .destination_checks
+        .iter()
+        .filter(|k| k.status == CheckStatus::Fail)
+        .map(|k| {
+            format!(
+                "{}: {}{}",
+                k.name,
+                k.message,
+                k.hint
+                    .as_deref()
+                    .map(|h| format!(" (fix: {h})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        return Err(Error::field(
+            "destination_connection_id",
+            format!("the destination check failed: {}", failed.join("; ")),
+        ));
+    }
     if !preview.validation_errors.is_empty() {
         let fields: FieldErrors = preview
             .validation_errors
@@ -431,7 +721,7 @@ async fn ensure_dead_letter_topic(
     who: &Principal,
     c: &Checked,
 ) -> Result<()> {
-    if let Some(dlq) = &c.options.dead_letter_topic {
+    if let (_, Some(dlq)) = c.options.error_policy() {
         let kafka = crate::clusters::kafka::get(pool, who, &c.pipeline.kafka_cluster_id).await?;
         let access = crate::clusters::kafka::access(store, &kafka).await?;
         let spec = crate::kafka::TopicSpec {
@@ -451,9 +741,49 @@ async fn ensure_dead_letter_topic(
     Ok(())
 }
 
-/// Changes a delivery's topics or database settings: the new sink config is validated by the
-/// plugin, then becomes the connector's next generation (the reconciler applies it). The
-/// pipeline, destination, cluster and name stay: those make a new delivery.
+/// The stored settings with a patch's fields laid over them; the identity fields stay.
+fn merged(d: &Delivery, patch: &DeliveryInput) -> DeliveryInput {
+    let mut input = DeliveryInput {
+        name: Some(d.name.clone()),
+        pipeline_id: Some(d.pipeline_id.clone()),
+        destination_connection_id: Some(d.destination_connection_id.clone()),
+        connect_cluster_id: Some(d.connect_cluster_id.clone()),
+        topics: Some(patch.topics.clone().unwrap_or_else(|| d.topics.clone())),
+        ..patch.clone()
+    };
+    match d.kind {
+        Kind::Database => {
+            let o: JdbcOptions = serde_json::from_value(d.options.clone()).unwrap_or_default();
+            input.insert_mode = patch.insert_mode.clone().or(Some(o.insert_mode));
+            input.delete_enabled = patch.delete_enabled.or(Some(o.delete_enabled));
+            input.table_name_format = patch
+                .table_name_format
+                .clone()
+                .or(Some(o.table_name_format));
+            input.schema_evolution = patch.schema_evolution.clone().or(Some(o.schema_evolution));
+            input.error_policy = patch.error_policy.clone().or(Some(o.error_policy));
+            input.dead_letter_topic = patch.dead_letter_topic.clone().or(o.dead_letter_topic);
+        }
+        Kind::ObjectStorage => {
+            let o: ObjectStorageOptions =
+                serde_json::from_value(d.options.clone()).unwrap_or_default();
+            input.format = patch.format.clone().or(Some(o.format));
+            input.compression = patch.compression.clone().or(Some(o.compression));
+            input.records_per_file = patch
+                .records_per_file
+                .or(Some(u64::from(o.records_per_file)));
+            input.tasks = patch.tasks.or(Some(u64::from(o.tasks)));
+            input.key_template = patch.key_template.clone().or(Some(o.key_template));
+            input.error_policy = patch.error_policy.clone().or(Some(o.error_policy));
+            input.dead_letter_topic = patch.dead_letter_topic.clone().or(o.dead_letter_topic);
+        }
+    }
+    input
+}
+
+/// Changes a delivery's topics or settings: the new sink config is validated by the plugin,
+/// then becomes the connector's next generation (the reconciler applies it). The pipeline,
+/// destination, cluster and name stay: those make a new delivery.
 pub async fn update(
     pool: &SqlitePool,
     store: &SecretStore,
@@ -487,35 +817,8 @@ pub async fn update(
         }
     }
     Error::check(errors)?;
-    let current: JdbcOptions = serde_json::from_value(d.options.clone()).unwrap_or_default();
-    let input = DeliveryInput {
-        name: Some(d.name.clone()),
-        pipeline_id: Some(d.pipeline_id.clone()),
-        destination_connection_id: Some(d.destination_connection_id.clone()),
-        connect_cluster_id: Some(d.connect_cluster_id.clone()),
-        topics: Some(patch.topics.clone().unwrap_or_else(|| d.topics.clone())),
-        insert_mode: Some(patch.insert_mode.clone().unwrap_or(current.insert_mode)),
-        delete_enabled: Some(patch.delete_enabled.unwrap_or(current.delete_enabled)),
-        table_name_format: Some(
-            patch
-                .table_name_format
-                .clone()
-                .unwrap_or(current.table_name_format),
-        ),
-        schema_evolution: Some(
-            patch
-                .schema_evolution
-                .clone()
-                .unwrap_or(current.schema_evolution),
-        ),
-        error_policy: Some(patch.error_policy.clone().unwrap_or(current.error_policy)),
-        dead_letter_topic: patch
-            .dead_letter_topic
-            .clone()
-            .or(current.dead_letter_topic),
-    };
-    let c = check(pool, who, &input).await?;
-    let preview = accepted_preview(store, &c).await?;
+    let c = check(pool, who, &merged(&d, patch)).await?;
+    let preview = accepted_preview(pool, store, who, &c).await?;
     ensure_dead_letter_topic(pool, store, who, &c).await?;
     let mut tx = pool.begin().await?;
     audit::record(
@@ -629,6 +932,7 @@ pub struct Detail {
 }
 
 pub const SEMANTICS: &str = "At-least-once: after a restart or a retry some records are written again. Upserts by primary key make replays harmless for rows; deletes are applied by key.";
+pub const OBJECT_STORAGE_SEMANTICS: &str = "Raw CDC export, at least once: after a restart or a retry some records are written again into new objects, so deduplicate by topic, partition and offset. No exactly-once export is claimed. Deleting this delivery never deletes its objects.";
 
 pub async fn detail(
     pool: &SqlitePool,
@@ -659,14 +963,14 @@ pub async fn detail(
         .and_then(chrono::DateTime::from_timestamp_millis)
         .map(crate::time::format);
     Ok(Detail {
-        delivery: d,
         connector,
         freshness_secs,
         current_as_of,
         lag,
         lag_secs,
         lag_error,
-        semantics: SEMANTICS,
+        semantics: d.kind.semantics(),
+        delivery: d,
     })
 }
 
@@ -696,8 +1000,10 @@ async fn lag_in_time(
     )
 }
 
-/// Reads the newest heartbeat in the destination, when the pipeline has a heartbeat, the
-/// delivery carries its topic, and the table name can be told from the name format.
+/// Reads the newest heartbeat in the destination, when the pipeline has a heartbeat and the
+/// delivery carries its topic: the newest row of the heartbeat table in a database (when the
+/// table name can be told from the name format), the newest heartbeat line in the newest
+/// objects of the heartbeat topic in object storage.
 async fn heartbeat_at(
     pool: &SqlitePool,
     store: &SecretStore,
@@ -711,15 +1017,77 @@ async fn heartbeat_at(
     if !d.topics.contains(&topic) {
         return Ok(None);
     }
-    let format = d.options["table_name_format"]
-        .as_str()
-        .unwrap_or("${source.table}");
-    let table = format.replace("${source.table}", crate::pipelines::config::HEARTBEAT_TABLE);
-    if table.contains("${") {
-        return Ok(None);
+    let dest = connections::load(pool, &d.destination_connection_id).await?;
+    match d.kind {
+        Kind::Database => {
+            let format = d.options["table_name_format"]
+                .as_str()
+                .unwrap_or("${source.table}");
+            let table =
+                format.replace("${source.table}", crate::pipelines::config::HEARTBEAT_TABLE);
+            if table.contains("${") {
+                return Ok(None);
+            }
+            crate::pipelines::source::newest_heartbeat(store, &dest, &table).await
+        }
+        Kind::ObjectStorage => {
+            let Some(s) = dest.object_storage() else {
+                return Ok(None);
+            };
+            let o: ObjectStorageOptions =
+                serde_json::from_value(d.options.clone()).unwrap_or_default();
+            let scope = config::topic_scope(&s.prefix, &o, &topic);
+            objects::newest_heartbeat(store, &dest, &scope).await
+        }
+    }
+}
+
+/// The newest objects an object-storage delivery wrote, across its topics (metadata only).
+pub async fn objects(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    limit: usize,
+) -> Result<objects::ObjectList> {
+    who.require(Role::Viewer, "see deliveries")?;
+    let d = load(pool, id).await?;
+    if d.kind != Kind::ObjectStorage {
+        return Err(Error::Conflict(format!(
+            "{} is a database delivery: it writes rows, not objects",
+            d.name
+        )));
+    }
+    if !(1..=1000).contains(&limit) {
+        return Err(Error::field("limit", "a whole number from 1 to 1000"));
     }
     let dest = connections::load(pool, &d.destination_connection_id).await?;
-    crate::pipelines::source::newest_heartbeat(store, &dest, &table).await
+    let Some(s) = dest.object_storage() else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "object-storage delivery {} has a database destination",
+            d.id
+        )));
+    };
+    let o: ObjectStorageOptions = serde_json::from_value(d.options.clone()).unwrap_or_default();
+    let mut prefixes: Vec<String> = d
+        .topics
+        .iter()
+        .map(|t| config::topic_scope(&s.prefix, &o, t))
+        .collect();
+    prefixes.sort();
+    prefixes.dedup();
+    // A scope that contains another lists its objects already.
+    let nested: Vec<String> = prefixes
+        .iter()
+        .filter(|p| {
+            prefixes
+                .iter()
+                .any(|q| q != *p && p.starts_with(q.as_str()))
+        })
+        .cloned()
+        .collect();
+    prefixes.retain(|p| !nested.contains(p));
+    objects::newest(store, &dest, &prefixes, limit).await
 }
 
 /// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).

@@ -82,6 +82,44 @@ pub struct Monitor {
     pub retention: Duration,
     pub lease: Lease,
     pub lease_ttl: Duration,
+    /// Per delivery: when its committed offsets last moved (kept in memory: a new lease
+    /// holder starts counting afresh, which only delays a stall alert).
+    pub progress: std::sync::Mutex<std::collections::HashMap<String, Progress>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    committed: i64,
+    since_ms: i64,
+    /// The last destination check of a stalled delivery: (when, what it found).
+    cause: Option<(i64, String)>,
+}
+
+/// A stalled delivery's destination is checked after this long, then at most once a minute.
+const STALL_CHECK_AFTER_MS: i64 = 30_000;
+const STALL_CHECK_EVERY_MS: i64 = 60_000;
+
+/// Why a stalled sink does not write: the destination's own connection test, read like a task
+/// trace (permanent causes need a person; transient ones clear by themselves).
+fn stall_cause(report: &crate::connections::TestReport) -> String {
+    let failed: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|k| k.status == crate::connections::CheckStatus::Fail)
+        .map(|k| format!("{}: {}", k.name, k.message))
+        .collect();
+    if failed.is_empty() {
+        return "the destination passes its connection test now; the Connect worker's log has the sink's own errors".into();
+    }
+    let checks = failed.join("; ");
+    match crate::reconcile::policy::classify(&checks) {
+        crate::reconcile::policy::Failure::Permanent { reason, what_to_do } => {
+            format!("permanent ({reason}): the destination check fails ({checks}); {what_to_do}. Restarting will not help")
+        }
+        crate::reconcile::policy::Failure::Transient { reason } => {
+            format!("transient ({reason}): the destination check fails ({checks}); the sink retries at each offset commit and catches up once the destination answers")
+        }
+    }
 }
 
 /// The signals kept as history (charts, `/api/v1/samples`, `/metrics`), with what they mean.
@@ -155,6 +193,65 @@ impl Monitor {
         })
     }
 
+    /// How long a running delivery with records waiting has not moved its committed offsets
+    /// (ms); 0 while it moves, has nothing to do, or is paused on purpose.
+    fn stalled_for(
+        &self,
+        delivery: &str,
+        lag: &[crate::kafka::PartitionLag],
+        running: bool,
+        now: i64,
+    ) -> i64 {
+        let committed: i64 = lag.iter().filter_map(|l| l.committed).sum();
+        let waiting: i64 = lag.iter().map(|l| l.lag).sum();
+        let Ok(mut all) = self.progress.lock() else {
+            return 0;
+        };
+        let p = all.entry(delivery.to_string()).or_insert(Progress {
+            committed,
+            since_ms: now,
+            cause: None,
+        });
+        if !running || waiting == 0 || committed != p.committed {
+            *p = Progress {
+                committed,
+                since_ms: now,
+                cause: None,
+            };
+        }
+        now - p.since_ms
+    }
+
+    async fn cause_of_stall(&self, d: &crate::deliveries::Delivery, now: i64) -> String {
+        let cached = self
+            .progress
+            .lock()
+            .ok()
+            .and_then(|all| all.get(&d.id).and_then(|p| p.cause.clone()));
+        if let Some((at, cause)) = cached {
+            if now - at < STALL_CHECK_EVERY_MS {
+                return cause;
+            }
+        }
+        let cause = match crate::connections::test(
+            &self.pool,
+            &self.store,
+            &Principal::cli(),
+            &d.destination_connection_id,
+        )
+        .await
+        {
+            Ok(report) => stall_cause(&report),
+            Err(e) => format!("the destination could not be checked: {e}"),
+        };
+        if let Ok(mut all) = self.progress.lock() {
+            if let Some(p) = all.get_mut(&d.id) {
+                p.cause = Some((now, cause.clone()));
+            }
+        }
+        cause
+    }
+
     async fn cycle(&self) -> anyhow::Result<()> {
         let now = now_ms();
         let mut seen: Vec<Observation> = Vec::new();
@@ -186,6 +283,25 @@ impl Monitor {
                         subject: d.name.clone(),
                         value: secs,
                         message: format!("delivery {} has not written a record that is {secs:.0} s old: check the sink connector's state and the destination's health", d.name),
+                    });
+                }
+                if detail.lag_error.is_none() {
+                    let waiting: i64 = detail.lag.iter().map(|l| l.lag).sum();
+                    let running = detail
+                        .connector
+                        .as_ref()
+                        .is_some_and(|c| c.desired_state == "running");
+                    let stalled_ms = self.stalled_for(&d.id, &detail.lag, running, now);
+                    let message = if stalled_ms >= STALL_CHECK_AFTER_MS {
+                        self.cause_of_stall(&d, now).await
+                    } else {
+                        String::new()
+                    };
+                    seen.push(Observation {
+                        kind: "delivery_stalled_seconds",
+                        subject: d.name.clone(),
+                        value: stalled_ms as f64 / 1000.0,
+                        message: format!("delivery {} has committed nothing for {:.0} s while {waiting} records wait, although its connector may report RUNNING: {message}", d.name, stalled_ms as f64 / 1000.0),
                     });
                 }
                 if detail.lag_error.is_none() {
@@ -446,6 +562,7 @@ impl Monitor {
                     o.kind,
                     "slot_retained_wal_bytes"
                         | "connector_failed"
+                        | "delivery_stalled_seconds"
                         | "kafka_unreachable"
                         | "binlog_position_lost"
                 ) {

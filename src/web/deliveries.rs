@@ -3,7 +3,7 @@
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
-use poem::web::{Data, Json, Path};
+use poem::web::{Data, Json, Path, Query};
 use poem::{handler, Request, Response};
 use serde_json::{json, Value};
 
@@ -61,6 +61,30 @@ pub async fn api_get(
 ) -> ApiResult<Json<Detail>> {
     Ok(Json(
         deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
+}
+
+#[derive(serde::Deserialize)]
+pub struct ObjectsQuery {
+    limit: Option<usize>,
+}
+
+#[handler]
+pub async fn api_objects(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Query(q): Query<ObjectsQuery>,
+) -> ApiResult<Json<deliveries::objects::ObjectList>> {
+    Ok(Json(
+        deliveries::objects(
+            &state.pool,
+            &state.inner.secrets,
+            &who,
+            &id,
+            q.limit.unwrap_or(20),
+        )
+        .await?,
     ))
 }
 

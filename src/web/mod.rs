@@ -949,8 +949,15 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::PATCH,
             "/api/v1/deliveries/:id",
             Operator,
-            "change a delivery's topics or database settings",
+            "change a delivery's topics or settings (database or object storage)",
             deliveries::api_patch,
+        ),
+        r(
+            M::GET,
+            "/api/v1/deliveries/:id/objects",
+            Viewer,
+            "an object-storage delivery's newest objects (key, size, time; never contents)",
+            deliveries::api_objects,
         ),
         r(
             M::DELETE,

@@ -831,3 +831,68 @@ pub async fn drop_capture_fixture(s: &Stack, slot: &str, schema: &str) {
         .execute(&su)
         .await;
 }
+
+/// A TCP forwarder in front of a stack server that a test can close and open again on the same
+/// port: clients see "connection refused" while it is closed, as if the server had stopped,
+/// without taking the shared server away from other tests.
+pub struct TcpGate {
+    port: u16,
+    target: String,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl TcpGate {
+    /// `target`: an `http://host:port` URL.
+    pub async fn start(target: &str) -> TcpGate {
+        let target = target
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let mut gate = TcpGate {
+            port: free_port(),
+            target,
+            tasks: Default::default(),
+        };
+        gate.open().await;
+        gate
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn open(&mut self) {
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        let (target, tasks) = (self.target.clone(), self.tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        self.tasks.lock().unwrap().push(accept);
+    }
+
+    /// Stops listening and cuts every open connection.
+    pub fn close(&mut self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for TcpGate {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
