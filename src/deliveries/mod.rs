@@ -338,6 +338,23 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
         Kind::Database => Options::Database(database_options(input, &mut errors)),
         Kind::ObjectStorage => Options::ObjectStorage(object_storage_options(input, &mut errors)),
     };
+    if let (Options::ObjectStorage(o), Some(s)) =
+        (&options, dest.as_ref().and_then(|d| d.object_storage()))
+    {
+        // S3 keys are at most 1024 bytes; the longest topic makes the longest key.
+        let now = chrono::Utc::now();
+        if let Some(key) = topics
+            .iter()
+            .map(|t| config::example_key(&s.prefix, o, t, now))
+            .max_by_key(String::len)
+            .filter(|k| k.len() > 1024)
+        {
+            errors.insert(
+                "key_template".into(),
+                format!("keys would be up to {} bytes, over the 1024 bytes S3 allows; shorten the template or the connection's prefix", key.len()),
+            );
+        }
+    }
     let (policy, dlq) = options.error_policy();
     if !["fail", "continue"].contains(&policy) {
         errors.insert(

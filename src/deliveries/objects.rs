@@ -17,8 +17,10 @@ use crate::secrets::Secret;
 pub struct StoredObject {
     pub key: String,
     pub size: i64,
-    /// RFC 3339, as the storage reports it.
+    /// RFC 3339 UTC with milliseconds.
     pub last_modified: String,
+    #[serde(skip)]
+    modified_ms: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,13 +83,17 @@ pub async fn newest(
                 if key.contains(crate::connections::s3::PROBE_DIR) {
                     continue;
                 }
+                let modified_ms = o
+                    .last_modified()
+                    .and_then(|t| t.to_millis().ok())
+                    .unwrap_or(0);
                 items.push(StoredObject {
                     key: key.to_string(),
                     size: o.size().unwrap_or(0),
-                    last_modified: o
-                        .last_modified()
-                        .and_then(|t| t.fmt(aws_sdk_s3::primitives::DateTimeFormat::DateTime).ok())
+                    last_modified: chrono::DateTime::from_timestamp_millis(modified_ms)
+                        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
                         .unwrap_or_default(),
+                    modified_ms,
                 });
             }
             read += page.contents().len();
@@ -101,8 +107,8 @@ pub async fn newest(
             }
         }
     }
-    // RFC 3339 in UTC sorts as text; the key breaks ties (a later start offset sorts later).
-    items.sort_by(|a, b| (&b.last_modified, &b.key).cmp(&(&a.last_modified, &a.key)));
+    // The key breaks ties (a later start offset sorts later).
+    items.sort_by(|a, b| (b.modified_ms, &b.key).cmp(&(a.modified_ms, &a.key)));
     items.truncate(limit);
     Ok(ObjectList {
         items,

@@ -14,12 +14,23 @@ use sqlx::Connection;
 
 use crate::helpers::*;
 
+/// A short unique tag (5 base-36 characters). Names stay short on purpose: the stack's S3
+/// server (s3s-fs) keeps each multipart upload's metadata in a file named after the base64 of
+/// the object key, so keys longer than about 120 characters fail there with "File name too
+/// long" (real S3 and MinIO allow 1024 bytes).
 fn tag() -> String {
-    let n = std::time::SystemTime::now()
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_micros();
-    format!("{}_{}", std::process::id(), n % 1_000_000)
+        .as_micros() as u64;
+    let mut n = (micros + N.fetch_add(7919, std::sync::atomic::Ordering::Relaxed)) % 36u64.pow(5);
+    let mut out = String::new();
+    for _ in 0..5 {
+        out.push(std::char::from_digit((n % 36) as u32, 36).unwrap());
+        n /= 36;
+    }
+    out
 }
 
 /// One JSON line of an object, with where it came from.
@@ -85,12 +96,16 @@ async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
 async fn records(s: &Stack, prefix: &str) -> BTreeMap<(String, i32, i64), Line> {
     let mut out = BTreeMap::new();
     for (key, lines) in objects(s, prefix).await {
-        let file = key.rsplit('/').next().unwrap();
+        // `<topic>-<partition>-<start>` (the default), or `<partition>-<start>` in a folder
+        // named after the topic.
+        let mut path = key.rsplit('/');
+        let file = path.next().unwrap();
+        let folder = path.next().unwrap_or_default();
         let stem = file.trim_end_matches(".gz").trim_end_matches(".jsonl");
         let mut parts = stem.rsplitn(3, '-');
         let _start = parts.next().unwrap();
         let partition: i32 = parts.next().unwrap().parse().unwrap();
-        let topic = parts.next().unwrap().to_string();
+        let topic = parts.next().unwrap_or(folder).to_string();
         for l in lines {
             let offset = l["offset"].as_i64().unwrap();
             out.insert(
@@ -183,7 +198,7 @@ async fn capture(
     heartbeat: bool,
 ) -> (Value, Vec<String>) {
     let s = stack();
-    let schema = format!("os_{tag}");
+    let schema = format!("o{tag}");
     let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
         .await
         .unwrap();
@@ -197,8 +212,8 @@ async fn capture(
     ] {
         sqlx::query(&sql).execute(&mut db).await.unwrap();
     }
-    let src = api.connection(json!({"name": format!("pg {tag}"), "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": format!("os_{tag}"), "publication_name": format!("os_{tag}")}, "secrets": {"password": s.pg_password}})).await;
-    let prefix = format!("os-{}", tag.replace('_', "-"));
+    let src = api.connection(json!({"name": format!("pg {tag}"), "provider": "POSTGRESQL", "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": format!("o{tag}"), "publication_name": format!("o{tag}")}, "secrets": {"password": s.pg_password}})).await;
+    let prefix = format!("o{tag}");
     let (status, p) = api.post("/api/v1/pipelines", json!({"name": format!("orders {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect, "tables": [format!("{schema}.items"), format!("{schema}.lines")], "topic_prefix": prefix, "heartbeat": heartbeat})).await;
     assert_eq!(status, 201, "{p}");
     let topics = vec![
@@ -234,7 +249,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
     let api = admin_api();
     let (kafka, connect) = setup(&api).await;
     let tag = tag();
-    let root = format!("os-{}/", tag.replace('_', "-"));
+    let root = format!("o{tag}/");
     let (a_prefix, b_prefix, c_prefix) = (
         format!("{root}a/"),
         format!("{root}b/"),
@@ -316,7 +331,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
         );
 
         // The preview: the plugin, the storage test, references instead of values, an example key.
-        let gz = json!({"name": "lake gzip", "pipeline_id": p["id"], "destination_connection_id": a["id"], "records_per_file": 100});
+        let gz = json!({"name": "lake gzip", "pipeline_id": p["id"], "destination_connection_id": a["id"], "records_per_file": 100, "topics": topics});
         let (status, pv) = api.post("/api/v1/deliveries/preview", gz.clone()).await;
         assert_eq!(status, 200, "{pv}");
         assert_eq!(pv["kind"], "object_storage");
@@ -371,7 +386,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
         // Three deliveries of one pipeline: gzip, uncompressed, and continue with a dead-letter topic.
         for body in [
             gz,
-            json!({"name": "lake plain", "pipeline_id": p["id"], "destination_connection_id": b["id"], "compression": "none", "topics": topics}),
+            json!({"name": "lake plain", "pipeline_id": p["id"], "destination_connection_id": b["id"], "compression": "none", "key_template": "{{topic}}/{{partition}}-{{start_offset}}"}),
             json!({"name": "lake lenient", "pipeline_id": p["id"], "destination_connection_id": c["id"], "topics": [items.clone()], "error_policy": "continue", "dead_letter_topic": dlq}),
         ] {
             let (status, d) = api.post("/api/v1/deliveries", body).await;
@@ -380,12 +395,12 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             ids.borrow_mut().push(d["id"].as_str().unwrap().to_string());
         }
         source_sql(&[
-            format!("INSERT INTO os_{tag}.items VALUES (3, 'fig', 7)"),
-            format!("UPDATE os_{tag}.items SET qty = 4, name = 'green apple' WHERE id = 1"),
-            format!("DELETE FROM os_{tag}.items WHERE id = 2"),
-            format!("INSERT INTO os_{tag}.lines VALUES (11, 1, 'C-3')"),
-            format!("UPDATE os_{tag}.lines SET sku = 'B-22' WHERE order_id = 10 AND line = 2"),
-            format!("DELETE FROM os_{tag}.lines WHERE order_id = 10 AND line = 1"),
+            format!("INSERT INTO o{tag}.items VALUES (3, 'fig', 7)"),
+            format!("UPDATE o{tag}.items SET qty = 4, name = 'green apple' WHERE id = 1"),
+            format!("DELETE FROM o{tag}.items WHERE id = 2"),
+            format!("INSERT INTO o{tag}.lines VALUES (11, 1, 'C-3')"),
+            format!("UPDATE o{tag}.lines SET sku = 'B-22' WHERE order_id = 10 AND line = 2"),
+            format!("DELETE FROM o{tag}.lines WHERE order_id = 10 AND line = 1"),
         ])
         .await;
         // items: 2 snapshot reads, a create, an update, a delete and its tombstone.
@@ -421,11 +436,19 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
                     "{}",
                     l.key
                 );
-                assert!(
-                    l.key.contains(&format!("{}/year=", l.topic)),
-                    "dated folders: {}",
-                    l.key
-                );
+                if ext == ".jsonl.gz" {
+                    assert!(
+                        l.key.contains(&format!("{}/year=", l.topic)),
+                        "dated folders: {}",
+                        l.key
+                    );
+                } else {
+                    assert!(
+                        l.key.starts_with(&format!("{prefix}{}/", l.topic)),
+                        "the custom template: {}",
+                        l.key
+                    );
+                }
                 assert!(l.value["timestamp"].is_string(), "{:?}", l.value);
             }
             let ops: Vec<(String, Value)> = (0..6)
@@ -457,7 +480,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
                     source["db"].as_str()
                 ),
                 (
-                    Some(format!("os_{tag}").as_str()),
+                    Some(format!("o{tag}").as_str()),
                     Some("items"),
                     Some(s.pg_source_db.as_str())
                 )
@@ -483,16 +506,17 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             assert!(lines.iter().all(|l| l.partition == 0));
         }
 
-        // The objects API lists the newest first, metadata only, under the delivery's prefix.
+        // The objects API lists the newest first, metadata only, under the delivery's prefixes.
+        let all = objects(&s, &a_prefix).await;
         let (status, list) = api
             .get(&format!(
-                "/api/v1/deliveries/{}/objects?limit=3",
+                "/api/v1/deliveries/{}/objects?limit=100",
                 ids.borrow()[0]
             ))
             .await;
         assert_eq!(status, 200, "{list}");
         let listed = list["items"].as_array().unwrap();
-        assert_eq!(listed.len(), 3, "{list}");
+        assert_eq!(listed.len(), all.len(), "{list}");
         assert!(listed
             .iter()
             .all(|o| o["key"].as_str().unwrap().starts_with(&a_prefix)
@@ -506,6 +530,14 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             times.windows(2).all(|w| w[0] >= w[1]),
             "newest first: {times:?}"
         );
+        let (_, one) = api
+            .get(&format!(
+                "/api/v1/deliveries/{}/objects?limit=1",
+                ids.borrow()[0]
+            ))
+            .await;
+        assert_eq!(one["items"].as_array().unwrap().len(), 1);
+        assert_eq!(one["items"][0], listed[0]);
         let (status, err) = api
             .get(&format!(
                 "/api/v1/deliveries/{}/objects?limit=0",
@@ -514,13 +546,14 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             .await;
         assert_eq!(status, 422, "{err}");
 
-        // Freshness: the newest heartbeat found in the newest objects.
+        // Freshness: the newest heartbeat found in the newest objects (the plain delivery
+        // carries the heartbeat topic; the gzip one does not, so it measures none).
         let fresh = eventually(
             Duration::from_secs(90),
             "object-storage freshness",
             || async {
                 let (_, d) = api
-                    .get(&format!("/api/v1/deliveries/{}", ids.borrow()[0]))
+                    .get(&format!("/api/v1/deliveries/{}", ids.borrow()[1]))
                     .await;
                 d["freshness_secs"].as_f64().map(|f| (f, d))
             },
@@ -531,6 +564,10 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             .as_str()
             .unwrap()
             .contains("never deletes"));
+        let (_, gz) = api
+            .get(&format!("/api/v1/deliveries/{}", ids.borrow()[0]))
+            .await;
+        assert!(gz["freshness_secs"].is_null(), "{gz}");
 
         // A poison record: fail stops the delivery and says why; continue skips it into the
         // dead-letter topic and keeps writing.
@@ -547,7 +584,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             .map_err(|(e, _)| e)
             .unwrap();
         producer.flush(Duration::from_secs(10)).unwrap();
-        source_sql(&[format!("INSERT INTO os_{tag}.items VALUES (4, 'kiwi', 1)")]).await;
+        source_sql(&[format!("INSERT INTO o{tag}.items VALUES (4, 'kiwi', 1)")]).await;
         eventually(
             Duration::from_secs(90),
             "the fail delivery FAILED with its reason",
@@ -603,7 +640,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
                 p["id"].as_str().unwrap()
             ))
             .await;
-        drop_capture_fixture(&s, &format!("os_{tag}"), &format!("os_{tag}")).await;
+        drop_capture_fixture(&s, &format!("o{tag}"), &format!("o{tag}")).await;
         remove_prefix(&s, &root).await;
     })
     .await;
@@ -621,7 +658,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
     ]);
     let (kafka, connect) = setup(&api).await;
     let tag = tag();
-    let root = format!("os-{}/", tag.replace('_', "-"));
+    let root = format!("o{tag}/");
     // The sink reaches the object store through a proxy this test can take away: an outage for
     // this delivery alone, so other tests keep their S3 server.
     let mut gate = TcpGate::start(&s.s3_endpoint).await;
@@ -650,7 +687,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
         let mut sql = Vec::new();
         for i in 100..130 {
             sql.push(format!(
-                "INSERT INTO os_{tag}.items VALUES ({i}, 'n{i}', {i})"
+                "INSERT INTO o{tag}.items VALUES ({i}, 'n{i}', {i})"
             ));
         }
         source_sql(&sql).await;
@@ -698,7 +735,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             .await;
         assert!(status == 200 || status == 202, "{status} {body}");
         source_sql(&[format!(
-            "INSERT INTO os_{tag}.items VALUES (200, 'after rotation', 1)"
+            "INSERT INTO o{tag}.items VALUES (200, 'after rotation', 1)"
         )])
         .await;
         let refused = eventually(Duration::from_secs(90), "the permanent stall", || async {
@@ -759,7 +796,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
                 p["id"].as_str().unwrap()
             ))
             .await;
-        drop_capture_fixture(&s, &format!("os_{tag}"), &format!("os_{tag}")).await;
+        drop_capture_fixture(&s, &format!("o{tag}"), &format!("o{tag}")).await;
         remove_prefix(&s, &root).await;
     })
     .await;
