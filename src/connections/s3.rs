@@ -76,7 +76,10 @@ pub fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::f
         }),
         SdkError::TimeoutError(_) => "timed out".into(),
         SdkError::DispatchFailure(_) => {
-            format!("could not reach the endpoint: {}", DisplayErrorContext(e))
+            // The context ends with the SDK's Debug dump of the same chain: keep the words.
+            let full = DisplayErrorContext(e).to_string();
+            let words = full.split(" (DispatchFailure(").next().unwrap_or(&full);
+            format!("could not reach the endpoint: {words}")
         }
         other => DisplayErrorContext(other).to_string(),
     };
@@ -119,7 +122,20 @@ impl Adapter for ObjectStorage {
                     format!("bucket {} exists and is reachable", s.bucket),
                 )),
                 Err(e) => {
-                    let (code, msg) = describe(&e, secrets);
+                    let (mut code, mut msg) = describe(&e, secrets);
+                    // A HEAD answer has no body, so a 403 does not say whether the key, the
+                    // secret or a policy is wrong; a one-key listing does.
+                    if code == "HTTP 403" {
+                        if let Err(e) = client
+                            .list_objects_v2()
+                            .bucket(&s.bucket)
+                            .max_keys(1)
+                            .send()
+                            .await
+                        {
+                            (code, msg) = describe(&e, secrets);
+                        }
+                    }
                     checks.push(Check::fail("bucket", msg, hint_for(&code, &s.bucket)));
                     return checks;
                 }

@@ -95,8 +95,8 @@ pub struct Progress {
     cause: Option<(i64, String)>,
 }
 
-/// A stalled delivery's destination is checked after this long, then at most once a minute.
-const STALL_CHECK_AFTER_MS: i64 = 30_000;
+/// A stalled delivery's destination is checked once the stall passes the rule's threshold
+/// (so the alert's first message carries the cause), then at most once a minute.
 const STALL_CHECK_EVERY_MS: i64 = 60_000;
 
 /// Why a stalled sink does not write: the destination's own connection test, read like a task
@@ -260,6 +260,12 @@ impl Monitor {
         // that failed this cycle (a rebalancing group, an unreachable source) changes nothing.
         let mut present: Vec<String> = Vec::new();
         let system = Principal::cli();
+        let stall_threshold: f64 = sqlx::query_scalar(
+            "SELECT threshold FROM alert_rules WHERE kind = 'delivery_stalled_seconds'",
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .unwrap_or(300.0);
         // Delivery lag, per delivery (sum over partitions).
         for d in crate::deliveries::list(&self.pool, &system)
             .await
@@ -292,7 +298,7 @@ impl Monitor {
                         .as_ref()
                         .is_some_and(|c| c.desired_state == "running");
                     let stalled_ms = self.stalled_for(&d.id, &detail.lag, running, now);
-                    let message = if stalled_ms >= STALL_CHECK_AFTER_MS {
+                    let message = if stalled_ms as f64 > stall_threshold * 1000.0 {
                         self.cause_of_stall(&d, now).await
                     } else {
                         String::new()

@@ -56,6 +56,8 @@ const PERMANENT: &[(&str, &str, &str)] = &[
     ("signaturedoesnotmatch", "authentication failed", "the object store rejected the secret key: rotate the connection's credentials"),
     ("invalidaccesskeyid", "authentication failed", "the object store does not know the access key: rotate the connection's credentials"),
     ("authentication failed", "authentication failed", "check the credentials of the connection and rotate them"),
+    ("accessdenied", "access denied", "the object store refused the credentials: grant them list on the bucket and put, get and delete on its objects, or rotate the connection's credentials"),
+    ("http 403", "access denied", "the object store refused the credentials: grant them list on the bucket and put, get and delete on its objects, or rotate the connection's credentials"),
     ("must be superuser or replication role", "missing privilege", "grant the connector user REPLICATION (ALTER ROLE … WITH REPLICATION)"),
     ("permission denied", "missing privilege", "grant the connector user the privileges the connection test lists"),
     ("replication slot", "replication slot lost", "the replication slot is gone (dropped, or invalidated by max_slot_wal_keep_size): changes since the last offset are lost; re-snapshot the pipeline"),
@@ -163,6 +165,8 @@ mod tests {
             "ERROR: requested WAL segment 000000010000000000000003 has already been removed",
             "Could not find first log file name in binary log index file Error code: 1236",
             "org.apache.kafka.common.config.ConfigException: Missing required configuration \"topic.prefix\"",
+            "bucket: SignatureDoesNotMatch: The request signature we calculated does not match",
+            "bucket: AccessDenied: Access Denied",
         ] {
             assert!(matches!(classify(t), Failure::Permanent { .. }), "{t}");
         }
