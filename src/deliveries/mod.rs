@@ -231,7 +231,7 @@ impl Preview {
 pub const OBJECT_STORAGE_STATEMENTS: &[&str] = &[
     "Raw CDC export: every change event (snapshot reads r, creates c, updates u, deletes d and the tombstone after each delete) is written as it is, one JSON line with key, value, offset and timestamp; value is the untouched Debezium envelope. It is not a current-state copy of the tables.",
     "At least once: after a restart, a worker failure or a retry, some records are written again into new objects.",
-    "Deduplicate by topic, partition and offset: each object key carries the topic, partition and start offset, and each line its offset.",
+    "Deduplicate by topic, partition and offset: each object key carries the topic, partition and start offset, and each line its offset. After a Connect worker crash the capture connector may also send changes again at new offsets (the same source position: LSN and operation in PostgreSQL, binlog file and position in MySQL/MariaDB), so consumers that need each change once also compare value.source.",
     "No exactly-once export is claimed.",
     "Objects are written when records_per_file records have gathered for one file, or at each offset commit of the Connect worker (offset.flush.interval.ms, a worker setting; 60 s by default). Fewer, larger objects mean later data; low-volume topics wait for the flush.",
 ];

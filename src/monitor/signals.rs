@@ -690,3 +690,48 @@ pub async fn history(
     rows.reverse();
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connections::{Check, TestReport};
+
+    fn report(checks: Vec<Check>) -> TestReport {
+        TestReport {
+            ok: checks
+                .iter()
+                .all(|c| c.status != crate::connections::CheckStatus::Fail),
+            checks,
+            tested_at: String::new(),
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_stalled_sink_is_explained_by_its_destination_check_read_like_a_trace() {
+        let wrong_secret = report(vec![Check::fail(
+            "bucket",
+            "SignatureDoesNotMatch: The request signature we calculated does not match",
+            "rotate",
+        )]);
+        let said = stall_cause(&wrong_secret);
+        assert!(
+            said.starts_with("permanent (authentication failed)")
+                && said.contains("rotate the connection's credentials")
+                && said.contains("Restarting will not help"),
+            "{said}"
+        );
+        let down = report(vec![Check::fail(
+            "bucket",
+            "could not reach the endpoint: tcp connect error: Connection refused (os error 111)",
+            "network",
+        )]);
+        let said = stall_cause(&down);
+        assert!(
+            said.starts_with("transient (connection refused)") && said.contains("catches up"),
+            "{said}"
+        );
+        let fine = report(vec![Check::pass("bucket", "ok")]);
+        assert!(stall_cause(&fine).contains("passes its connection test"));
+    }
+}

@@ -560,6 +560,7 @@ async fn rules_and_webhooks_validate_their_input() {
             "delivery_freshness_seconds",
             "delivery_lag_records",
             "delivery_lag_seconds",
+            "delivery_stalled_seconds",
             "kafka_unreachable",
             "orphan_slot",
             "pipeline_no_new_data_seconds",
