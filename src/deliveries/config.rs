@@ -340,25 +340,26 @@ pub fn s3(
     set("file.max.records", o.records_per_file.to_string());
     set("file.name.template", file_name_template(&s.prefix, o));
     set("file.name.timestamp.timezone", "UTC".into());
-    set(
-        "key.converter",
-        "org.apache.kafka.connect.json.JsonConverter".into(),
-    );
-    set("key.converter.schemas.enable", "true".into());
-    set(
-        "value.converter",
-        "org.apache.kafka.connect.json.JsonConverter".into(),
-    );
-    set("value.converter.schemas.enable", "true".into());
-    // Its own consumer group (connect-<connector name>), from the earliest retained offsets.
-    set("consumer.override.auto.offset.reset", "earliest".into());
-    set_error_policy(&mut c, &o.error_policy, o.dead_letter_topic.as_deref());
+    set_sink_common(&mut c, &o.error_policy, o.dead_letter_topic.as_deref());
     c
 }
 
-/// Connect's error handling, the same for every sink: fail stops at a bad record; continue
-/// skips it (into the dead-letter topic when one is named).
-fn set_error_policy(c: &mut Config, policy: &str, dead_letter_topic: Option<&str>) {
+/// What every sink shares: JSON converters with schemas (as the pipelines write), its own
+/// consumer group (connect-<connector name>) from the earliest retained offsets, and
+/// Connect's error handling: fail stops at a bad record; continue skips it (into the
+/// dead-letter topic when one is named).
+fn set_sink_common(c: &mut Config, policy: &str, dead_letter_topic: Option<&str>) {
+    for side in ["key", "value"] {
+        c.insert(
+            format!("{side}.converter"),
+            "org.apache.kafka.connect.json.JsonConverter".into(),
+        );
+        c.insert(format!("{side}.converter.schemas.enable"), "true".into());
+    }
+    c.insert(
+        "consumer.override.auto.offset.reset".into(),
+        "earliest".into(),
+    );
     c.insert("errors.log.enable".into(), "true".into());
     if policy == "continue" {
         c.insert("errors.tolerance".into(), "all".into());
@@ -435,19 +436,7 @@ pub fn jdbc(dest: &Connection, topics: &[String], o: &JdbcOptions) -> Config {
     set("delete.enabled", o.delete_enabled.to_string());
     set("collection.name.format", o.table_name_format.clone());
     set("schema.evolution", o.schema_evolution.clone());
-    set(
-        "key.converter",
-        "org.apache.kafka.connect.json.JsonConverter".into(),
-    );
-    set("key.converter.schemas.enable", "true".into());
-    set(
-        "value.converter",
-        "org.apache.kafka.connect.json.JsonConverter".into(),
-    );
-    set("value.converter.schemas.enable", "true".into());
-    // Its own consumer group (connect-<connector name>), from the earliest retained offsets.
-    set("consumer.override.auto.offset.reset", "earliest".into());
-    set_error_policy(&mut c, &o.error_policy, o.dead_letter_topic.as_deref());
+    set_sink_common(&mut c, &o.error_policy, o.dead_letter_topic.as_deref());
     c
 }
 

@@ -60,22 +60,6 @@ async fn maria_rows(url: &str, table: &str) -> Rows {
     }
 }
 
-async fn setup(api: &Api) -> (String, String) {
-    let s = stack();
-    let connect = point_connect_provider_at(api).await;
-    let (status, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
-    assert_eq!(status, 201);
-    (
-        kafka["id"].as_str().unwrap().to_string(),
-        connect["id"].as_str().unwrap().to_string(),
-    )
-}
-
 fn maria_dest(s: &Stack) -> Value {
     json!({"name": "maria dest", "provider": "MARIADB", "capabilities": ["DESTINATION"],
         "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": std::env::var("MARIADB_DEST_DB").unwrap(), "user": s.mariadb_user, "tls_mode": "disable"},
@@ -88,7 +72,7 @@ async fn postgres_to_mariadb_rows_converge_and_two_deliveries_each_get_every_rec
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = setup(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let schema = format!("dv_{tag}");
     let src_url = s.pg_url(&s.pg_source_db);
@@ -250,7 +234,7 @@ async fn mariadb_to_postgres_rows_converge_and_a_poison_record_fails_or_is_skipp
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = setup(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let table = format!("mv_{tag}_items");
     let src_url = s.mariadb_url(&s.mariadb_db);

@@ -547,6 +547,35 @@ pub async fn provider_lock() -> tokio::sync::MutexGuard<'static, ()> {
         .await
 }
 
+/// The stack's Kafka and Connect clusters registered in `api` (Connect's config provider pointed
+/// at it): (kafka cluster id, connect cluster id).
+pub async fn stack_clusters(api: &Api) -> (String, String) {
+    let s = stack();
+    let connect = point_connect_provider_at(api).await;
+    let (status, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            serde_json::json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
+    assert_eq!(status, 201, "{kafka}");
+    (
+        kafka["id"].as_str().unwrap().to_string(),
+        connect["id"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The alert of `kind` on `subject` in `state` (firing, resolved), if there is one.
+pub async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<serde_json::Value> {
+    let (_, list) = api.get("/api/v1/alerts").await;
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state)
+        .cloned()
+}
+
 /// Points the stack's Connect config provider at `api`'s ClueCDC: registers the stack's
 /// Connect cluster there and writes the provider file with its token.
 pub async fn point_connect_provider_at(api: &Api) -> serde_json::Value {

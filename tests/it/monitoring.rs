@@ -48,16 +48,6 @@ async fn receiver() -> (String, Arc<Mutex<Vec<(bool, Value)>>>) {
     (format!("http://{addr}/hook"), got)
 }
 
-async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Value> {
-    let (_, list) = api.get("/api/v1/alerts").await;
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state)
-        .cloned()
-}
-
 /// An app that reconciles, reads offsets and monitors every second, with the stack's Connect
 /// (its config provider pointed at this app) and Kafka registered.
 async fn monitored_stack() -> (Api, Value, Value) {

@@ -174,22 +174,6 @@ async fn all_delivered(
     .await
 }
 
-async fn setup(api: &Api) -> (String, String) {
-    let s = stack();
-    let connect = point_connect_provider_at(api).await;
-    let (status, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
-    assert_eq!(status, 201, "{kafka}");
-    (
-        kafka["id"].as_str().unwrap().to_string(),
-        connect["id"].as_str().unwrap().to_string(),
-    )
-}
-
 fn minio(s: &Stack, name: &str, endpoint: &str, prefix: &str) -> Value {
     json!({"name": name, "provider": "MINIO", "capabilities": ["DESTINATION"],
         "settings": {"bucket": s.s3_bucket, "region": s.s3_region, "endpoint": endpoint, "prefix": prefix, "path_style": true, "use_ssl": false},
@@ -255,7 +239,7 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = setup(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let root = format!("o{tag}/");
     let (a_prefix, b_prefix, c_prefix) = (
@@ -664,7 +648,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
         ("CLUECDC_OFFSETS_INTERVAL", "2s"),
         ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
     ]);
-    let (kafka, connect) = setup(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let root = format!("o{tag}/");
     // The sink reaches the object store through a proxy this test can take away: an outage for
@@ -797,7 +781,7 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             &s,
             &api,
             &kafka,
-            &[items.clone()],
+            std::slice::from_ref(&items),
             &root,
             Duration::from_secs(120),
         )
@@ -818,14 +802,4 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
         remove_prefix(&s, &root).await;
     })
     .await;
-}
-
-async fn alert(api: &Api, kind: &str, subject: &str, state: &str) -> Option<Value> {
-    let (_, list) = api.get("/api/v1/alerts").await;
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["kind"] == kind && a["subject"] == subject && a["state"] == state)
-        .cloned()
 }

@@ -86,23 +86,6 @@ fn count(events: &[Event], op: &str) -> usize {
     events.iter().filter(|e| e.op() == Some(op)).count()
 }
 
-/// The stack's clusters registered in `api`, with Connect's config provider pointed at it.
-async fn clusters(api: &Api) -> (String, String) {
-    let s = stack();
-    let connect = point_connect_provider_at(api).await;
-    let (status, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
-    assert_eq!(status, 201, "{kafka}");
-    (
-        kafka["id"].as_str().unwrap().to_string(),
-        connect["id"].as_str().unwrap().to_string(),
-    )
-}
-
 async fn pg_as_connector_user(s: &Stack) -> sqlx::PgConnection {
     sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
         .await
@@ -144,7 +127,7 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = clusters(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let schema = format!("pl_{tag}");
     let mut db = pg_as_connector_user(&s).await;
@@ -318,7 +301,7 @@ async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_wit
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = clusters(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let schema = format!("pa_{tag}");
     let mut db = pg_as_connector_user(&s).await;
@@ -409,7 +392,7 @@ async fn a_mariadb_pipeline_snapshots_then_streams_inserts_updates_and_deletes()
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = clusters(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let (t1, t2) = (format!("ml_{tag}_customers"), format!("ml_{tag}_lines"));
     let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
@@ -511,7 +494,7 @@ async fn a_config_the_plugin_refuses_is_refused_with_its_own_error_before_anythi
     let _c = connect_shared().await;
     let _p = provider_lock().await;
     let api = admin_api();
-    let (kafka, connect) = clusters(&api).await;
+    let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let schema = format!("pb_{tag}");
     let mut db = pg_as_connector_user(&s).await;
