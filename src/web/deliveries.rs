@@ -1,10 +1,12 @@
-//! Deliveries: `/api/v1/deliveries` and the list and detail pages.
+//! Deliveries: `/api/v1/deliveries` and the pages (list, create form for both kinds, detail
+//! with the newest objects of an object-storage delivery).
 
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Path, Query};
-use poem::{handler, Request, Response};
+use poem::{handler, Body, Request, Response};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiResult, PageResult};
@@ -12,7 +14,9 @@ use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::deliveries::{self, Delivery, DeliveryInput, Detail};
+use crate::deliveries::config::{JdbcOptions, ObjectStorageOptions};
+use crate::deliveries::{self, Delivery, DeliveryInput, Detail, Kind, Preview};
+use crate::error::{Error, FieldErrors};
 use crate::reconcile::plan::DesiredState;
 
 #[handler]
@@ -156,11 +160,43 @@ connector_actions! {
     api_restart, page_restart, "restart";
 }
 
+// ---- pages ----------------------------------------------------------------------------------
+
+/// A row of the deliveries list: the delivery with the names it points at and its connector.
+struct ListRow {
+    d: Delivery,
+    pipeline: Option<String>,
+    destination: Option<String>,
+    connector: Option<crate::connectors::ConnectorView>,
+}
+
 #[derive(Template)]
 #[template(path = "deliveries/index.html")]
 struct ListPage {
     layout: Layout,
-    items: Vec<Delivery>,
+    items: Vec<ListRow>,
+    can_create: bool,
+    /// For the empty state: what has to exist before a delivery can.
+    has_pipelines: bool,
+    has_destinations: bool,
+}
+
+/// Connections a delivery can write to.
+async fn destinations(
+    state: &AppState,
+    who: &Principal,
+) -> crate::error::Result<Vec<crate::connections::ConnectionView>> {
+    Ok(
+        crate::connections::list(&state.pool, &state.inner.secrets, who)
+            .await?
+            .into_iter()
+            .filter(|c| {
+                c.connection
+                    .capabilities
+                    .contains(&crate::connections::Capability::Destination)
+            })
+            .collect(),
+    )
 }
 
 #[handler]
@@ -169,12 +205,34 @@ pub async fn page_list(
     who: Data<&Principal>,
     jar: &CookieJar,
 ) -> PageResult<Response> {
-    let items = deliveries::list(&state.pool, &who).await?;
+    let pipelines = crate::pipelines::list(&state.pool, &who).await?;
+    let dests = destinations(&state, &who).await?;
+    let mut items = Vec::new();
+    for d in deliveries::list(&state.pool, &who).await? {
+        let connector = crate::connectors::get(&state.pool, &who, &d.connector_id)
+            .await
+            .ok();
+        items.push(ListRow {
+            pipeline: pipelines
+                .iter()
+                .find(|p| p.id == d.pipeline_id)
+                .map(|p| p.name.clone()),
+            destination: dests
+                .iter()
+                .find(|c| c.connection.id == d.destination_connection_id)
+                .map(|c| c.connection.name.clone()),
+            connector,
+            d,
+        });
+    }
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Deliveries", paths::DELIVERIES, &who, jar),
             items,
+            can_create: who.role >= Role::Operator,
+            has_pipelines: !pipelines.is_empty(),
+            has_destinations: !dests.is_empty(),
         },
     )
 }
@@ -185,6 +243,57 @@ struct DetailPage {
     layout: Layout,
     d: Detail,
     can_operate: bool,
+    pipeline: Option<crate::pipelines::Pipeline>,
+    /// Name and provider of the destination connection.
+    destination: Option<(String, &'static str)>,
+    /// Object storage: where the objects go, `s3://bucket/prefix`.
+    location: Option<String>,
+    /// The stored settings, as key and value.
+    options: Vec<(String, String)>,
+    statements: Vec<&'static str>,
+    /// Open alerts about this delivery.
+    alerts: Vec<crate::monitor::alerts::Alert>,
+    /// The pipeline writes heartbeats, and this delivery carries their topic (freshness).
+    heartbeat_on: bool,
+    heartbeat_delivered: bool,
+}
+
+impl DetailPage {
+    fn object_storage(&self) -> bool {
+        self.d.delivery.kind == Kind::ObjectStorage
+    }
+    fn desired(&self) -> &str {
+        self.d
+            .connector
+            .as_ref()
+            .map(|c| c.desired_state.as_str())
+            .unwrap_or("")
+    }
+    /// Wanted running but not running yet (just created, resumed or restarted).
+    fn starting(&self) -> bool {
+        self.d.connector.as_ref().is_some_and(|c| {
+            c.desired_state == "running" && matches!(c.phase.as_str(), "PENDING" | "UNASSIGNED")
+        })
+    }
+}
+
+/// A JSON settings object as (key, value) lines; unset values are left out.
+fn option_lines(options: &Value) -> Vec<(String, String)> {
+    options
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[handler]
@@ -195,12 +304,554 @@ pub async fn page_detail(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     let d = deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let pipeline = crate::pipelines::load(&state.pool, &d.delivery.pipeline_id)
+        .await
+        .ok();
+    let dest = crate::connections::load(&state.pool, &d.delivery.destination_connection_id)
+        .await
+        .ok();
+    let location = dest
+        .as_ref()
+        .and_then(|c| c.object_storage())
+        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
+    let mut heartbeat_delivered = false;
+    if let Some(p) = pipeline.as_ref().filter(|p| p.heartbeat) {
+        let tables: Vec<String> = p
+            .tables
+            .iter()
+            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
+            .collect();
+        heartbeat_delivered = deliveries::topics_of(&state.pool, p)
+            .await
+            .iter()
+            .any(|t| !tables.contains(t) && d.delivery.topics.contains(t));
+    }
+    let alerts = crate::monitor::alerts::list(&state.pool, &who, true)
+        .await?
+        .into_iter()
+        .filter(|a| a.subject == d.delivery.name)
+        .collect();
+    let pipeline_heartbeat = pipeline.as_ref().is_some_and(|p| p.heartbeat);
     page_with_status(
         StatusCode::OK,
         &DetailPage {
             layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
             can_operate: who.role >= Role::Operator,
+            pipeline,
+            destination: dest.map(|c| (c.name, c.provider.label())),
+            location,
+            options: option_lines(&d.delivery.options),
+            statements: match d.delivery.kind {
+                Kind::Database => vec![deliveries::SEMANTICS],
+                Kind::ObjectStorage => deliveries::OBJECT_STORAGE_STATEMENTS.to_vec(),
+            },
+            alerts,
+            heartbeat_on: pipeline_heartbeat,
+            heartbeat_delivered,
             d,
         },
     )
+}
+
+/// One listed object, ready to show.
+struct ObjectRow {
+    key: String,
+    size: String,
+    at: String,
+    ago: Option<String>,
+}
+
+/// The delivery page's "Newest objects" card, loaded after the page (listing can take a while).
+#[derive(Template)]
+#[template(path = "deliveries/objects_partial.html")]
+struct ObjectsPartial {
+    id: String,
+    rows: Vec<ObjectRow>,
+    prefixes: Vec<String>,
+    truncated: bool,
+    error: Option<String>,
+    /// When the listing was read (RFC 3339).
+    listed_at: String,
+}
+
+/// Objects shown on the delivery page.
+const NEWEST_SHOWN: usize = 20;
+
+fn size_text(bytes: i64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes.max(0) as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", units[i])
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
+}
+
+#[handler]
+pub async fn page_objects(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    // The fragment belongs in the delivery page, which loads it.
+    if !super::home::is_htmx(req) {
+        return Ok(redirect(req, &format!("/deliveries/{id}")));
+    }
+    let partial =
+        match deliveries::objects(&state.pool, &state.inner.secrets, &who, &id, NEWEST_SHOWN).await
+        {
+            Ok(list) => {
+                let now = chrono::Utc::now();
+                ObjectsPartial {
+                    rows: list
+                        .items
+                        .into_iter()
+                        .map(|o| ObjectRow {
+                            size: size_text(o.size),
+                            ago: crate::time::parse(&o.last_modified).map(|t| {
+                                let secs = (now - t).num_seconds().max(0) as u64;
+                                format!("{} ago", super::home::human_duration(secs))
+                            }),
+                            at: o.last_modified,
+                            key: o.key,
+                        })
+                        .collect(),
+                    prefixes: list.prefixes,
+                    truncated: list.truncated,
+                    error: None,
+                    listed_at: crate::time::format(now),
+                    id,
+                }
+            }
+            Err(e @ (Error::Forbidden { .. } | Error::NotFound(_) | Error::Unauthenticated)) => {
+                return Err(e.into())
+            }
+            Err(e) => ObjectsPartial {
+                id,
+                rows: vec![],
+                prefixes: vec![],
+                truncated: false,
+                error: Some(super::error::public_message(&e)),
+                listed_at: crate::time::now(),
+            },
+        };
+    // A listing that failed is part of the answer, not a failed request: htmx swaps it in.
+    page_with_status(StatusCode::OK, &partial)
+}
+
+/// The create form: one page for both kinds. Choosing the pipeline and the destination reloads
+/// it (the destination's provider decides the kind, and so the options shown); the rest is one
+/// form posted with `step=review` (the plugin's verdict and the destination test) or
+/// `step=create`.
+#[derive(Debug, Default, Clone)]
+pub struct Form {
+    pub name: String,
+    pub pipeline: String,
+    pub destination: String,
+    pub connect: String,
+    pub topics: Vec<String>,
+    pub insert_mode: String,
+    pub delete_enabled: bool,
+    pub table_name_format: String,
+    pub schema_evolution: String,
+    pub compression: String,
+    pub records_per_file: String,
+    pub tasks: String,
+    pub key_template: String,
+    pub error_policy: String,
+    pub dead_letter_topic: String,
+    pub step: String,
+}
+
+impl Form {
+    /// The domain's defaults, as a new form shows them.
+    fn defaults() -> Form {
+        let db = JdbcOptions::default();
+        let os = ObjectStorageOptions::default();
+        Form {
+            insert_mode: db.insert_mode,
+            delete_enabled: db.delete_enabled,
+            table_name_format: db.table_name_format,
+            schema_evolution: db.schema_evolution,
+            compression: os.compression,
+            records_per_file: os.records_per_file.to_string(),
+            tasks: os.tasks.to_string(),
+            key_template: os.key_template,
+            error_policy: os.error_policy,
+            ..Default::default()
+        }
+    }
+
+    fn parse(body: &[u8]) -> Form {
+        let mut f = Form::default();
+        for (k, v) in url::form_urlencoded::parse(body) {
+            let v = v.into_owned();
+            match k.as_ref() {
+                "name" => f.name = v,
+                "pipeline_id" => f.pipeline = v,
+                "destination_connection_id" => f.destination = v,
+                "connect_cluster_id" => f.connect = v,
+                "topics" => f.topics.push(v),
+                "insert_mode" => f.insert_mode = v,
+                // A checkbox: absent when unticked.
+                "delete_enabled" => f.delete_enabled = v == "true",
+                "table_name_format" => f.table_name_format = v,
+                "schema_evolution" => f.schema_evolution = v,
+                "compression" => f.compression = v,
+                "records_per_file" => f.records_per_file = v,
+                "tasks" => f.tasks = v,
+                "key_template" => f.key_template = v,
+                "error_policy" => f.error_policy = v,
+                "dead_letter_topic" => f.dead_letter_topic = v,
+                "step" => f.step = v,
+                _ => {}
+            }
+        }
+        f
+    }
+
+    /// The domain input: only the options of the destination's kind (the others are refused
+    /// by field), with numbers that do not parse reported under their field.
+    fn input(&self, kind: Option<Kind>) -> Result<DeliveryInput, FieldErrors> {
+        let opt = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+        let mut errors = FieldErrors::new();
+        let mut number = |field: &str, text: &str, example: &str| -> Option<u64> {
+            let text = text.trim().replace(['_', ' ', '\u{a0}'], "");
+            if text.is_empty() {
+                return None;
+            }
+            text.parse().ok().or_else(|| {
+                errors.insert(
+                    field.into(),
+                    format!("a whole number without unit, e.g. {example}"),
+                );
+                None
+            })
+        };
+        let mut input = DeliveryInput {
+            name: opt(&self.name),
+            pipeline_id: opt(&self.pipeline),
+            destination_connection_id: opt(&self.destination),
+            connect_cluster_id: opt(&self.connect),
+            topics: Some(self.topics.clone()),
+            error_policy: opt(&self.error_policy),
+            dead_letter_topic: opt(&self.dead_letter_topic),
+            ..Default::default()
+        };
+        match kind {
+            Some(Kind::Database) => {
+                input.insert_mode = opt(&self.insert_mode);
+                input.delete_enabled = Some(self.delete_enabled);
+                input.table_name_format = opt(&self.table_name_format);
+                input.schema_evolution = opt(&self.schema_evolution);
+            }
+            Some(Kind::ObjectStorage) => {
+                input.compression = opt(&self.compression);
+                input.records_per_file =
+                    number("records_per_file", &self.records_per_file, "10000");
+                input.tasks = number("tasks", &self.tasks, "1");
+                input.key_template = opt(&self.key_template);
+            }
+            None => {}
+        }
+        if errors.is_empty() {
+            Ok(input)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "deliveries/new.html")]
+struct NewPage {
+    layout: Layout,
+    pipelines: Vec<crate::pipelines::Pipeline>,
+    destinations: Vec<crate::connections::ConnectionView>,
+    connect: Vec<crate::clusters::ConnectCluster>,
+    form: Form,
+    /// From the chosen destination's provider.
+    kind: Option<Kind>,
+    /// The chosen pipeline's topics a delivery may read, and which of them is its heartbeat.
+    topics: Vec<String>,
+    heartbeat_topic: Option<String>,
+    /// Object storage: `s3://bucket/prefix` of the chosen connection.
+    location: Option<String>,
+    preview: Option<Preview>,
+    errors: FieldErrors,
+    /// A check that could not run (Connect or the destination unreachable): nothing was created.
+    problem: Option<String>,
+    max_records_per_file: u64,
+    max_tasks: u64,
+}
+
+impl NewPage {
+    fn database(&self) -> bool {
+        self.kind == Some(Kind::Database)
+    }
+    fn object_storage(&self) -> bool {
+        self.kind == Some(Kind::ObjectStorage)
+    }
+    fn max_records_text(&self) -> String {
+        let digits = self.max_records_per_file.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(' ');
+            }
+            out.push(c);
+        }
+        out
+    }
+    fn ticked(&self, topic: &str) -> bool {
+        self.form.topics.iter().any(|t| t == topic)
+    }
+    /// Field errors no field of the form shows (plugin refusals are listed apart).
+    fn other_errors(&self) -> Vec<(&String, &String)> {
+        const SHOWN: &[&str] = &[
+            "name",
+            "pipeline_id",
+            "destination_connection_id",
+            "connect_cluster_id",
+            "topics",
+            "insert_mode",
+            "delete_enabled",
+            "table_name_format",
+            "schema_evolution",
+            "compression",
+            "records_per_file",
+            "tasks",
+            "key_template",
+            "error_policy",
+            "dead_letter_topic",
+        ];
+        self.errors
+            .iter()
+            .filter(|(k, _)| !SHOWN.contains(&k.as_str()) && !k.starts_with("config."))
+            .collect()
+    }
+}
+
+/// Builds the page. `fresh`: a newly chosen pipeline, whose topics all start ticked and whose
+/// Connect cluster is the default.
+async fn new_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    mut form: Form,
+    fresh: bool,
+) -> Result<NewPage, Error> {
+    let pipelines = crate::pipelines::list(&state.pool, who).await?;
+    let destinations = destinations(state, who).await?;
+    let chosen = destinations
+        .iter()
+        .find(|c| c.connection.id == form.destination);
+    let kind = chosen.map(|c| Kind::of(c.connection.provider));
+    let location = chosen
+        .and_then(|c| c.connection.object_storage())
+        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
+    let (mut topics, mut heartbeat_topic) = (vec![], None);
+    if let Some(p) = pipelines.iter().find(|p| p.id == form.pipeline) {
+        topics = deliveries::topics_of(&state.pool, p).await;
+        let tables: Vec<String> = p
+            .tables
+            .iter()
+            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
+            .collect();
+        heartbeat_topic = topics.iter().find(|t| !tables.contains(t)).cloned();
+        if fresh {
+            form.topics = topics.clone();
+            if form.connect.is_empty() {
+                form.connect = p.connect_cluster_id.clone();
+            }
+        }
+    }
+    Ok(NewPage {
+        layout: Layout::new("Create delivery", paths::DELIVERIES, who, jar),
+        pipelines,
+        destinations,
+        connect: crate::clusters::list(&state.pool, who).await?,
+        form,
+        kind,
+        topics,
+        heartbeat_topic,
+        location,
+        preview: None,
+        errors: FieldErrors::new(),
+        problem: None,
+        max_records_per_file: deliveries::MAX_RECORDS_PER_FILE,
+        max_tasks: deliveries::MAX_TASKS,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct NewQuery {
+    /// From a pipeline's page.
+    pipeline: Option<String>,
+    /// From the form reloading itself.
+    pipeline_id: Option<String>,
+    destination_connection_id: Option<String>,
+    name: Option<String>,
+}
+
+#[handler]
+pub async fn page_new(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<NewQuery>,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "create deliveries")?;
+    let form = Form {
+        pipeline: q.pipeline_id.or(q.pipeline).unwrap_or_default(),
+        destination: q.destination_connection_id.unwrap_or_default(),
+        name: q.name.unwrap_or_default(),
+        ..Form::defaults()
+    };
+    page_with_status(
+        StatusCode::OK,
+        &new_page(&state, &who, jar, form, true).await?,
+    )
+}
+
+/// `step=review` previews (destination test and plugin validation); `step=create` creates.
+#[handler]
+pub async fn page_submit(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    body: Body,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "create deliveries")?;
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
+    let form = Form::parse(&bytes);
+    let mut page = new_page(&state, &who, jar, form, false).await?;
+    let input = match page.form.input(page.kind) {
+        Ok(input) => input,
+        Err(fields) => {
+            page.errors = fields;
+            return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
+        }
+    };
+    let outcome = if page.form.step == "create" {
+        match deliveries::create(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &input,
+        )
+        .await
+        {
+            Ok(d) => {
+                set_flash(
+                    jar,
+                    &format!(
+                        "Delivery {} created: its sink connector is being deployed and starts from the earliest retained offsets.",
+                        d.name
+                    ),
+                );
+                return Ok(redirect(req, &format!("/deliveries/{}", d.id)));
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        deliveries::preview(&state.pool, &state.inner.secrets, &who, &input)
+            .await
+            .map(|p| page.preview = Some(p))
+    };
+    match outcome {
+        Ok(()) => page_with_status(StatusCode::OK, &page),
+        Err(Error::Invalid { fields, .. }) => {
+            page.errors = fields;
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
+        }
+        Err(Error::Conflict(m)) => {
+            page.errors = [("name".to_string(), m)].into();
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            // htmx swaps in 2xx and 422 answers only; a plain form post gets the real status.
+            let status = if super::home::is_htmx(req) {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            page_with_status(status, &page)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted(body: &str) -> Form {
+        Form::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn the_form_sends_only_the_options_of_the_destinations_kind() {
+        let f = posted("name=lake&pipeline_id=pl_1&destination_connection_id=cx_1&topics=a&topics=b&insert_mode=upsert&table_name_format=x&compression=none&records_per_file=500&tasks=2&key_template=%7B%7Btopic%7D%7D&error_policy=fail");
+        let os = f.input(Some(Kind::ObjectStorage)).unwrap();
+        assert_eq!(os.topics, Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(os.compression.as_deref(), Some("none"));
+        assert_eq!(os.records_per_file, Some(500));
+        assert_eq!(os.tasks, Some(2));
+        assert_eq!(os.key_template.as_deref(), Some("{{topic}}"));
+        assert!(os.insert_mode.is_none() && os.table_name_format.is_none());
+        assert!(os.delete_enabled.is_none());
+        let db = f.input(Some(Kind::Database)).unwrap();
+        assert_eq!(db.table_name_format.as_deref(), Some("x"));
+        assert_eq!(
+            db.delete_enabled,
+            Some(false),
+            "an unticked box means no deletes"
+        );
+        assert!(db.compression.is_none() && db.key_template.is_none() && db.tasks.is_none());
+        assert!(
+            db.flush_interval_ms.is_none(),
+            "never sent: the sink has no such setting"
+        );
+    }
+
+    #[test]
+    fn no_ticked_topic_is_sent_as_an_empty_choice_not_as_all_topics() {
+        let input = posted("name=x").input(None).unwrap();
+        assert_eq!(input.topics, Some(vec![]));
+    }
+
+    #[test]
+    fn numbers_that_do_not_parse_are_refused_under_their_field() {
+        let errors = posted("records_per_file=lots&tasks=-1")
+            .input(Some(Kind::ObjectStorage))
+            .unwrap_err();
+        assert!(errors["records_per_file"].contains("whole number"));
+        assert!(errors.contains_key("tasks"));
+        let ok = posted("records_per_file=10%20000&tasks=")
+            .input(Some(Kind::ObjectStorage))
+            .unwrap();
+        assert_eq!(ok.records_per_file, Some(10_000), "digit groups are fine");
+        assert_eq!(ok.tasks, None, "empty: the default");
+    }
+
+    #[test]
+    fn sizes_carry_a_unit() {
+        assert_eq!(size_text(0), "0 bytes");
+        assert_eq!(size_text(396), "396 bytes");
+        assert_eq!(size_text(2048), "2.0 KiB");
+        assert_eq!(size_text(5 * 1024 * 1024 + 1), "5.0 MiB");
+    }
 }

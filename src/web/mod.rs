@@ -456,10 +456,31 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/deliveries/new",
+            Operator,
+            "create delivery form (database or object storage)",
+            deliveries::page_new,
+        ),
+        r(
+            M::POST,
+            DELIVERIES,
+            Operator,
+            "review or create a delivery (step=review|create)",
+            deliveries::page_submit,
+        ),
+        r(
+            M::GET,
             "/deliveries/:id",
             Viewer,
             "delivery page with lag",
             deliveries::page_detail,
+        ),
+        r(
+            M::GET,
+            "/deliveries/:id/objects",
+            Viewer,
+            "an object-storage delivery's newest objects (fragment of its page)",
+            deliveries::page_objects,
         ),
         r(
             M::POST,

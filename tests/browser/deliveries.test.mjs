@@ -1,0 +1,258 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
+
+const env = process.env;
+const pid = process.pid;
+const schema = `bwd_${pid}`;
+const prefix = `bwd-${pid}`;
+const slot = `bwd_${pid}`;
+// The bucket is shared by every run: a prefix of this run's own, removed afterwards.
+const objectPrefix = `bw-${pid}-${Date.now().toString(36)}/`;
+const destTable = (t) => `bw_${pid}_${t}`;
+const lakeName = `bw${pid} lake`;
+const replicaName = `bw${pid} replica`;
+const connectorOf = (name) => `cluecdc-deliver-${name.toLowerCase().replace(/[^a-z0-9]/g, '-')}`;
+let app, browser, token, pipeline, lake, replica;
+
+function psql(db, sql) {
+  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', db, '-tA', '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(out.stderr);
+  return out.stdout.trim();
+}
+const source = (sql) => psql(env.PG_SOURCE_DB, sql);
+const dest = (sql) => psql(env.PG_DEST_DB, sql);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+before(async () => {
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '5s' } });
+  createUser(app, 'ada', 'admin');
+  createUser(app, 'otto', 'operator');
+  createUser(app, 'vera', 'viewer');
+  token = createToken(app, 'ada');
+  browser = await launchBrowser();
+  source(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total int); CREATE TABLE ${schema}.customers (id int PRIMARY KEY, name text); INSERT INTO ${schema}.orders VALUES (1, 9), (2, 12); INSERT INTO ${schema}.customers VALUES (1, 'Ada');`);
+
+  // What other pages cover comes from the API: clusters, connections and the pipeline.
+  const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
+  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
+  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
+  const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
+    name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
+    settings: { host: env.PG_HOST, port: Number(env.PG_PORT), database: env.PG_SOURCE_DB, user: env.PG_USER, tls_mode: 'disable', slot_name: slot, publication_name: slot },
+    secrets: { password: env.PG_PASSWORD },
+  });
+  assert.equal(s1, 201, JSON.stringify(src));
+  const [s2, minio] = await api(app, token, 'POST', '/api/v1/connections', {
+    name: 'lake', provider: 'MINIO', capabilities: ['DESTINATION'],
+    settings: { bucket: env.S3_BUCKET, region: env.S3_REGION, endpoint: env.S3_ENDPOINT, prefix: objectPrefix, path_style: true, use_ssl: false },
+    secrets: { access_key_id: env.S3_ACCESS_KEY, secret_access_key: env.S3_SECRET_KEY },
+  });
+  assert.equal(s2, 201, JSON.stringify(minio));
+  lake = minio;
+  const [s3, pg] = await api(app, token, 'POST', '/api/v1/connections', {
+    name: 'replica db', provider: 'POSTGRESQL', capabilities: ['DESTINATION'],
+    settings: { host: env.PG_HOST, port: Number(env.PG_PORT), database: env.PG_DEST_DB, user: env.PG_USER, tls_mode: 'disable' },
+    secrets: { password: env.PG_PASSWORD },
+  });
+  assert.equal(s3, 201, JSON.stringify(pg));
+  replica = pg;
+  const [s4, p] = await api(app, token, 'POST', '/api/v1/pipelines', {
+    name: 'shop', source_connection_id: src.id, kafka_cluster_id: kafka.id, connect_cluster_id: connect.id,
+    tables: [`${schema}.orders`, `${schema}.customers`], topic_prefix: prefix,
+  });
+  assert.equal(s4, 201, JSON.stringify(p));
+  pipeline = p;
+});
+
+after(async () => {
+  await browser?.close();
+  await app?.stop();
+  for (const name of [`cluecdc-capture-${prefix}`, connectorOf(lakeName), connectorOf(replicaName)]) {
+    await fetch(`${env.CONNECT_URL}/connectors/${name}`, { method: 'DELETE' }).catch(() => {});
+  }
+  // The slot can be dropped once the deleted connector's task has let go of it; a slot left
+  // behind would keep WAL on the shared fixture server for good.
+  for (let i = 0; i < 60; i++) {
+    try {
+      source(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '${slot}' AND NOT active`);
+      if (source(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '${slot}'`) === '0') break;
+    } catch { /* retried */ }
+    await sleep(500);
+  }
+  try { source(`DROP PUBLICATION IF EXISTS ${slot}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`); } catch (e) { console.error(e.message); }
+  try { dest(`DROP TABLE IF EXISTS ${destTable('orders')}, ${destTable('customers')};`); } catch (e) { console.error(e.message); }
+  if (env.S3_DATA_DIR) rmSync(join(env.S3_DATA_DIR, env.S3_BUCKET, objectPrefix.replace(/\/$/, '')), { recursive: true, force: true });
+});
+
+/** Elements that stick out of the viewport sideways (tables scroll inside their wrapper). */
+function tooWide(page) {
+  return page.evaluate(() => {
+    const width = document.documentElement.clientWidth;
+    return [...document.querySelectorAll('body *')]
+      .filter((e) => !e.closest('.table-wrap') && (e.getBoundingClientRect().right > width + 1 || e.getBoundingClientRect().left + e.scrollWidth > width + 1))
+      .map((e) => `${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}.${[...e.classList].join('.')}: ${Math.round(e.getBoundingClientRect().left + e.scrollWidth)}px`)
+      .slice(0, 10)
+      .concat(document.documentElement.scrollWidth > width ? [`page ${document.documentElement.scrollWidth}px`] : []);
+  });
+}
+
+/** Deliveries → Create delivery, with the pipeline and a destination chosen. */
+async function openForm(page, destinationId) {
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  await page.getByRole('link', { name: 'Create delivery' }).click();
+  await page.getByLabel('1. Pipeline').selectOption(pipeline.id);
+  await page.waitForURL(/pipeline_id=pl_/);
+  await page.getByLabel('2. Destination').selectOption(destinationId);
+  await page.waitForURL(new RegExp(`destination_connection_id=${destinationId}`));
+  await page.getByLabel('Delivery name').waitFor();
+}
+
+test('an operator creates an object-storage delivery: a bad key template is refused inline, the review shows the plugin and an example key, and the newest objects appear', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  assert.match(await page.locator('main').innerText(), /No deliveries yet\.\s+Create the first one: choose a pipeline and a destination, review, create\./, 'the empty state says what to do next');
+  await openForm(page, lake.id);
+  assert.equal(await page.getByRole('group', { name: '4. Object-storage options' }).count(), 1, 'the options follow the destination');
+  assert.equal(await page.getByLabel('Table name format').count(), 0, 'no database options for object storage');
+  for (const t of ['orders', 'customers']) {
+    assert.equal(await page.getByLabel(`${prefix}.${schema}.${t}`).isChecked(), true, 'every topic of the pipeline starts ticked');
+  }
+  assert.equal(await page.getByLabel('Records per file').inputValue(), '10000');
+  assert.equal(await page.getByLabel('Tasks').inputValue(), '1');
+  assert.match(await page.getByLabel('Key template').inputValue(), /^\{\{topic\}\}\/year=.*\{\{start_offset:padding=true\}\}$/, 'prefilled with the default');
+  assert.match(await page.locator('main').innerText(), /offset\.flush\.interval\.ms/, 'the flushing explanation sits beside the options');
+  await screenshot(page, 'deliveries-new');
+
+  // A key template without the start offset: refused under its field, nothing created.
+  await page.getByLabel('Delivery name').fill(lakeName);
+  await page.getByLabel('Key template').fill('{{topic}}/{{topic}}-{{partition}}');
+  await page.getByRole('button', { name: 'Review', exact: true }).click();
+  await page.locator('#key-template-error').waitFor({ timeout: 30_000 });
+  assert.match(await page.locator('#key-template-error').innerText(), /start_offset/);
+  assert.equal(await page.getByLabel('Key template').getAttribute('aria-invalid'), 'true');
+  assert.equal(await page.getByLabel('Delivery name').inputValue(), lakeName, 'what was typed stays');
+  assert.equal(await page.getByRole('button', { name: 'Create delivery' }).count(), 0);
+  await page.getByLabel('Key template').scrollIntoViewIfNeeded();
+  await screenshot(page, 'delivery-key-template-error');
+  const [, none] = await api(app, token, 'GET', '/api/v1/deliveries');
+  assert.deepEqual(none.items, [], 'nothing was created');
+
+  // Fixed: the review shows the plugin with its version, the checks, the config and a key.
+  await page.getByLabel('Key template').fill('cdc/{{topic}}/{{topic}}-{{partition:padding=true}}-{{start_offset:padding=true}}');
+  await page.getByRole('button', { name: 'Review', exact: true }).click();
+  await page.getByText('Ready: the destination passed its test').waitFor({ timeout: 60_000 });
+  const review = await page.locator('#review').innerText();
+  const version = env.AIVEN_S3_PLUGIN_VERSION && env.AIVEN_S3_PLUGIN_VERSION !== 'none' ? env.AIVEN_S3_PLUGIN_VERSION.replace(/\./g, '\\.') : '\\d+\\.\\d+\\.\\d+';
+  assert.match(review, new RegExp(`AivenKafkaConnectS3SinkConnector version ${version}`));
+  assert.match(await page.locator('#example-key').innerText(), new RegExp(`^${objectPrefix}cdc/${prefix}\\.${schema}\\.(orders|customers)/${prefix}\\.${schema}\\.(orders|customers)-0+-0+\\.jsonl\\.gz$`));
+  assert.match(review, /At least once/);
+  assert.match(review, /\$\{cluecdc:sec_[0-9a-f]+:secret_access_key\}/, 'the secret appears only as a reference');
+  assert.ok(!review.includes(env.S3_SECRET_KEY));
+  await screenshot(page, 'delivery-review');
+
+  await page.getByRole('button', { name: 'Create delivery' }).click();
+  await page.waitForURL(/\/deliveries\/dl_[0-9a-f]+$/);
+  assert.match(await page.locator('main').innerText(), new RegExp(`Delivery ${lakeName} created`));
+  await page.locator('#delivery-status .state-running').first().waitFor({ timeout: 90_000 });
+  assert.equal(await page.getByRole('button', { name: 'Pause' }).count(), 1);
+  assert.equal(await page.getByRole('button', { name: 'Resume' }).count(), 0, 'resume only when paused');
+
+  // Changes in the source land in objects; the card lists them once the worker has flushed.
+  source(`INSERT INTO ${schema}.orders VALUES (3, 30); UPDATE ${schema}.orders SET total = 10 WHERE id = 1; DELETE FROM ${schema}.customers WHERE id = 1;`);
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    await page.locator('#objects table, #objects .hint, #objects .flash-error').first().waitFor({ timeout: 30_000 });
+    if (await page.locator('#objects table').count() > 0) break;
+    assert.equal(await page.locator('#objects .flash-error').count(), 0, await page.locator('#objects').innerText());
+    assert.ok(Date.now() < deadline, 'objects within 2 min: ' + await page.locator('#objects').innerText());
+    await sleep(3000);
+    await page.reload();
+  }
+  const objects = await page.locator('#objects').innerText();
+  assert.match(objects, new RegExp(`${objectPrefix}cdc/${prefix}\\.${schema}\\.(orders|customers)/\\S+\\.jsonl\\.gz`));
+  assert.match(objects, /\d+(\.\d)? (bytes|KiB)/, 'sizes carry a unit');
+  assert.match(objects, /\d+ (s|min)( \d+ s)? ago/);
+  assert.match(objects, new RegExp(`Listed at \\S+ under ${objectPrefix}cdc/`));
+  assert.match(await page.locator('main').innerText(), /Deduplicate by topic, partition and offset/);
+  await screenshot(page, 'delivery-objects');
+  // Readable on a phone: nothing wider than the screen but the tables, which scroll in place.
+  await page.setViewportSize({ width: 320, height: 800 });
+  assert.deepEqual(await tooWide(page), [], 'no sideways scrolling at 320 px');
+  await screenshot(page, 'delivery-objects-320');
+  await page.setViewportSize({ width: 1280, height: 900 });
+
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  assert.match(await page.locator(`tr:has-text("${lakeName}")`).innerText(), /object storage/);
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
+test('an operator creates a database delivery from the browser; pause and resume follow its state', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  // From the pipeline's page this time: the pipeline comes preselected.
+  await page.goto(`${app.url}/pipelines/${pipeline.id}`);
+  await page.getByRole('link', { name: 'Create delivery' }).click();
+  assert.equal(await page.getByLabel('1. Pipeline').inputValue(), pipeline.id);
+  await page.getByLabel('2. Destination').selectOption(replica.id);
+  await page.getByLabel('Table name format').waitFor();
+  assert.equal(await page.getByLabel('Key template').count(), 0, 'no object-storage options for a database');
+  assert.equal(await page.getByLabel('Apply deletes').isChecked(), true);
+  await page.getByLabel('Delivery name').fill(replicaName);
+  await page.getByLabel('Table name format').fill(`bw_${pid}_\${source.table}`);
+  await page.getByRole('button', { name: 'Review', exact: true }).click();
+  await page.getByText('Ready: the destination passed its test').waitFor({ timeout: 60_000 });
+  assert.match(await page.locator('#review').innerText(), /JdbcSinkConnector version \d+\.\d+/);
+  await page.setViewportSize({ width: 320, height: 800 });
+  assert.deepEqual(await tooWide(page), [], 'no sideways scrolling at 320 px');
+  await screenshot(page, 'deliveries-new-320');
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.getByRole('button', { name: 'Create delivery' }).click();
+  await page.waitForURL(/\/deliveries\/dl_[0-9a-f]+$/);
+  await page.locator('#delivery-status .state-running').first().waitFor({ timeout: 90_000 });
+
+  // The rows arrive in the destination (upserted by key, the delete applied).
+  const deadline = Date.now() + 90_000;
+  let rows = '';
+  while (Date.now() < deadline) {
+    try { rows = dest(`SELECT string_agg(id || ':' || total, ',' ORDER BY id) FROM ${destTable('orders')}`); } catch { rows = ''; }
+    if (rows === '1:10,2:12,3:30') break;
+    await sleep(2000);
+  }
+  assert.equal(rows, '1:10,2:12,3:30');
+  await page.reload();
+  await screenshot(page, 'delivery-database');
+
+  await page.getByRole('button', { name: 'Pause' }).click();
+  await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: 30_000 });
+  assert.equal(await page.getByRole('button', { name: 'Pause' }).count(), 0, 'pause only while running');
+  await page.locator('#delivery-status .state-paused').first().waitFor({ timeout: 60_000 });
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await page.locator('#delivery-status .state-running').first().waitFor({ timeout: 60_000 });
+
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  assert.match(await page.locator(`tr:has-text("${replicaName}")`).innerText(), /database/);
+  await screenshot(page, 'deliveries-list');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
+test('a viewer sees deliveries but no create or state controls, and the form refuses them', async () => {
+  const page = await browser.newPage();
+  await signIn(page, app, 'vera');
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  assert.equal(await page.getByRole('link', { name: 'Create delivery' }).count(), 0);
+  await page.getByRole('link', { name: lakeName }).click();
+  assert.equal(await page.getByRole('button', { name: /Pause|Resume|Restart/ }).count(), 0);
+  await page.goto(`${app.url}/pipelines/${pipeline.id}`);
+  assert.equal(await page.getByRole('link', { name: 'Create delivery' }).count(), 0);
+  const res = await page.goto(app.url + '/deliveries/new');
+  assert.equal(res.status(), 403);
+  assert.match(await page.locator('main').innerText(), /your role \(viewer\) cannot create deliveries/);
+});
