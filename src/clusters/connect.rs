@@ -248,7 +248,7 @@ pub async fn update(
     if managed_by == "strimzi" && cur.managed_by != "strimzi" {
         let managed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ? AND desired_state != 'deleted'").bind(id).fetch_one(pool).await?;
         if managed > 0 {
-            return Err(Error::field("managed_by", format!("ClueCDC manages {managed} connector(s) on this cluster; delete them (or their pipelines and deliveries) before handing it to Strimzi")));
+            return Err(Error::field("managed_by", format!("ClueCDC manages {managed} connector{} on this cluster; delete {} (or {} pipelines and deliveries) before handing it to Strimzi", if managed == 1 { "" } else { "s" }, if managed == 1 { "it" } else { "them" }, if managed == 1 { "its" } else { "their" })));
         }
     }
     let user = merged
@@ -346,13 +346,23 @@ pub async fn rotate_provider_token(
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
-    let used: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ?")
-            .bind(id)
-            .fetch_one(pool)
-            .await?;
-    if used > 0 {
-        return Err(Error::Conflict(format!("Connect cluster {} still has {used} connector(s) managed by ClueCDC; delete them first", cluster.name)));
+    let used: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM connectors WHERE connect_cluster_id = ? ORDER BY name",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    if !used.is_empty() {
+        let (what, them) = if used.len() == 1 {
+            ("connector", "it (or its pipeline or delivery)")
+        } else {
+            ("connectors", "them (or their pipelines and deliveries)")
+        };
+        return Err(Error::Conflict(format!(
+            "Connect cluster {} is used by ClueCDC's {what} {}; delete {them} first",
+            cluster.name,
+            used.join(", ")
+        )));
     }
     let mut tx = pool.begin().await?;
     audit::record(

@@ -318,9 +318,11 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
             .await?;
     if !users.is_empty() {
         return Err(Error::Conflict(format!(
-            "Kafka cluster {} is used by Connect cluster(s) {}; change or delete those first",
+            "Kafka cluster {} is used by Connect cluster{} {}; change or forget {} first",
             c.name,
-            users.join(", ")
+            if users.len() == 1 { "" } else { "s" },
+            users.join(", "),
+            if users.len() == 1 { "it" } else { "them" }
         )));
     }
     let mut tx = pool.begin().await?;
@@ -487,8 +489,9 @@ pub async fn create_topic(
         return Err(Error::field(
             "replication_factor",
             format!(
-                "the cluster has {} broker(s); the replication factor cannot exceed that",
-                health.brokers.len()
+                "the cluster has {} broker{}; the replication factor cannot exceed that",
+                health.brokers.len(),
+                if health.brokers.len() == 1 { "" } else { "s" }
             ),
         ));
     }

@@ -271,7 +271,7 @@ pub fn validate_name(name: &str) -> std::result::Result<(), String> {
 }
 
 /// Keys whose values must be `${…}` references, never plain text.
-fn looks_secret(key: &str) -> bool {
+pub fn looks_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     [
         "password",
@@ -387,6 +387,34 @@ pub async fn create(
     tx.commit().await?;
     changed(pool, wake).await?;
     load(pool, &id).await
+}
+
+/// The connector plugin's verdict on a config written by hand, before it is stored (the same
+/// `PUT /connector-plugins/{class}/config/validate` the pipeline and delivery previews use):
+/// errors by `config.<key>`, empty when the plugin accepts it. Stores nothing.
+pub async fn check_with_plugin(
+    pool: &SqlitePool,
+    store: &crate::secrets::store::SecretStore,
+    who: &Principal,
+    cluster_id: &str,
+    name: &str,
+    config: &BTreeMap<String, String>,
+) -> Result<FieldErrors> {
+    who.require(Role::Admin, "add connectors by hand")?;
+    let cluster = crate::clusters::get(pool, who, cluster_id).await?;
+    let class = config.get("connector.class").cloned().unwrap_or_default();
+    let client = crate::clusters::connect::client_for(store, &cluster).await?;
+    let mut with_name = config.clone();
+    with_name.insert("name".into(), name.into());
+    crate::secrets::resolve::grant_for_validation(pool, &cluster.id, config).await?;
+    let errors = client
+        .validate(&class, &with_name)
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
+    Ok(errors
+        .into_iter()
+        .map(|(k, v)| (format!("config.{k}"), v.join("; ")))
+        .collect())
 }
 
 /// Pause, resume, stop or delete: recorded as the desired state; the reconciler acts.

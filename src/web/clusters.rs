@@ -1,17 +1,24 @@
 //! Connect clusters (`/api/v1/connect-clusters`) and the internal endpoint the Connect config
-//! provider calls, authenticated by the cluster's provider token.
+//! provider calls, authenticated by the cluster's provider token; the pages that edit and
+//! forget Kafka and Connect clusters and issue a new provider token.
 
+use askama::Template;
 use poem::http::{header, StatusCode};
-use poem::web::{Data, Json, Path};
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Form, Json, Path};
 use poem::{handler, Endpoint, IntoResponse, Middleware, Request, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{ApiError, ApiResult};
+use super::connectors::{clusters_page, set, ClusterForms, ConnectForm, KafkaForm};
+use super::error::{ApiError, ApiResult, PageResult};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
+use super::paths;
 use crate::app::AppState;
-use crate::auth::Principal;
+use crate::auth::{Principal, Role};
+use crate::clusters::kafka::{self, KafkaCluster, KafkaClusterInput};
 use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity};
-use crate::error::Error;
+use crate::error::{Error, FieldErrors};
 
 #[handler]
 pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
@@ -76,6 +83,395 @@ pub async fn api_provider_token(
         .header("cache-control", "no-store")
         .content_type("application/json")
         .body(json!(rotated).to_string()))
+}
+
+// ---- pages: edit and forget clusters, a new provider token ---------------------------------
+
+/// A form value as a patch field: only what differs from the stored value is sent, so the
+/// audit record names what really changed.
+fn changed(value: &str, current: Option<&str>) -> Option<String> {
+    let v = value.trim();
+    (v != current.unwrap_or("").trim()).then(|| v.to_string())
+}
+
+/// "set" or "not set", for a write-only field on an edit form.
+async fn stored(
+    state: &AppState,
+    secret_ref: Option<&str>,
+    field: &str,
+) -> PageResult<&'static str> {
+    let set = match secret_ref {
+        Some(r) => state
+            .inner
+            .secrets
+            .fields_set(r)
+            .await
+            .map_err(Error::Unexpected)?
+            .iter()
+            .any(|f| f == field),
+        None => false,
+    };
+    Ok(if set { "set" } else { "not set" })
+}
+
+/// A refusal to show under the fields: field errors as they are, a taken name under `name`.
+fn refusal(e: Error) -> Result<FieldErrors, Error> {
+    match e {
+        Error::Invalid { fields, .. } => Ok(fields),
+        Error::Conflict(m) => Ok([("name".to_string(), m)].into()),
+        e => Err(e),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "connectors/kafka_edit.html")]
+struct KafkaEditPage {
+    layout: Layout,
+    k: KafkaCluster,
+    form: KafkaForm,
+    errors: FieldErrors,
+    password_state: &'static str,
+}
+
+async fn kafka_edit_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    form: Option<KafkaForm>,
+    errors: FieldErrors,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "manage clusters")?;
+    let k = kafka::get(&state.pool, who, id).await?;
+    let form = form.unwrap_or_else(|| KafkaForm {
+        name: k.name.clone(),
+        bootstrap_servers: k.bootstrap_servers.clone(),
+        security_protocol: k.security_protocol.clone(),
+        sasl_mechanism: k.sasl_mechanism.clone().unwrap_or_default(),
+        sasl_username: k.sasl_username.clone().unwrap_or_default(),
+        sasl_password: String::new(),
+        tls_ca_certificate: k.tls_ca_certificate.clone().unwrap_or_default(),
+    });
+    let status = if errors.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    page_with_status(
+        status,
+        &KafkaEditPage {
+            layout: Layout::new(format!("Edit {}", k.name), paths::CLUSTERS, who, jar),
+            password_state: stored(state, Some(&k.secret_ref), "sasl_password").await?,
+            k,
+            form,
+            errors,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_kafka_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    kafka_edit_page(&state, &who, jar, &id, None, FieldErrors::new()).await
+}
+
+/// Saves the Kafka form through the same `kafka::update` as `PATCH /api/v1/kafka-clusters/{id}`;
+/// an empty password keeps the stored one.
+#[handler]
+pub async fn page_kafka_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Form(form): Form<KafkaForm>,
+) -> PageResult<Response> {
+    // The role first: a viewer learns nothing, not even whether the cluster exists.
+    who.require(Role::Admin, "manage clusters")?;
+    let cur = kafka::get(&state.pool, &who, &id).await?;
+    let patch = KafkaClusterInput {
+        name: changed(&form.name, Some(&cur.name)),
+        bootstrap_servers: changed(&form.bootstrap_servers, Some(&cur.bootstrap_servers)),
+        security_protocol: changed(&form.security_protocol, Some(&cur.security_protocol)),
+        sasl_mechanism: changed(&form.sasl_mechanism, cur.sasl_mechanism.as_deref()),
+        // Empty means "keep" for these two: the API has no way to clear them either.
+        sasl_username: set(&form.sasl_username)
+            .and_then(|u| changed(&u, cur.sasl_username.as_deref())),
+        tls_ca_certificate: set(&form.tls_ca_certificate)
+            .and_then(|c| changed(&c, cur.tls_ca_certificate.as_deref())),
+        sasl_password: set(&form.sasl_password).map(crate::secrets::Secret::new),
+    };
+    match kafka::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {
+        Ok(k) => {
+            set_flash(jar, &format!("Kafka cluster {} saved.", k.name));
+            Ok(redirect(req, paths::CLUSTERS))
+        }
+        Err(e) => {
+            let errors = refusal(e)?;
+            let kept = KafkaForm {
+                sasl_password: String::new(),
+                ..form
+            };
+            kafka_edit_page(&state, &who, jar, &id, Some(kept), errors).await
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "connectors/connect_edit.html")]
+struct ConnectEditPage {
+    layout: Layout,
+    c: ConnectCluster,
+    kafka: Vec<KafkaCluster>,
+    form: ConnectForm,
+    errors: FieldErrors,
+    password_state: &'static str,
+}
+
+async fn connect_edit_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    form: Option<ConnectForm>,
+    errors: FieldErrors,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "manage clusters")?;
+    let c = clusters::get(&state.pool, who, id).await?;
+    let form = form.unwrap_or_else(|| ConnectForm {
+        name: c.name.clone(),
+        url: c.url.clone(),
+        kafka_cluster_id: c.kafka_cluster_id.clone().unwrap_or_default(),
+        managed_by: c.managed_by.clone(),
+        basic_auth_user: c.basic_auth_user.clone().unwrap_or_default(),
+        basic_auth_password: String::new(),
+    });
+    let status = if errors.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    page_with_status(
+        status,
+        &ConnectEditPage {
+            layout: Layout::new(format!("Edit {}", c.name), paths::CLUSTERS, who, jar),
+            kafka: kafka::list(&state.pool, who).await?,
+            password_state: stored(state, c.secret_ref.as_deref(), "basic_auth_password").await?,
+            c,
+            form,
+            errors,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_connect_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    connect_edit_page(&state, &who, jar, &id, None, FieldErrors::new()).await
+}
+
+/// Saves the Connect form through the same `clusters::update` as
+/// `PATCH /api/v1/connect-clusters/{id}`; an empty password keeps the stored one, an empty
+/// user turns basic auth off.
+#[handler]
+pub async fn page_connect_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Form(form): Form<ConnectForm>,
+) -> PageResult<Response> {
+    // The role first: a viewer learns nothing, not even whether the cluster exists.
+    who.require(Role::Admin, "manage clusters")?;
+    let cur = clusters::get(&state.pool, &who, &id).await?;
+    let patch = ConnectClusterInput {
+        name: changed(&form.name, Some(&cur.name)),
+        url: changed(&form.url, Some(&cur.url)),
+        kafka_cluster_id: set(&form.kafka_cluster_id)
+            .and_then(|k| changed(&k, cur.kafka_cluster_id.as_deref())),
+        managed_by: changed(&form.managed_by, Some(&cur.managed_by)),
+        basic_auth_user: changed(&form.basic_auth_user, cur.basic_auth_user.as_deref()),
+        basic_auth_password: set(&form.basic_auth_password).map(crate::secrets::Secret::new),
+    };
+    match clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {
+        Ok(c) => {
+            set_flash(jar, &format!("Connect cluster {} saved.", c.name));
+            Ok(redirect(req, paths::CLUSTERS))
+        }
+        Err(e) => {
+            let errors = refusal(e)?;
+            let kept = ConnectForm {
+                basic_auth_password: String::new(),
+                ..form
+            };
+            connect_edit_page(&state, &who, jar, &id, Some(kept), errors).await
+        }
+    }
+}
+
+/// Issues a new provider token (the same `rotate_provider_token` as the API) and shows it on
+/// the Clusters page, once.
+#[handler]
+pub async fn page_provider_token(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    req: &Request,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id).await?;
+    let forms = ClusterForms {
+        created: Some((
+            format!(
+                "New provider token for {}: put it on every worker now",
+                rotated.cluster.name
+            ),
+            rotated.provider_token,
+        )),
+        ..Default::default()
+    };
+    let mut res = page_with_status(
+        StatusCode::OK,
+        &clusters_page(&state, &who, jar, req, forms).await?,
+    )?;
+    res.headers_mut().insert(
+        "cache-control",
+        poem::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(res)
+}
+
+#[derive(Template)]
+#[template(path = "connectors/cluster_forget.html")]
+struct ForgetPage {
+    layout: Layout,
+    kind: &'static str,
+    name: String,
+    action: String,
+    lost: Vec<String>,
+    kept: &'static str,
+    /// Why the last attempt was refused (in use, and by what).
+    refused: Option<String>,
+}
+
+impl ForgetPage {
+    fn kafka(who: &Principal, jar: &CookieJar, k: &KafkaCluster, refused: Option<String>) -> Self {
+        ForgetPage {
+            layout: Layout::new(format!("Forget {}", k.name), paths::CLUSTERS, who, jar),
+            kind: "Kafka",
+            name: k.name.clone(),
+            action: format!("/clusters/kafka/{}/delete", k.id),
+            lost: vec![
+                format!(
+                    "its address ({}) and security settings;",
+                    k.bootstrap_servers
+                ),
+                "its stored SASL password, if any.".into(),
+            ],
+            kept: "The brokers, their topics and records are not touched.",
+            refused,
+        }
+    }
+
+    fn connect(
+        who: &Principal,
+        jar: &CookieJar,
+        c: &ConnectCluster,
+        refused: Option<String>,
+    ) -> Self {
+        ForgetPage {
+            layout: Layout::new(format!("Forget {}", c.name), paths::CLUSTERS, who, jar),
+            kind: "Connect",
+            name: c.name.clone(),
+            action: format!("/clusters/connect/{}/delete", c.id),
+            lost: vec![
+                format!("its REST URL ({}) and basic auth, if any;", c.url),
+                "its config provider token: its workers can no longer resolve ${cluecdc:…} references here.".into(),
+            ],
+            kept: "Kafka Connect and any connector it still runs are not touched.",
+            refused,
+        }
+    }
+}
+
+/// A refused forget (in use) is shown on the confirmation page with the reason; 409.
+fn forget_refused(page: &ForgetPage) -> PageResult<Response> {
+    page_with_status(StatusCode::CONFLICT, page)
+}
+
+#[handler]
+pub async fn page_kafka_forget_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "manage clusters")?;
+    let k = kafka::get(&state.pool, &who, &id).await?;
+    page_with_status(StatusCode::OK, &ForgetPage::kafka(&who, jar, &k, None))
+}
+
+#[handler]
+pub async fn page_kafka_forget(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    // The role first: a viewer learns nothing, not even whether the cluster exists.
+    who.require(Role::Admin, "manage clusters")?;
+    let k = kafka::get(&state.pool, &who, &id).await?;
+    match kafka::delete(&state.pool, &who, &id).await {
+        Ok(()) => {
+            set_flash(jar, &format!("Kafka cluster {} forgotten.", k.name));
+            Ok(redirect(req, paths::CLUSTERS))
+        }
+        Err(Error::Conflict(why)) => forget_refused(&ForgetPage::kafka(&who, jar, &k, Some(why))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[handler]
+pub async fn page_connect_forget_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "manage clusters")?;
+    let c = clusters::get(&state.pool, &who, &id).await?;
+    page_with_status(StatusCode::OK, &ForgetPage::connect(&who, jar, &c, None))
+}
+
+#[handler]
+pub async fn page_connect_forget(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    // The role first: a viewer learns nothing, not even whether the cluster exists.
+    who.require(Role::Admin, "manage clusters")?;
+    let c = clusters::get(&state.pool, &who, &id).await?;
+    match clusters::delete(&state.pool, &who, &id).await {
+        Ok(()) => {
+            set_flash(jar, &format!("Connect cluster {} forgotten.", c.name));
+            Ok(redirect(req, paths::CLUSTERS))
+        }
+        Err(Error::Conflict(why)) => forget_refused(&ForgetPage::connect(&who, jar, &c, Some(why))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 // ---- the config provider's endpoint ---------------------------------------------------------

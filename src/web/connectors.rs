@@ -312,12 +312,16 @@ struct ListPage {
     items: Vec<ConnectorView>,
     unmanaged: Vec<Unmanaged>,
     can_operate: bool,
+    can_admin: bool,
+    csrf_token: String,
 }
 
 #[derive(Template)]
 #[template(path = "connectors/rows_partial.html")]
 struct Rows {
     items: Vec<ConnectorView>,
+    can_operate: bool,
+    csrf_token: String,
 }
 
 #[handler]
@@ -328,8 +332,17 @@ pub async fn page_list(
     jar: &CookieJar,
 ) -> PageResult<Response> {
     let items = connectors::list(&state.pool, &who).await?;
+    let csrf_token = who.csrf_token().unwrap_or_default().to_string();
+    let can_operate = who.role >= Role::Operator;
     if super::home::is_htmx(req) {
-        return page_with_status(StatusCode::OK, &Rows { items });
+        return page_with_status(
+            StatusCode::OK,
+            &Rows {
+                items,
+                can_operate,
+                csrf_token,
+            },
+        );
     }
     let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
     page_with_status(
@@ -338,7 +351,9 @@ pub async fn page_list(
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
             items,
             unmanaged,
-            can_operate: who.role >= Role::Operator,
+            can_operate,
+            can_admin: who.role >= Role::Admin,
+            csrf_token,
         },
     )
 }
@@ -352,6 +367,7 @@ struct DetailPage {
     restarts: Vec<RestartRecord>,
     can_operate: bool,
     can_admin: bool,
+    csrf_token: String,
 }
 
 #[derive(Template)]
@@ -378,10 +394,315 @@ pub async fn page_detail(
             layout: Layout::new(c.name.clone(), paths::CONNECTORS, &who, jar),
             can_operate: who.role >= Role::Operator,
             can_admin: who.role >= Role::Admin,
+            csrf_token: who.csrf_token().unwrap_or_default().to_string(),
             c,
             drift,
             restarts,
         },
+    )
+}
+
+/// The add-a-connector form as typed: config as key/value rows and, or, pasted JSON.
+#[derive(Debug, Default)]
+pub struct NewForm {
+    cluster: String,
+    class: String,
+    name: String,
+    state: String,
+    rows: Vec<(String, String)>,
+    json: String,
+    step: String,
+}
+
+impl NewForm {
+    fn parse(body: &[u8]) -> NewForm {
+        let mut f = NewForm::default();
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for (k, v) in url::form_urlencoded::parse(body) {
+            let v = v.into_owned();
+            match k.as_ref() {
+                "connect_cluster_id" => f.cluster = v,
+                "connector_class" => f.class = v,
+                "name" => f.name = v.trim().to_string(),
+                "desired_state" => f.state = v,
+                "key" => keys.push(v.trim().to_string()),
+                "value" => values.push(v),
+                "config_json" => f.json = v,
+                "step" => f.step = v,
+                _ => {}
+            }
+        }
+        values.resize(keys.len(), String::new());
+        f.rows = keys.into_iter().zip(values).collect();
+        f
+    }
+
+    /// The config: the pasted JSON, then the rows on top; class from its own field.
+    fn config(&self, errors: &mut FieldErrors) -> serde_json::Map<String, Value> {
+        let mut map = serde_json::Map::new();
+        if !self.json.trim().is_empty() {
+            match serde_json::from_str::<Value>(&self.json) {
+                Ok(Value::Object(m)) => map = m,
+                Ok(_) => {
+                    errors.insert(
+                        "config_json".into(),
+                        "write one JSON object: {\"key\": \"value\", …}".into(),
+                    );
+                }
+                Err(e) => {
+                    errors.insert(
+                        "config_json".into(),
+                        format!("not valid JSON ({e}); or leave it empty and use the rows"),
+                    );
+                }
+            }
+        }
+        for (k, v) in &self.rows {
+            if !k.is_empty() {
+                map.insert(k.clone(), Value::String(v.clone()));
+            } else if !v.is_empty() {
+                errors.insert(
+                    "config.".into(),
+                    format!(
+                        "a value ({}) has no key: write its key or empty the row",
+                        v.chars().take(40).collect::<String>()
+                    ),
+                );
+            }
+        }
+        if !self.class.is_empty() {
+            map.insert("connector.class".into(), Value::String(self.class.clone()));
+        }
+        map
+    }
+}
+
+/// One config row on the page, with the error for its key.
+struct ConfigRow {
+    key: String,
+    value: String,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "connectors/new.html")]
+struct NewPage {
+    layout: Layout,
+    connect: Vec<crate::clusters::ConnectCluster>,
+    plugins: Vec<crate::connect::PluginInfo>,
+    plugin_error: Option<String>,
+    form: NewForm,
+    rows: Vec<ConfigRow>,
+    /// Errors for config keys that have no row (from the JSON, or keys the plugin requires).
+    other_errors: Vec<(String, String)>,
+    errors: FieldErrors,
+}
+
+/// Rows shown after a submission: what was typed plus `extra` empty ones; a value refused as
+/// a plain-text secret is not shown again.
+async fn new_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    mut form: NewForm,
+    extra: usize,
+    errors: FieldErrors,
+) -> PageResult<NewPage> {
+    who.require(Role::Admin, "add connectors by hand")?;
+    let connect = crate::clusters::list(&state.pool, who).await?;
+    if !connect.iter().any(|c| c.id == form.cluster) {
+        form.cluster = connect
+            .iter()
+            .find(|c| c.managed_by != "strimzi")
+            .or(connect.first())
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+    }
+    let (plugins, plugin_error) = if form.cluster.is_empty() {
+        (vec![], None)
+    } else {
+        match crate::clusters::check_health(&state.pool, &state.inner.secrets, who, &form.cluster)
+            .await?
+        {
+            h if h.reachable => (h.plugins, None),
+            h => (
+                vec![],
+                Some(h.error.unwrap_or_else(|| "Connect is unreachable".into())),
+            ),
+        }
+    };
+    let mut rows: Vec<ConfigRow> = form
+        .rows
+        .iter()
+        .filter(|(k, v)| !k.is_empty() || !v.is_empty())
+        .map(|(k, v)| {
+            let mut error = errors.get(&format!("config.{k}")).cloned();
+            let secret =
+                crate::connectors::looks_secret(k) && !v.is_empty() && !v.starts_with("${");
+            if secret && error.is_none() {
+                // Also when only a row was added: say why the value is gone, in the API's words.
+                let mut why = FieldErrors::new();
+                let one = [(k.clone(), Value::String(v.clone()))]
+                    .into_iter()
+                    .collect();
+                connectors::validate_config(&one, &mut why);
+                error = why.remove(&format!("config.{k}"));
+            }
+            ConfigRow {
+                key: k.clone(),
+                value: if secret { String::new() } else { v.clone() },
+                error,
+            }
+        })
+        .collect();
+    // As many rows as were on the page (typed ones first), plus the one asked for.
+    let wanted = (form.rows.len().max(rows.len()) + extra).max(3);
+    while rows.len() < wanted {
+        rows.push(ConfigRow {
+            key: String::new(),
+            value: String::new(),
+            error: None,
+        });
+    }
+    let shown: Vec<String> = rows.iter().map(|r| format!("config.{}", r.key)).collect();
+    let other_errors = errors
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("config.") && *k != "config.connector.class" && !shown.contains(k)
+        })
+        .map(|(k, v)| {
+            let key = k.trim_start_matches("config.");
+            (
+                if key.is_empty() {
+                    "config".to_string()
+                } else {
+                    key.to_string()
+                },
+                v.clone(),
+            )
+        })
+        .collect();
+    // Pasted JSON holding a plain-text secret is not echoed back either.
+    if serde_json::from_str::<serde_json::Map<String, Value>>(&form.json).is_ok_and(|m| {
+        m.iter().any(|(k, v)| {
+            crate::connectors::looks_secret(k)
+                && v.as_str()
+                    .is_some_and(|s| !s.is_empty() && !s.starts_with("${"))
+        })
+    }) {
+        form.json.clear();
+    }
+    if form.state.is_empty() {
+        form.state = "running".into();
+    }
+    Ok(NewPage {
+        layout: Layout::new("Add a connector", paths::CONNECTORS, who, jar),
+        connect,
+        plugins,
+        plugin_error,
+        form,
+        rows,
+        other_errors,
+        errors,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct NewQuery {
+    cluster: Option<String>,
+}
+
+#[handler]
+pub async fn page_new(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<NewQuery>,
+) -> PageResult<Response> {
+    let form = NewForm {
+        cluster: q.cluster.unwrap_or_default(),
+        ..Default::default()
+    };
+    page_with_status(
+        StatusCode::OK,
+        &new_page(&state, &who, jar, form, 0, FieldErrors::new()).await?,
+    )
+}
+
+/// `step=add_row` and `step=cluster` re-render the form (one more row; the chosen cluster's
+/// plugins); `step=create` checks locally, then with the plugin, then stores it through the
+/// same `connectors::create` as `POST /api/v1/connectors`.
+#[handler]
+pub async fn page_create(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    body: poem::Body,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "add connectors by hand")?;
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
+    let form = NewForm::parse(&bytes);
+    if form.step != "create" {
+        let extra = usize::from(form.step == "add_row");
+        return page_with_status(
+            StatusCode::OK,
+            &new_page(&state, &who, jar, form, extra, FieldErrors::new()).await?,
+        );
+    }
+    let mut errors = FieldErrors::new();
+    let map = form.config(&mut errors);
+    if let Err(why) = connectors::validate_name(&form.name) {
+        errors.insert("name".into(), why);
+    }
+    let config = connectors::validate_config(&map, &mut errors);
+    if errors.is_empty() {
+        errors = match connectors::check_with_plugin(
+            &state.pool,
+            &state.inner.secrets,
+            &who,
+            &form.cluster,
+            &form.name,
+            &config,
+        )
+        .await
+        {
+            Ok(e) => e,
+            Err(Error::Unavailable(m)) => [("config.connector.class".to_string(), m)].into(),
+            Err(e) => return Err(e.into()),
+        };
+    }
+    if errors.is_empty() {
+        let input = ConnectorInput {
+            name: Some(form.name.clone()),
+            connect_cluster_id: Some(form.cluster.clone()),
+            config: Some(map),
+            desired_state: set(&form.state),
+        };
+        match connectors::create(&state.pool, &state.inner.reconciler, &who, &input).await {
+            Ok(c) => {
+                set_flash(
+                    jar,
+                    &format!(
+                        "{} accepted by the plugin and added; the reconciler deploys it within seconds.",
+                        c.name
+                    ),
+                );
+                return Ok(redirect(req, &format!("/connectors/{}", c.id)));
+            }
+            Err(Error::Invalid { fields, .. }) => errors = fields,
+            Err(Error::Conflict(m)) => {
+                errors.insert("name".into(), m);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    page_with_status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &new_page(&state, &who, jar, form, 0, errors).await?,
     )
 }
 
@@ -423,7 +744,7 @@ pub async fn page_delete(
 
 #[derive(Template)]
 #[template(path = "connectors/clusters.html")]
-struct ClustersPage {
+pub(super) struct ClustersPage {
     layout: Layout,
     /// (cluster, (reachable, broker count)) from the last health check.
     kafka: Vec<(kafka::KafkaCluster, Option<(bool, usize)>)>,
@@ -434,8 +755,8 @@ struct ClustersPage {
     kafka_errors: FieldErrors,
     connect_form: ConnectForm,
     connect_errors: FieldErrors,
-    /// Set only on the response that registered a Connect cluster: its provider token, once,
-    /// with the worker settings that use it.
+    /// Set only on the response that registered a Connect cluster or issued it a new provider
+    /// token: (heading, token), shown once with the worker settings that use it.
     created: Option<(String, String)>,
     /// How Connect workers reach this server (the request's origin, or the public URL).
     server_url: String,
@@ -445,39 +766,39 @@ struct ClustersPage {
 #[derive(Debug, Default, Deserialize)]
 pub struct KafkaForm {
     #[serde(default)]
-    name: String,
+    pub(super) name: String,
     #[serde(default)]
-    bootstrap_servers: String,
+    pub(super) bootstrap_servers: String,
     #[serde(default)]
-    security_protocol: String,
+    pub(super) security_protocol: String,
     #[serde(default)]
-    sasl_mechanism: String,
+    pub(super) sasl_mechanism: String,
     #[serde(default)]
-    sasl_username: String,
+    pub(super) sasl_username: String,
     #[serde(default)]
-    sasl_password: String,
+    pub(super) sasl_password: String,
     #[serde(default)]
-    tls_ca_certificate: String,
+    pub(super) tls_ca_certificate: String,
 }
 
 /// The Kafka Connect cluster form; the basic-auth password is write-only.
 #[derive(Debug, Default, Deserialize)]
 pub struct ConnectForm {
     #[serde(default)]
-    name: String,
+    pub(super) name: String,
     #[serde(default)]
-    url: String,
+    pub(super) url: String,
     #[serde(default)]
-    kafka_cluster_id: String,
+    pub(super) kafka_cluster_id: String,
     #[serde(default)]
-    managed_by: String,
+    pub(super) managed_by: String,
     #[serde(default)]
-    basic_auth_user: String,
+    pub(super) basic_auth_user: String,
     #[serde(default)]
-    basic_auth_password: String,
+    pub(super) basic_auth_password: String,
 }
 
-fn set(v: &str) -> Option<String> {
+pub(super) fn set(v: &str) -> Option<String> {
     Some(v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
@@ -525,15 +846,16 @@ impl ConnectForm {
 
 /// The page's parts other than the lists: forms, their errors, a token just created.
 #[derive(Default)]
-struct ClusterForms {
-    kafka_form: KafkaForm,
-    kafka_errors: FieldErrors,
-    connect_form: ConnectForm,
-    connect_errors: FieldErrors,
-    created: Option<(String, String)>,
+pub(super) struct ClusterForms {
+    pub(super) kafka_form: KafkaForm,
+    pub(super) kafka_errors: FieldErrors,
+    pub(super) connect_form: ConnectForm,
+    pub(super) connect_errors: FieldErrors,
+    /// (heading, provider token): shown once.
+    pub(super) created: Option<(String, String)>,
 }
 
-async fn clusters_page(
+pub(super) async fn clusters_page(
     state: &AppState,
     who: &Principal,
     jar: &CookieJar,
@@ -646,7 +968,13 @@ pub async fn connect_cluster_form(
     match crate::clusters::create(&state.pool, &state.inner.secrets, &who, &form.input()).await {
         Ok(created) => {
             let forms = ClusterForms {
-                created: Some((created.cluster.name.clone(), created.provider_token)),
+                created: Some((
+                    format!(
+                        "Connect cluster {} registered: set up its config provider now",
+                        created.cluster.name
+                    ),
+                    created.provider_token,
+                )),
                 ..Default::default()
             };
             let mut res = page_with_status(
@@ -682,11 +1010,111 @@ struct TopicsPage {
     selected: Option<String>,
     topics: Vec<crate::kafka::TopicInfo>,
     error: Option<String>,
+    can_create: bool,
+    can_delete: bool,
+    form: TopicForm,
+    /// Field errors of a refused create; "" holds one for the whole form.
+    errors: FieldErrors,
 }
 
 #[derive(Deserialize)]
 pub struct TopicsQuery {
     cluster: Option<String>,
+}
+
+/// The create-topic form, as typed.
+#[derive(Debug, Deserialize)]
+pub struct TopicForm {
+    #[serde(default)]
+    cluster: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    partitions: String,
+    #[serde(default)]
+    replication_factor: String,
+    #[serde(default)]
+    retention_ms: String,
+    #[serde(default)]
+    cleanup_policy: String,
+}
+
+impl Default for TopicForm {
+    fn default() -> Self {
+        TopicForm {
+            cluster: String::new(),
+            name: String::new(),
+            partitions: "1".into(),
+            replication_factor: "1".into(),
+            retention_ms: String::new(),
+            cleanup_policy: "delete".into(),
+        }
+    }
+}
+
+impl TopicForm {
+    /// The API's input; numbers that do not parse are reported by field.
+    fn input(&self) -> (NewTopicInput, FieldErrors) {
+        let mut errors = FieldErrors::new();
+        let mut number = |field: &str, v: &str, why: &str| -> Option<i64> {
+            let v = v.trim();
+            if v.is_empty() {
+                return None;
+            }
+            v.parse().ok().or_else(|| {
+                errors.insert(field.into(), why.into());
+                None
+            })
+        };
+        let input = NewTopicInput {
+            name: set(&self.name),
+            partitions: number("partitions", &self.partitions, "write a whole number, 1 to 1000"),
+            replication_factor: number(
+                "replication_factor",
+                &self.replication_factor,
+                "write a whole number, at most the number of brokers",
+            ),
+            retention_ms: number(
+                "retention_ms",
+                &self.retention_ms,
+                "write milliseconds as a whole number (604800000 is 7 days), -1 to keep forever, or leave it empty",
+            ),
+            cleanup_policy: set(&self.cleanup_policy),
+        };
+        (input, errors)
+    }
+}
+
+async fn topics_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    cluster: Option<String>,
+    form: TopicForm,
+    errors: FieldErrors,
+) -> Result<TopicsPage, Error> {
+    let clusters = kafka::list(&state.pool, who).await?;
+    let selected = cluster
+        .filter(|c| !c.is_empty())
+        .or_else(|| clusters.first().map(|c| c.id.clone()));
+    let (topics, error) = match &selected {
+        Some(id) => match kafka::topics(&state.pool, &state.inner.secrets, who, id).await {
+            Ok(t) => (t, None),
+            Err(e) => (vec![], Some(e.to_string())),
+        },
+        None => (vec![], None),
+    };
+    Ok(TopicsPage {
+        layout: Layout::new("Topics", paths::TOPICS, who, jar),
+        clusters,
+        selected,
+        topics,
+        error,
+        can_create: who.role >= Role::Operator,
+        can_delete: who.role >= Role::Admin,
+        form,
+        errors,
+    })
 }
 
 #[handler]
@@ -696,23 +1124,181 @@ pub async fn page_topics(
     jar: &CookieJar,
     Query(q): Query<TopicsQuery>,
 ) -> PageResult<Response> {
-    let clusters = kafka::list(&state.pool, &who).await?;
-    let selected = q.cluster.or_else(|| clusters.first().map(|c| c.id.clone()));
-    let (topics, error) = match &selected {
-        Some(id) => match kafka::topics(&state.pool, &state.inner.secrets, &who, id).await {
-            Ok(t) => (t, None),
-            Err(e) => (vec![], Some(e.to_string())),
-        },
-        None => (vec![], None),
-    };
     page_with_status(
         StatusCode::OK,
-        &TopicsPage {
-            layout: Layout::new("Topics", paths::TOPICS, &who, jar),
-            clusters,
-            selected,
-            topics,
-            error,
+        &topics_page(
+            &state,
+            &who,
+            jar,
+            q.cluster,
+            TopicForm::default(),
+            FieldErrors::new(),
+        )
+        .await?,
+    )
+}
+
+/// Creates a topic through the same `kafka::create_topic` as the API.
+#[handler]
+pub async fn page_topic_create(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<TopicForm>,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "create topics")?;
+    let (input, mut errors) = form.input();
+    if errors.is_empty() {
+        match kafka::create_topic(
+            &state.pool,
+            &state.inner.secrets,
+            &who,
+            &form.cluster,
+            &input,
+        )
+        .await
+        {
+            Ok(t) => {
+                set_flash(
+                    jar,
+                    &format!(
+                        "Topic {} created with {} partition{}.",
+                        t.name,
+                        t.partitions.len(),
+                        if t.partitions.len() == 1 { "" } else { "s" }
+                    ),
+                );
+                return Ok(redirect(
+                    req,
+                    &format!("{}?cluster={}", paths::TOPICS, form.cluster),
+                ));
+            }
+            Err(Error::Invalid { fields, .. }) => errors = fields,
+            Err(Error::Conflict(m)) => {
+                errors.insert("name".into(), m);
+            }
+            Err(Error::Unavailable(m)) => {
+                errors.insert(String::new(), m);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let cluster = Some(form.cluster.clone());
+    page_with_status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &topics_page(&state, &who, jar, cluster, form, errors).await?,
+    )
+}
+
+#[derive(Template)]
+#[template(path = "connectors/topic_delete.html")]
+struct TopicDeletePage {
+    layout: Layout,
+    cluster: kafka::KafkaCluster,
+    name: String,
+    /// None when Kafka could not be read (the page still lets the topic be deleted).
+    topic: Option<crate::kafka::TopicInfo>,
+    error: Option<String>,
+    confirm: String,
+    confirm_error: Option<String>,
+}
+
+/// What a refused delete shows again: the name as typed and why.
+#[derive(Default)]
+struct DeleteAttempt {
+    confirm: String,
+    confirm_error: Option<String>,
+    error: Option<String>,
+}
+
+async fn topic_delete_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    (cluster, name): (&str, &str),
+    attempt: DeleteAttempt,
+) -> PageResult<TopicDeletePage> {
+    who.require(Role::Admin, "delete topics")?;
+    let cluster = kafka::get(&state.pool, who, cluster).await?;
+    let (topic, read_error) =
+        match kafka::topic(&state.pool, &state.inner.secrets, who, &cluster.id, name).await {
+            Ok(t) => (Some(t), None),
+            Err(Error::NotFound(m)) => return Err(Error::NotFound(m).into()),
+            Err(e) => (None, Some(e.to_string())),
+        };
+    Ok(TopicDeletePage {
+        layout: Layout::new(format!("Delete {name}"), paths::TOPICS, who, jar),
+        cluster,
+        name: name.to_string(),
+        topic,
+        error: attempt.error.or(read_error),
+        confirm: attempt.confirm,
+        confirm_error: attempt.confirm_error,
+    })
+}
+
+#[handler]
+pub async fn page_topic_delete_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path((cluster, name)): Path<(String, String)>,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &topic_delete_page(
+            &state,
+            &who,
+            jar,
+            (&cluster, &name),
+            DeleteAttempt::default(),
+        )
+        .await?,
+    )
+}
+
+/// Deletes a topic through the same `kafka::delete_topic` as the API: the name typed again.
+#[handler]
+pub async fn page_topic_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path((cluster, name)): Path<(String, String)>,
+    Form(c): Form<Confirm>,
+) -> PageResult<Response> {
+    let attempt = match kafka::delete_topic(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &cluster,
+        &name,
+        &c.confirm,
+    )
+    .await
+    {
+        Ok(()) => {
+            set_flash(jar, &format!("Topic {name} deleted."));
+            return Ok(redirect(
+                req,
+                &format!("{}?cluster={cluster}", paths::TOPICS),
+            ));
+        }
+        Err(Error::Invalid { mut fields, .. }) => DeleteAttempt {
+            confirm: c.confirm,
+            confirm_error: fields.remove("confirm"),
+            error: None,
         },
+        Err(Error::Unavailable(m)) => DeleteAttempt {
+            confirm: c.confirm,
+            confirm_error: None,
+            error: Some(m),
+        },
+        Err(e) => return Err(e.into()),
+    };
+    page_with_status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &topic_delete_page(&state, &who, jar, (&cluster, &name), attempt).await?,
     )
 }
