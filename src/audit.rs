@@ -174,20 +174,19 @@ pub struct Filter {
 pub const MAX_PAGE: u32 = 500;
 pub const MAX_EXPORT: u32 = 100_000;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Page {
     pub items: Vec<Item>,
     /// Pass as `before_id` for the next (older) page; absent on the last page.
     pub next_before_id: Option<i64>,
+    /// Rows matching the filters, on every page.
+    pub total: u64,
+    /// Rows matching the filters other than `outcome`, by outcome.
+    pub counts: std::collections::BTreeMap<String, u64>,
 }
 
-/// Anyone signed in may read the audit trail; it holds no secrets.
-pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
-    who.require(Role::Viewer, "read the audit trail")?;
-    let limit = filter.limit.clamp(1, max);
-    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
-        "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1",
-    );
+/// The filter's conditions (all but paging); `outcome` too unless counting by outcome.
+fn push_filters(q: &mut sqlx::QueryBuilder<'_, Sqlite>, filter: &Filter, outcome: bool) {
     if !filter.actor.is_empty() {
         q.push(" AND actor = ").push_bind(filter.actor.clone());
     }
@@ -202,7 +201,7 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
             .push_bind(filter.target.clone())
             .push(")");
     }
-    if !filter.outcome.is_empty() {
+    if outcome && !filter.outcome.is_empty() {
         q.push(" AND outcome = ").push_bind(filter.outcome.clone());
     }
     if !filter.since.is_empty() {
@@ -211,6 +210,16 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
     if !filter.until.is_empty() {
         q.push(" AND at < ").push_bind(filter.until.clone());
     }
+}
+
+/// Anyone signed in may read the audit trail; it holds no secrets.
+pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
+    who.require(Role::Viewer, "read the audit trail")?;
+    let limit = filter.limit.clamp(1, max);
+    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1",
+    );
+    push_filters(&mut q, filter, true);
     if let Some(before) = filter.before_id {
         q.push(" AND id < ").push_bind(before);
     }
@@ -223,9 +232,27 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
     } else {
         None
     };
+    let mut q =
+        sqlx::QueryBuilder::<Sqlite>::new("SELECT outcome, COUNT(*) FROM audit_log WHERE 1=1");
+    push_filters(&mut q, filter, false);
+    q.push(" GROUP BY outcome");
+    let counts: std::collections::BTreeMap<String, u64> = q
+        .build_query_as::<(String, i64)>()
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(o, n)| (o, n as u64))
+        .collect();
+    let total = counts
+        .iter()
+        .filter(|(o, _)| filter.outcome.is_empty() || **o == filter.outcome)
+        .map(|(_, n)| n)
+        .sum();
     Ok(Page {
         items: rows.into_iter().map(Item::from).collect(),
         next_before_id,
+        total,
+        counts,
     })
 }
 

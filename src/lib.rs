@@ -20,6 +20,7 @@ pub mod db;
 pub mod deliveries;
 pub mod error;
 pub mod kafka;
+pub mod listing;
 pub mod monitor;
 pub mod pipelines;
 pub mod reconcile;

@@ -128,6 +128,15 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectClust
         .await?)
 }
 
+/// (id, name) of every cluster, for the cluster filter of list pages.
+pub async fn choices(pool: &SqlitePool) -> Result<Vec<(String, String)>> {
+    Ok(
+        sqlx::query_as("SELECT id, name FROM connect_clusters ORDER BY name")
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
 /// Every cluster, for background tasks that act as the system.
 pub async fn all(pool: &SqlitePool) -> Result<Vec<ConnectCluster>> {
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))

@@ -22,6 +22,7 @@ use self::settings::{parse_database, parse_object_storage, parse_secrets, Settin
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
+use crate::listing::{self, ListSql, Page, Window};
 use crate::secrets::store::{new_ref, SecretStore};
 use crate::secrets::Secret;
 
@@ -504,6 +505,54 @@ pub async fn list(
         out.push(view(store, from_row(r)?).await?);
     }
     Ok(out)
+}
+
+/// What the connections list filters by: the last connection test.
+pub const STATES: &[&str] = &["FAILED", "PASSED", "UNTESTED"];
+
+/// One page of connections: `q` matches the name, `state` the last test (failed, passed,
+/// untested).
+pub async fn page(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    w: &Window,
+) -> Result<Page<ConnectionView>> {
+    who.require(Role::Viewer, "see connections")?;
+    let ids = listing::page_ids(
+        pool,
+        &ListSql {
+            with: "",
+            from: "connections",
+            id: "id",
+            name: "name",
+            order: "name",
+            state: "CASE WHEN last_test_ok IS NULL THEN 'UNTESTED' WHEN last_test_ok THEN 'PASSED' ELSE 'FAILED' END",
+            cluster: None,
+        },
+        w,
+    )
+    .await?;
+    let sql = format!(
+        "{SELECT} WHERE id IN ({})",
+        listing::placeholders(ids.items.len())
+    );
+    let mut q = sqlx::query_as::<_, Row>(&sql);
+    for id in &ids.items {
+        q = q.bind(id);
+    }
+    let mut rows = Vec::new();
+    for r in if ids.items.is_empty() {
+        vec![]
+    } else {
+        q.fetch_all(pool).await?
+    } {
+        rows.push(view(store, from_row(r)?).await?);
+    }
+    let items = listing::in_order(&ids.items, rows, |v: &ConnectionView| {
+        v.connection.id.clone()
+    });
+    Ok(ids.with_items(items))
 }
 
 pub async fn load(pool: &SqlitePool, id: &str) -> Result<Connection> {

@@ -11,6 +11,7 @@ use sqlx::SqlitePool;
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
+use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::{diff, DesiredState};
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -88,6 +89,7 @@ struct Row {
     restart_requested_by: Option<String>,
     observed_generation: Option<i64>,
     phase: Option<String>,
+    phase_now: String,
     state: Option<String>,
     tasks: Option<String>,
     trace: Option<String>,
@@ -101,9 +103,26 @@ struct Row {
     cluster_error: Option<String>,
 }
 
-const SELECT: &str = "SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, c.owner_kind, c.config, c.desired_state, c.generation, c.owner_id, c.restart_requested_by,
-    s.observed_generation, s.phase, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied, cc.last_error AS cluster_error
-    FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id";
+/// A connector's phase as every page and the API show it: Connect's state at the last
+/// observation, UNKNOWN when that observation is stale (the cluster's last poll failed or it is
+/// older than [`STALE_AFTER_SECS`]), PENDING while a new generation is not yet observed (FAILED
+/// and DRIFTED stay). The one definition, in SQL so that lists filter and sort by it.
+macro_rules! phase_sql {
+    () => {
+        "CASE WHEN s.observed_at IS NOT NULL AND (cc.last_error IS NOT NULL OR s.observed_at < strftime('%Y-%m-%dT%H:%M:%SZ', 'now', '-60 seconds')) THEN 'UNKNOWN' \
+         WHEN COALESCE(s.observed_generation, 0) < c.generation AND COALESCE(s.phase, 'PENDING') NOT IN ('FAILED', 'DRIFTED') THEN 'PENDING' \
+         ELSE COALESCE(s.phase, 'PENDING') END"
+    };
+}
+
+const SELECT: &str = concat!("SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, c.owner_kind, c.config, c.desired_state, c.generation, c.owner_id, c.restart_requested_by,
+    s.observed_generation, s.phase, ", phase_sql!(), " AS phase_now, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied, cc.last_error AS cluster_error
+    FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id");
+
+/// Every connector's id, name, cluster and phase, as `phases` — for the lists of connectors,
+/// pipelines and deliveries, which filter and sort by their connector's phase.
+pub const PHASES: &str = concat!("WITH phases AS (SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, ", phase_sql!(), " AS phase
+    FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id)");
 
 fn view(r: Row) -> ConnectorView {
     let Row {
@@ -119,6 +138,7 @@ fn view(r: Row) -> ConnectorView {
         restart_requested_by,
         observed_generation,
         phase,
+        phase_now,
         state,
         tasks,
         trace,
@@ -150,16 +170,14 @@ fn view(r: Row) -> ConnectorView {
         })
         .collect();
     let observed_generation = observed_generation.unwrap_or(0);
-    let mut phase = phase.unwrap_or_else(|| "PENDING".into());
     let message = match (&cluster_error, message) {
-        (Some(e), _) if observed_at.is_some() => Some(format!("last seen {}; now: {e}", phase)),
+        (Some(e), _) if observed_at.is_some() => Some(format!(
+            "last seen {}; now: {e}",
+            phase.as_deref().unwrap_or("PENDING")
+        )),
         (_, m) => m,
     };
-    if stale && observed_at.is_some() {
-        phase = "UNKNOWN".into();
-    } else if observed_generation < generation && phase != "FAILED" && phase != "DRIFTED" {
-        phase = "PENDING".into();
-    }
+    let phase = phase_now;
     ConnectorView {
         drift: live
             .as_ref()
@@ -239,6 +257,45 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorVie
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(view).collect())
+}
+
+/// One page of connectors: `q` matches the name, `state` the phase, `cluster` the Connect
+/// cluster's id or name.
+pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<ConnectorView>> {
+    who.require(Role::Viewer, "see connectors")?;
+    let ids = listing::page_ids(
+        pool,
+        &ListSql {
+            with: PHASES,
+            from: "phases",
+            id: "id",
+            name: "name",
+            order: "name",
+            state: "phase",
+            cluster: Some(("cluster_id", "cluster")),
+        },
+        w,
+    )
+    .await?;
+    let found = views(pool, &ids.items).await?;
+    let items = listing::in_order(&ids.items, found, |c| c.id.clone());
+    Ok(ids.with_items(items))
+}
+
+/// The connectors with these ids (any order; ids not found are left out).
+pub async fn views(pool: &SqlitePool, ids: &[String]) -> Result<Vec<ConnectorView>> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let sql = format!(
+        "{SELECT} WHERE c.id IN ({})",
+        listing::placeholders(ids.len())
+    );
+    let mut q = sqlx::query_as::<_, Row>(&sql);
+    for id in ids {
+        q = q.bind(id);
+    }
+    Ok(q.fetch_all(pool).await?.into_iter().map(view).collect())
 }
 
 async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {

@@ -18,6 +18,7 @@ use crate::auth::{Principal, Role};
 use crate::connections::{self, Capability, CheckStatus};
 use crate::connectors::{self, ConnectorView};
 use crate::error::{Error, FieldErrors, Result};
+use crate::listing::{self, ListSql, Page, Window};
 use crate::pipelines::{self, config::table_topic};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
@@ -194,6 +195,45 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Delivery::from).collect())
+}
+
+/// One page of deliveries: `q` matches the name, `state` its connector's phase (UNKNOWN when
+/// the connector is gone), `cluster` the Connect cluster's id or name.
+pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Delivery>> {
+    who.require(Role::Viewer, "see deliveries")?;
+    let ids = listing::page_ids(
+        pool,
+        &ListSql {
+            with: crate::connectors::PHASES,
+            from: "deliveries d JOIN connect_clusters dc ON dc.id = d.connect_cluster_id LEFT JOIN phases ph ON ph.id = d.connector_id",
+            id: "d.id",
+            name: "d.name",
+            order: "d.name",
+            state: "COALESCE(ph.phase, 'UNKNOWN')",
+            cluster: Some(("d.connect_cluster_id", "dc.name")),
+        },
+        w,
+    )
+    .await?;
+    if ids.items.is_empty() {
+        return Ok(ids.with_items(vec![]));
+    }
+    let sql = format!(
+        "{SELECT} WHERE id IN ({})",
+        listing::placeholders(ids.items.len())
+    );
+    let mut q = sqlx::query_as::<_, Row>(&sql);
+    for id in &ids.items {
+        q = q.bind(id);
+    }
+    let rows = q
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(Delivery::from)
+        .collect();
+    let items = listing::in_order(&ids.items, rows, |d: &Delivery| d.id.clone());
+    Ok(ids.with_items(items))
 }
 
 /// Everything checked; what would be deployed. Creates nothing.

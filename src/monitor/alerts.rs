@@ -5,6 +5,7 @@ use sqlx::SqlitePool;
 
 use crate::auth::{Principal, Role};
 use crate::error::Result;
+use crate::listing::{self, ListSql, Page, Window};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Alert {
@@ -161,6 +162,44 @@ pub async fn list(pool: &SqlitePool, who: &Principal, only_firing: bool) -> Resu
         "SELECT * FROM alerts ORDER BY state = 'resolved', last_seen DESC LIMIT 500"
     };
     Ok(sqlx::query_as(sql).fetch_all(pool).await?)
+}
+
+/// What the alerts list filters by.
+pub const STATES: &[&str] = &["FIRING", "RESOLVED"];
+
+/// One page of alerts, open ones first, then newest first: `q` matches subject, kind and
+/// message, `state` firing or resolved.
+pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Alert>> {
+    who.require(Role::Viewer, "see alerts")?;
+    let ids = listing::page_ids(
+        pool,
+        &ListSql {
+            with: "",
+            from: "alerts",
+            id: "CAST(id AS TEXT)",
+            name: "(subject || ' ' || kind || ' ' || message)",
+            order: "state = 'resolved', last_seen DESC",
+            state: "UPPER(state)",
+            cluster: None,
+        },
+        w,
+    )
+    .await?;
+    if ids.items.is_empty() {
+        return Ok(ids.with_items(vec![]));
+    }
+    let sql = format!(
+        "SELECT * FROM alerts WHERE id IN ({})",
+        listing::placeholders(ids.items.len())
+    );
+    let mut q = sqlx::query_as::<_, Alert>(&sql);
+    for id in &ids.items {
+        q = q.bind(id);
+    }
+    let items = listing::in_order(&ids.items, q.fetch_all(pool).await?, |a: &Alert| {
+        a.id.to_string()
+    });
+    Ok(ids.with_items(items))
 }
 
 pub async fn firing_count(pool: &SqlitePool) -> Result<i64> {

@@ -21,6 +21,7 @@ use crate::connections::{self, Connection, Provider};
 use crate::connectors::{self, ConnectorView};
 use crate::error::{Error, FieldErrors, Result};
 use crate::kafka::TopicSpec;
+use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
@@ -592,6 +593,45 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Pipeline>> {
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Pipeline::from).collect())
+}
+
+/// One page of pipelines: `q` matches the name, `state` its connector's phase (UNKNOWN when
+/// the connector is gone), `cluster` the Connect cluster's id or name.
+pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Pipeline>> {
+    who.require(Role::Viewer, "see pipelines")?;
+    let ids = listing::page_ids(
+        pool,
+        &ListSql {
+            with: crate::connectors::PHASES,
+            from: "pipelines p JOIN connect_clusters pc ON pc.id = p.connect_cluster_id LEFT JOIN phases ph ON ph.id = p.connector_id",
+            id: "p.id",
+            name: "p.name",
+            order: "p.name",
+            state: "COALESCE(ph.phase, 'UNKNOWN')",
+            cluster: Some(("p.connect_cluster_id", "pc.name")),
+        },
+        w,
+    )
+    .await?;
+    if ids.items.is_empty() {
+        return Ok(ids.with_items(vec![]));
+    }
+    let sql = format!(
+        "SELECT * FROM pipelines WHERE id IN ({})",
+        listing::placeholders(ids.items.len())
+    );
+    let mut q = sqlx::query_as::<_, Row>(&sql);
+    for id in &ids.items {
+        q = q.bind(id);
+    }
+    let rows = q
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(Pipeline::from)
+        .collect();
+    let items = listing::in_order(&ids.items, rows, |p: &Pipeline| p.id.clone());
+    Ok(ids.with_items(items))
 }
 
 /// Creates a pipeline: plugin validation first (nothing is created when it fails), then the

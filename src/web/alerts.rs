@@ -14,32 +14,27 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
+use crate::listing::{ListQuery, Nav, Window};
 use crate::monitor::alerts::{self, Alert};
 use crate::monitor::signals::{self, RulePatch};
 use crate::monitor::webhooks::{self, WebhookInput};
 use poem::web::Path;
 
-#[derive(Deserialize)]
-pub struct AlertQuery {
-    state: Option<String>,
-}
-
 #[handler]
 pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
-    Query(q): Query<AlertQuery>,
+    Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    let only_firing = q.state.as_deref() == Some("firing");
-    Ok(Json(
-        json!({"items": alerts::list(&state.pool, &who, only_firing).await?}),
-    ))
+    let w = q.window(alerts::STATES)?;
+    Ok(Json(alerts::page(&state.pool, &who, &w).await?.json()))
 }
 
 #[derive(Template)]
 #[template(path = "alerts/index.html")]
 struct AlertsPage {
     layout: Layout,
+    nav: Nav,
     items: Vec<Alert>,
     rules: Vec<signals::Rule>,
     /// Admins only (webhook URLs are configuration).
@@ -86,14 +81,26 @@ async fn alerts_page(
     state: &AppState,
     who: &Principal,
     jar: &CookieJar,
+    w: &Window,
     refused: Option<(String, RuleForm, FieldErrors)>,
     webhook_form: WebhookForm,
     webhook_errors: FieldErrors,
 ) -> Result<AlertsPage, Error> {
     let is_admin = who.role >= Role::Admin;
+    let found = alerts::page(&state.pool, who, w).await?;
+    let mut nav = Nav::new(
+        paths::ALERTS,
+        ("alert", "alerts"),
+        w,
+        alerts::STATES,
+        vec![],
+        &found,
+    );
+    nav.sortable = false;
     Ok(AlertsPage {
         layout: Layout::new("Alerts", paths::ALERTS, who, jar),
-        items: alerts::list(&state.pool, who, false).await?,
+        nav,
+        items: found.items,
         rules: signals::rules(&state.pool, who).await?,
         webhooks: if is_admin {
             webhooks::list(&state.pool, who).await?
@@ -113,11 +120,13 @@ pub async fn page(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let view = alerts_page(
         &state,
         &who,
         jar,
+        &q.window(alerts::STATES)?,
         None,
         WebhookForm::default(),
         FieldErrors::new(),
@@ -206,6 +215,7 @@ pub async fn save_rule_form(
                 &state,
                 &who,
                 jar,
+                &Window::default(),
                 Some((kind, form, fields)),
                 WebhookForm::default(),
                 FieldErrors::new(),
@@ -254,7 +264,8 @@ pub async fn add_webhook_form(
                 url: form.url,
                 secret: String::new(),
             };
-            let view = alerts_page(&state, &who, jar, None, kept, fields).await?;
+            let view =
+                alerts_page(&state, &who, jar, &Window::default(), None, kept, fields).await?;
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &view)
         }
         Err(e) => Err(e.into()),

@@ -15,7 +15,7 @@ use crate::audit::{self, Filter, Item};
 use crate::auth::Principal;
 use crate::error::Error;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct AuditQuery {
     #[serde(default)]
     actor: String,
@@ -97,6 +97,9 @@ struct AuditPage {
     items: Vec<Item>,
     next_link: Option<String>,
     filters: String,
+    total: u64,
+    /// (outcome, rows, link to the rows with that outcome)
+    counts: Vec<(String, u64, String)>,
     errors: crate::error::FieldErrors,
 }
 
@@ -109,27 +112,45 @@ pub async fn page(
 ) -> PageResult<Response> {
     let layout = Layout::new("Audit", paths::AUDIT, &who, jar);
     let filters = q.query_string();
-    let (items, next_link, errors, status) = match q.filter(50) {
-        Ok(filter) => {
-            let found = audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?;
-            let next = found
-                .next_before_id
-                .map(|id| format!("{}?{}&before_id={id}", paths::AUDIT, filters));
-            (found.items, next, Default::default(), StatusCode::OK)
-        }
-        Err(Error::Invalid { fields, .. }) => {
-            (Vec::new(), None, fields, StatusCode::UNPROCESSABLE_ENTITY)
-        }
+    let (found, errors, status) = match q.filter(50) {
+        Ok(filter) => (
+            audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?,
+            Default::default(),
+            StatusCode::OK,
+        ),
+        Err(Error::Invalid { fields, .. }) => (
+            audit::Page::default(),
+            fields,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
         Err(e) => return Err(e.into()),
     };
+    let next_link = found
+        .next_before_id
+        .map(|id| format!("{}?{}&before_id={id}", paths::AUDIT, filters));
+    let counts = found
+        .counts
+        .iter()
+        .map(|(outcome, n)| {
+            let link = AuditQuery {
+                outcome: outcome.clone(),
+                before_id: None,
+                ..q.clone()
+            }
+            .query_string();
+            (outcome.clone(), *n, format!("{}?{link}", paths::AUDIT))
+        })
+        .collect();
     page_with_status(
         status,
         &AuditPage {
             layout,
             q,
-            items,
+            items: found.items,
             next_link,
             filters,
+            total: found.total,
+            counts,
             errors,
         },
     )

@@ -17,13 +17,21 @@ use crate::auth::{Principal, Role};
 use crate::connections::settings::{secret_fields, Settings};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
+use crate::listing::{ListQuery, Nav};
 
 // ---- JSON API -------------------------------------------------------------------------------
 
 #[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let w = q.window(connections::STATES)?;
     Ok(Json(
-        json!({"items": connections::list(&state.pool, &state.inner.secrets, &who).await?}),
+        connections::page(&state.pool, &state.inner.secrets, &who, &w)
+            .await?
+            .json(),
     ))
 }
 
@@ -295,6 +303,7 @@ pub fn input_from_form(body: &[u8]) -> ConnectionInput {
 #[template(path = "connections/index.html")]
 struct ListPage {
     layout: Layout,
+    nav: Nav,
     items: Vec<ConnectionView>,
     can_edit: bool,
 }
@@ -304,13 +313,24 @@ pub async fn page_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
-    let items = connections::list(&state.pool, &state.inner.secrets, &who).await?;
+    let w = q.window(connections::STATES)?;
+    let page = connections::page(&state.pool, &state.inner.secrets, &who, &w).await?;
+    let nav = Nav::new(
+        paths::CONNECTIONS,
+        ("connection", "connections"),
+        &w,
+        connections::STATES,
+        vec![],
+        &page,
+    );
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Connections", paths::CONNECTIONS, &who, jar),
-            items,
+            nav,
+            items: page.items,
             can_edit: who.role >= Role::Admin,
         },
     )

@@ -19,15 +19,23 @@ use crate::connectors::{
     self, ConnectorInput, ConnectorView, DriftEvent, RestartRecord, Unmanaged,
 };
 use crate::error::{Error, FieldErrors};
+use crate::kafka::TopicInfo;
+use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
 use crate::reconcile::plan::DesiredState;
 
 // ---- connectors API -------------------------------------------------------------------------
 
 #[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    let items = connectors::list(&state.pool, &who).await?;
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let page = connectors::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
     let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
-    Ok(Json(json!({"items": items, "unmanaged": unmanaged})))
+    let mut body = page.json();
+    body["unmanaged"] = json!(unmanaged);
+    Ok(Json(body))
 }
 
 #[handler]
@@ -229,10 +237,25 @@ pub async fn api_topics(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Path(id): Path<String>,
+    Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
+    let w = q.window(TOPIC_STATES)?;
+    let topics = kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?;
     Ok(Json(
-        json!({"items": kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?}),
+        listing::page_in_memory(topics, &w, |t| &t.name, topic_state).json(),
     ))
+}
+
+/// A topic's state in lists: whether every partition has all its replicas in sync.
+const TOPIC_STATES: &[&str] = &["UNDER-REPLICATED", "IN-SYNC"];
+
+fn topic_state(t: &TopicInfo) -> String {
+    if t.fully_replicated() {
+        "IN-SYNC"
+    } else {
+        "UNDER-REPLICATED"
+    }
+    .into()
 }
 
 #[handler]
@@ -309,16 +332,18 @@ pub async fn api_connect_plugins(
 #[template(path = "connectors/index.html")]
 struct ListPage {
     layout: Layout,
-    items: Vec<ConnectorView>,
+    /// The filter form's view (the list has its own copy).
+    nav: Nav,
+    list: Rows,
     unmanaged: Vec<Unmanaged>,
-    can_operate: bool,
     can_admin: bool,
-    csrf_token: String,
 }
 
+/// The part of the list that refreshes itself: counts, rows and pager.
 #[derive(Template)]
-#[template(path = "connectors/rows_partial.html")]
+#[template(path = "connectors/list_partial.html")]
 struct Rows {
+    nav: Nav,
     items: Vec<ConnectorView>,
     can_operate: bool,
     csrf_token: String,
@@ -330,30 +355,36 @@ pub async fn page_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
-    let items = connectors::list(&state.pool, &who).await?;
-    let csrf_token = who.csrf_token().unwrap_or_default().to_string();
-    let can_operate = who.role >= Role::Operator;
+    let w = q.window(CONNECTOR_STATES)?;
+    let page = connectors::page(&state.pool, &who, &w).await?;
+    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let list = Rows {
+        nav: Nav::new(
+            paths::CONNECTORS,
+            ("connector", "connectors"),
+            &w,
+            CONNECTOR_STATES,
+            clusters,
+            &page,
+        ),
+        items: page.items,
+        csrf_token: who.csrf_token().unwrap_or_default().to_string(),
+        can_operate: who.role >= Role::Operator,
+    };
     if super::home::is_htmx(req) {
-        return page_with_status(
-            StatusCode::OK,
-            &Rows {
-                items,
-                can_operate,
-                csrf_token,
-            },
-        );
+        return page_with_status(StatusCode::OK, &list);
     }
     let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
-            items,
+            nav: list.nav.clone(),
+            list,
             unmanaged,
-            can_operate,
             can_admin: who.role >= Role::Admin,
-            csrf_token,
         },
     )
 }
@@ -1008,18 +1039,14 @@ struct TopicsPage {
     layout: Layout,
     clusters: Vec<kafka::KafkaCluster>,
     selected: Option<String>,
-    topics: Vec<crate::kafka::TopicInfo>,
+    nav: Nav,
+    topics: Vec<TopicInfo>,
     error: Option<String>,
     can_create: bool,
     can_delete: bool,
     form: TopicForm,
     /// Field errors of a refused create; "" holds one for the whole form.
     errors: FieldErrors,
-}
-
-#[derive(Deserialize)]
-pub struct TopicsQuery {
-    cluster: Option<String>,
 }
 
 /// The create-topic form, as typed.
@@ -1089,14 +1116,15 @@ async fn topics_page(
     state: &AppState,
     who: &Principal,
     jar: &CookieJar,
-    cluster: Option<String>,
+    mut w: Window,
     form: TopicForm,
     errors: FieldErrors,
 ) -> Result<TopicsPage, Error> {
     let clusters = kafka::list(&state.pool, who).await?;
-    let selected = cluster
+    let selected = Some(w.cluster.clone())
         .filter(|c| !c.is_empty())
         .or_else(|| clusters.first().map(|c| c.id.clone()));
+    w.cluster = selected.clone().unwrap_or_default();
     let (topics, error) = match &selected {
         Some(id) => match kafka::topics(&state.pool, &state.inner.secrets, who, id).await {
             Ok(t) => (t, None),
@@ -1104,11 +1132,24 @@ async fn topics_page(
         },
         None => (vec![], None),
     };
+    let topics: Vec<TopicInfo> = topics.into_iter().filter(|t| !t.internal).collect();
+    let page = listing::page_in_memory(topics, &w, |t| &t.name, topic_state);
+    let mut nav = Nav::new(
+        paths::TOPICS,
+        ("topic", "topics"),
+        &w,
+        TOPIC_STATES,
+        vec![],
+        &page,
+    );
+    // The cluster is chosen by its own select above the list, not by this filter form.
+    nav.clusters.clear();
     Ok(TopicsPage {
         layout: Layout::new("Topics", paths::TOPICS, who, jar),
         clusters,
         selected,
-        topics,
+        nav,
+        topics: page.items,
         error,
         can_create: who.role >= Role::Operator,
         can_delete: who.role >= Role::Admin,
@@ -1122,7 +1163,7 @@ pub async fn page_topics(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
-    Query(q): Query<TopicsQuery>,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     page_with_status(
         StatusCode::OK,
@@ -1130,7 +1171,7 @@ pub async fn page_topics(
             &state,
             &who,
             jar,
-            q.cluster,
+            q.window(TOPIC_STATES)?,
             TopicForm::default(),
             FieldErrors::new(),
         )
@@ -1187,7 +1228,18 @@ pub async fn page_topic_create(
     let cluster = Some(form.cluster.clone());
     page_with_status(
         StatusCode::UNPROCESSABLE_ENTITY,
-        &topics_page(&state, &who, jar, cluster, form, errors).await?,
+        &topics_page(
+            &state,
+            &who,
+            jar,
+            Window {
+                cluster: cluster.unwrap_or_default(),
+                ..Window::default()
+            },
+            form,
+            errors,
+        )
+        .await?,
     )
 }
 

@@ -17,13 +17,17 @@ use crate::auth::{Principal, Role};
 use crate::deliveries::config::{JdbcOptions, ObjectStorageOptions};
 use crate::deliveries::{self, Delivery, DeliveryInput, Detail, Kind, Preview};
 use crate::error::{Error, FieldErrors};
+use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 use crate::reconcile::plan::DesiredState;
 
 #[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": deliveries::list(&state.pool, &who).await?}),
-    ))
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let page = deliveries::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
+    Ok(Json(page.json()))
 }
 
 #[handler]
@@ -174,6 +178,7 @@ struct ListRow {
 #[template(path = "deliveries/index.html")]
 struct ListPage {
     layout: Layout,
+    nav: Nav,
     items: Vec<ListRow>,
     can_create: bool,
     /// For the empty state: what has to exist before a delivery can.
@@ -204,35 +209,64 @@ pub async fn page_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
-    let pipelines = crate::pipelines::list(&state.pool, &who).await?;
-    let dests = destinations(&state, &who).await?;
-    let mut items = Vec::new();
-    for d in deliveries::list(&state.pool, &who).await? {
-        let connector = crate::connectors::get(&state.pool, &who, &d.connector_id)
-            .await
-            .ok();
-        items.push(ListRow {
-            pipeline: pipelines
+    let w = q.window(CONNECTOR_STATES)?;
+    let page = deliveries::page(&state.pool, &who, &w).await?;
+    let pipelines = listing::names(
+        &state.pool,
+        "pipelines",
+        page.items.iter().map(|d| &d.pipeline_id),
+    )
+    .await?;
+    let dests = listing::names(
+        &state.pool,
+        "connections",
+        page.items.iter().map(|d| &d.destination_connection_id),
+    )
+    .await?;
+    let ids: Vec<String> = page.items.iter().map(|d| d.connector_id.clone()).collect();
+    let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
+    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let nav = Nav::new(
+        paths::DELIVERIES,
+        ("delivery", "deliveries"),
+        &w,
+        CONNECTOR_STATES,
+        clusters,
+        &page,
+    );
+    let items = page
+        .items
+        .into_iter()
+        .map(|d| ListRow {
+            pipeline: pipelines.get(&d.pipeline_id).cloned(),
+            destination: dests.get(&d.destination_connection_id).cloned(),
+            connector: connectors
                 .iter()
-                .find(|p| p.id == d.pipeline_id)
-                .map(|p| p.name.clone()),
-            destination: dests
-                .iter()
-                .find(|c| c.connection.id == d.destination_connection_id)
-                .map(|c| c.connection.name.clone()),
-            connector,
+                .position(|c| c.id == d.connector_id)
+                .map(|i| connectors.swap_remove(i)),
             d,
-        });
-    }
+        })
+        .collect();
+    // Only for the empty state's advice: what is missing before a first delivery.
+    let (has_pipelines, has_destinations) = if nav.total == 0 && !nav.filtered() {
+        (
+            !crate::pipelines::list(&state.pool, &who).await?.is_empty(),
+            !destinations(&state, &who).await?.is_empty(),
+        )
+    } else {
+        (true, true)
+    };
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Deliveries", paths::DELIVERIES, &who, jar),
+            nav,
             items,
             can_create: who.role >= Role::Operator,
-            has_pipelines: !pipelines.is_empty(),
-            has_destinations: !dests.is_empty(),
+            has_pipelines,
+            has_destinations,
         },
     )
 }

@@ -14,14 +14,18 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
+use crate::listing::{ListQuery, Nav, CONNECTOR_STATES};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
 use crate::reconcile::plan::DesiredState;
 
 #[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": pipelines::list(&state.pool, &who).await?}),
-    ))
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let page = pipelines::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
+    Ok(Json(page.json()))
 }
 
 #[handler]
@@ -169,6 +173,7 @@ connector_actions! {
 #[template(path = "pipelines/index.html")]
 struct ListPage {
     layout: Layout,
+    nav: Nav,
     items: Vec<(Pipeline, Option<crate::connectors::ConnectorView>)>,
     can_create: bool,
 }
@@ -178,18 +183,37 @@ pub async fn page_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
-    let mut items = Vec::new();
-    for p in pipelines::list(&state.pool, &who).await? {
-        let c = crate::connectors::get(&state.pool, &who, &p.connector_id)
-            .await
-            .ok();
-        items.push((p, c));
-    }
+    let w = q.window(CONNECTOR_STATES)?;
+    let page = pipelines::page(&state.pool, &who, &w).await?;
+    let ids: Vec<String> = page.items.iter().map(|p| p.connector_id.clone()).collect();
+    let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
+    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let nav = Nav::new(
+        paths::PIPELINES,
+        ("pipeline", "pipelines"),
+        &w,
+        CONNECTOR_STATES,
+        clusters,
+        &page,
+    );
+    let items = page
+        .items
+        .into_iter()
+        .map(|p| {
+            let c = connectors
+                .iter()
+                .position(|c| c.id == p.connector_id)
+                .map(|i| connectors.swap_remove(i));
+            (p, c)
+        })
+        .collect();
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Pipelines", paths::PIPELINES, &who, jar),
+            nav,
             items,
             can_create: who.role >= Role::Operator,
         },

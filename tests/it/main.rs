@@ -9,6 +9,7 @@ mod access;
 mod app_smoke;
 mod connections;
 mod deliveries;
+mod lists;
 mod monitoring;
 mod object_storage;
 mod pipelines;
