@@ -72,7 +72,7 @@ test('with 120 connectors the list counts them by state, pages by 50, and a filt
   await signIn(page, app, 'ada');
   await page.getByRole('link', { name: 'Connectors' }).click();
   const counts = page.locator('#connector-list .counts');
-  assert.match(await counts.innerText(), /^120 connectors: 1 running · 119 stopped$/);
+  assert.match(await counts.innerText(), /^120 connectors: 119 stopped · 1 running$/);
   assert.equal(await page.locator('#connector-rows tr').count(), 50);
   assert.match(await page.locator('.pager').innerText(), /Rows 1–50 of 120 · page 1 of 3/);
   await screenshot(page, 'connectors-paged');
