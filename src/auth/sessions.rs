@@ -105,11 +105,19 @@ pub async fn resolve(
     if disabled || !idle_ok || !absolute_ok {
         return Ok(None);
     }
-    sqlx::query("UPDATE sessions SET last_seen_at = ? WHERE id_hash = ?")
-        .bind(crate::time::now())
-        .bind(&id_hash)
-        .execute(pool)
-        .await?;
+    // Activity extends the session, but a write per request would serialize every page load
+    // on SQLite's one writer: refresh once the stored time is a tenth of the idle limit old
+    // (at most a minute), which keeps the idle limit exact to that margin.
+    let refresh_after = (lifetimes.idle_secs / 10).clamp(1, 60);
+    let seen_secs_ago =
+        crate::time::parse(&last_seen).map_or(i64::MAX, |t| (now - t).num_seconds());
+    if seen_secs_ago >= refresh_after {
+        sqlx::query("UPDATE sessions SET last_seen_at = ? WHERE id_hash = ?")
+            .bind(crate::time::now())
+            .bind(&id_hash)
+            .execute(pool)
+            .await?;
+    }
     Ok(Some(Principal {
         user_id,
         user_name,

@@ -124,15 +124,23 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
     if !token.starts_with(PREFIX) {
         return Ok(None);
     }
-    let row: Option<(String, Option<String>, String, String, String, bool)> = sqlx::query_as(
-        "SELECT t.id, t.expires_at, u.id, u.name, u.role, u.disabled
+    let row: Option<(
+        String,
+        Option<String>,
+        Option<String>,
+        String,
+        String,
+        String,
+        bool,
+    )> = sqlx::query_as(
+        "SELECT t.id, t.expires_at, t.last_used_at, u.id, u.name, u.role, u.disabled
          FROM api_tokens t JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = ? AND t.revoked_at IS NULL",
     )
     .bind(token_hash(token))
     .fetch_optional(pool)
     .await?;
-    let Some((token_id, expires, user_id, user_name, role, disabled)) = row else {
+    let Some((token_id, expires, last_used, user_id, user_name, role, disabled)) = row else {
         return Ok(None);
     };
     let expired = expires
@@ -142,11 +150,19 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
     if disabled || expired {
         return Ok(None);
     }
-    sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?")
-        .bind(crate::time::now())
-        .bind(&token_id)
-        .execute(pool)
-        .await?;
+    // "Last used" to the minute: a write per request would serialize every call on SQLite's
+    // one writer.
+    let used_secs_ago = last_used
+        .as_deref()
+        .and_then(crate::time::parse)
+        .map_or(i64::MAX, |t| (chrono::Utc::now() - t).num_seconds());
+    if used_secs_ago >= 60 {
+        sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?")
+            .bind(crate::time::now())
+            .bind(&token_id)
+            .execute(pool)
+            .await?;
+    }
     Ok(Some(Principal {
         user_id,
         user_name,

@@ -58,12 +58,18 @@ pub struct ConnectorView {
     pub restart_attempts: i64,
     pub offsets: Option<Value>,
     pub offsets_at: Option<String>,
-    /// Pretty JSON of the committed offsets, for the page.
-    #[serde(skip)]
-    pub offsets_text: Option<String>,
     /// Keys where Connect's live config differs from the desired one (empty when in sync).
     pub drift: Vec<crate::reconcile::plan::DiffLine>,
     pub restart_requested_by: Option<String>,
+}
+
+impl ConnectorView {
+    /// Pretty JSON of the committed offsets, for the detail page (not every list row).
+    pub fn offsets_text(&self) -> Option<String> {
+        self.offsets
+            .as_ref()
+            .and_then(|v| serde_json::to_string_pretty(v).ok())
+    }
 }
 
 /// Observations older than this are marked stale.
@@ -207,10 +213,6 @@ fn view(r: Row) -> ConnectorView {
         observed_age_secs,
         stale,
         restart_attempts: attempts.unwrap_or(0),
-        offsets_text: offsets
-            .as_deref()
-            .and_then(|o| serde_json::from_str::<Value>(o).ok())
-            .and_then(|v| serde_json::to_string_pretty(&v).ok()),
         offsets: offsets.and_then(|o| serde_json::from_str(&o).ok()),
         offsets_at,
         restart_requested_by,

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""A scripted Kafka Connect REST API for scale benchmarks.
+
+The real worker cannot hold thousands of connectors on two cores; this stand-in answers the
+calls ClueCDC makes (see src/connect/mod.rs) with the shapes Kafka Connect 4 returns, holds
+its connectors in memory, and adds a configurable latency to every call and, optionally, a
+share of 409 "rebalance in progress" answers. `bench/agreement.py` compares its answers with
+the real worker's for the same calls, so that it cannot drift.
+
+    connect_standin.py --port 18999 [--latency-ms 2.5] [--rebalance-rate 0.0]
+"""
+import argparse
+import json
+import random
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlparse
+
+PLUGINS = [
+    {"class": "org.apache.kafka.connect.file.FileStreamSinkConnector", "type": "sink", "version": "4.1.1"},
+    {"class": "org.apache.kafka.connect.file.FileStreamSourceConnector", "type": "source", "version": "4.1.1"},
+    {"class": "io.debezium.connector.postgresql.PostgresConnector", "type": "source", "version": "3.5.0.Final"},
+    {"class": "io.debezium.connector.mysql.MySqlConnector", "type": "source", "version": "3.5.0.Final"},
+    {"class": "io.debezium.connector.mariadb.MariaDbConnector", "type": "source", "version": "3.5.0.Final"},
+    {"class": "io.debezium.connector.jdbc.JdbcSinkConnector", "type": "sink", "version": "3.5.0.Final"},
+    {"class": "io.aiven.kafka.connect.s3.AivenKafkaConnectS3SinkConnector", "type": "sink", "version": "3.4.2"},
+]
+WORKER = "127.0.0.1:8083"
+
+
+class State:
+    def __init__(self, latency_s, rebalance_rate):
+        self.lock = threading.Lock()
+        self.connectors = {}  # name -> {"config": {...}, "state": "RUNNING"}
+        self.latency_s = latency_s
+        self.rebalance_rate = rebalance_rate
+        self.calls = {}  # "METHOD /path-shape" -> count
+
+
+def kind_of(config):
+    cls = config.get("connector.class", "")
+    for p in PLUGINS:
+        if p["class"] == cls or p["class"].rsplit(".", 1)[-1] == cls:
+            return p["type"]
+    return "source"
+
+
+def version_of(config):
+    cls = config.get("connector.class", "")
+    return next((p["version"] for p in PLUGINS if p["class"] == cls), "4.1.1")
+
+
+def status_of(name, c):
+    v = version_of(c["config"])
+    tasks = [] if c["state"] == "STOPPED" else [{"id": 0, "state": c["state"], "worker_id": WORKER, "version": v}]
+    return {"name": name, "connector": {"state": c["state"], "worker_id": WORKER, "version": v}, "tasks": tasks, "type": kind_of(c["config"])}
+
+
+def info_of(name, c):
+    tasks = [] if c["state"] == "STOPPED" else [{"connector": name, "task": 0}]
+    return {"name": name, "config": dict(c["config"], name=name), "tasks": tasks, "type": kind_of(c["config"])}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: State = None
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body=None):
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(code)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"null") if n else None
+
+    def handle_any(self, method):
+        s = self.state
+        url = urlparse(self.path)
+        path = url.path.rstrip("/") or "/"
+        shape = re.sub(r"^/connectors/[^/]+", "/connectors/{name}", path)
+        shape = re.sub(r"^/connector-plugins/[^/]+", "/connector-plugins/{class}", shape)
+        with s.lock:
+            s.calls[f"{method} {shape}"] = s.calls.get(f"{method} {shape}", 0) + 1
+        if s.latency_s:
+            time.sleep(s.latency_s)
+        if method != "GET" and s.rebalance_rate and random.random() < s.rebalance_rate:
+            return self.reply(409, {"error_code": 409, "message": "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"})
+        if path == "/":
+            return self.reply(200, {"version": "4.1.1", "commit": "standin", "kafka_cluster_id": "standin-cluster"})
+        if path == "/standin/calls":  # the benchmark's own counter, not a Connect endpoint
+            with s.lock:
+                calls = dict(s.calls)
+                if method == "DELETE":
+                    s.calls.clear()
+            return self.reply(200, calls)
+        if path == "/connector-plugins":
+            return self.reply(200, PLUGINS)
+        m = re.fullmatch(r"/connector-plugins/([^/]+)/config/validate", path)
+        if m and method == "PUT":
+            config = self.body() or {}
+            configs = [{"definition": {"name": k, "type": "STRING", "required": False, "default_value": None, "importance": "LOW", "documentation": "", "group": None, "width": "NONE", "display_name": k, "dependents": [], "order_in_group": -1},
+                        "value": {"name": k, "value": v, "recommended_values": [], "errors": [], "visible": True}} for k, v in config.items()]
+            return self.reply(200, {"name": unquote(m.group(1)), "error_count": 0, "groups": ["Common"], "configs": configs})
+        if path == "/connectors":
+            q = parse_qs(url.query)
+            if method == "GET":
+                with s.lock:
+                    items = list(s.connectors.items())
+                expand = q.get("expand", [])
+                if not expand:
+                    return self.reply(200, [n for n, _ in items])
+                out = {}
+                for n, c in items:
+                    e = {}
+                    if "status" in expand:
+                        e["status"] = status_of(n, c)
+                    if "info" in expand:
+                        e["info"] = info_of(n, c)
+                    out[n] = e
+                return self.reply(200, out)
+            if method == "POST":
+                b = self.body() or {}
+                name, config = b.get("name"), b.get("config") or {}
+                initial = (b.get("initial_state") or "RUNNING").upper()
+                with s.lock:
+                    if name in s.connectors:
+                        return self.reply(409, {"error_code": 409, "message": f"Connector {name} already exists"})
+                    s.connectors[name] = {"config": {k: str(v) for k, v in config.items()}, "state": initial}
+                    c = s.connectors[name]
+                return self.reply(201, info_of(name, c))
+        m = re.fullmatch(r"/connectors/([^/]+)(/[a-z]+)?", path)
+        if m:
+            name, sub = unquote(m.group(1)), m.group(2) or ""
+            with s.lock:
+                c = s.connectors.get(name)
+                if c is None and not (method == "PUT" and sub == "/config"):
+                    return self.reply(404, {"error_code": 404, "message": f"Connector {name} not found"})
+                if sub == "" and method == "GET":
+                    return self.reply(200, info_of(name, c))
+                if sub == "" and method == "DELETE":
+                    del s.connectors[name]
+                    return self.reply(204)
+                if sub == "/config" and method == "GET":
+                    return self.reply(200, dict(c["config"], name=name))
+                if sub == "/config" and method == "PUT":
+                    config = {k: str(v) for k, v in (self.body() or {}).items()}
+                    created = c is None
+                    s.connectors[name] = c = {"config": config, "state": "RUNNING" if created else c["state"]}
+                    return self.reply(201 if created else 200, info_of(name, c))
+                if sub == "/status":
+                    return self.reply(200, status_of(name, c))
+                if sub == "/tasks":
+                    return self.reply(200, [] if c["state"] == "STOPPED" else [{"id": {"connector": name, "task": 0}, "config": dict(c["config"])}])
+                if sub == "/offsets":
+                    return self.reply(200, {"offsets": []})
+                if sub in ("/pause", "/resume", "/stop") and method == "PUT":
+                    c["state"] = {"/pause": "PAUSED", "/resume": "RUNNING", "/stop": "STOPPED"}[sub]
+                    return self.reply(202 if sub != "/stop" else 204)
+                if sub == "/restart" and method == "POST":
+                    q = parse_qs(url.query)
+                    if "true" in q.get("includeTasks", []) + q.get("onlyFailed", []):
+                        return self.reply(202, status_of(name, c))
+                    return self.reply(204)
+        return self.reply(404, {"error_code": 404, "message": f"no such endpoint: {method} {path}"})
+
+    def do_GET(self):
+        self.handle_any("GET")
+
+    def do_POST(self):
+        self.handle_any("POST")
+
+    def do_PUT(self):
+        self.handle_any("PUT")
+
+    def do_DELETE(self):
+        self.handle_any("DELETE")
+
+
+def serve(port, latency_ms=0.0, rebalance_rate=0.0):
+    """Starts the stand-in in a background thread; returns the server (stop it with `stop`)."""
+    Handler.state = State(latency_ms / 1000.0, rebalance_rate)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop(server):
+    server.shutdown()
+    server.server_close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=18999)
+    ap.add_argument("--latency-ms", type=float, default=0.0)
+    ap.add_argument("--rebalance-rate", type=float, default=0.0)
+    a = ap.parse_args()
+    srv = serve(a.port, a.latency_ms, a.rebalance_rate)
+    print(f"connect stand-in on http://127.0.0.1:{a.port}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        srv.shutdown()
