@@ -1210,9 +1210,16 @@ pub async fn page_topic_create(
                         if t.partitions.len() == 1 { "" } else { "s" }
                     ),
                 );
+                // Filtered to the new topic: on a cluster with many topics it would be on
+                // some later page.
+                let view = Window {
+                    cluster: form.cluster.clone(),
+                    q: t.name.clone(),
+                    ..Window::default()
+                };
                 return Ok(redirect(
                     req,
-                    &format!("{}?cluster={}", paths::TOPICS, form.cluster),
+                    &format!("{}?{}", paths::TOPICS, view.query_string(1)),
                 ));
             }
             Err(Error::Invalid { fields, .. }) => errors = fields,

@@ -161,7 +161,9 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
     let customers = format!("{prefix}.{schema}.customers");
     let lines = format!("{prefix}.{schema}.order_lines");
     let (_, topics) = api
-        .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+        .get(&format!(
+            "/api/v1/kafka-clusters/{kafka}/topics?q={prefix}."
+        ))
         .await;
     let names: Vec<&str> = topics["items"]
         .as_array()
@@ -272,7 +274,9 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
             "the connector is gone"
         );
         let (_, topics) = api
-            .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+            .get(&format!(
+                "/api/v1/kafka-clusters/{kafka}/topics?q={customers}"
+            ))
             .await;
         assert!(
             topics["items"]
@@ -537,7 +541,7 @@ async fn a_config_the_plugin_refuses_is_refused_with_its_own_error_before_anythi
     assert_eq!(api.get("/api/v1/pipelines").await.1["items"], json!([]));
     assert_eq!(api.get("/api/v1/connectors").await.1["items"], json!([]));
     let (_, topics) = api
-        .get(&format!("/api/v1/kafka-clusters/{kafka}/topics"))
+        .get(&format!("/api/v1/kafka-clusters/{kafka}/topics?q={prefix}"))
         .await;
     assert!(!topics["items"]
         .as_array()

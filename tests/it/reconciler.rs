@@ -779,7 +779,7 @@ async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_dele
         .await;
     assert_eq!(status, 409);
     let (_, list) = api
-        .get(&format!("/api/v1/kafka-clusters/{id}/topics"))
+        .get(&format!("/api/v1/kafka-clusters/{id}/topics?q={topic}"))
         .await;
     assert!(list["items"]
         .as_array()
