@@ -344,10 +344,7 @@ pub async fn page_detail(
     let dest = crate::connections::load(&state.pool, &d.delivery.destination_connection_id)
         .await
         .ok();
-    let location = dest
-        .as_ref()
-        .and_then(|c| c.object_storage())
-        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
+    let location = dest.as_ref().and_then(location);
     let mut heartbeat_delivered = false;
     if let Some(p) = pipeline.as_ref().filter(|p| p.heartbeat) {
         let tables: Vec<String> = p
@@ -602,30 +599,64 @@ impl Form {
     }
 }
 
-#[derive(Template)]
-#[template(path = "deliveries/new.html")]
-struct NewPage {
-    layout: Layout,
-    pipelines: Vec<crate::pipelines::Pipeline>,
-    destinations: Vec<crate::connections::ConnectionView>,
-    connect: Vec<crate::clusters::ConnectCluster>,
+/// Object storage: where a connection's objects go, `s3://bucket/prefix`.
+fn location(c: &crate::connections::Connection) -> Option<String> {
+    c.object_storage()
+        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix))
+}
+
+/// A check that could not run (Connect or the destination unreachable) is shown on the form.
+/// htmx swaps in 2xx and 422 answers only; a plain form post gets the real status.
+fn unavailable_status(req: &Request) -> StatusCode {
+    if super::home::is_htmx(req) {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    }
+}
+
+/// What the create and the edit form share (`templates/deliveries/*_fields.html`): the values
+/// as posted, the destination's kind, the pipeline's topics and the field errors.
+struct Fields {
     form: Form,
-    /// From the chosen destination's provider.
+    /// From the destination's provider.
     kind: Option<Kind>,
-    /// The chosen pipeline's topics a delivery may read, and which of them is its heartbeat.
+    /// The pipeline's topics a delivery may read, and which of them is its heartbeat.
     topics: Vec<String>,
     heartbeat_topic: Option<String>,
-    /// Object storage: `s3://bucket/prefix` of the chosen connection.
+    /// Object storage: `s3://bucket/prefix` of the destination.
     location: Option<String>,
-    preview: Option<Preview>,
     errors: FieldErrors,
-    /// A check that could not run (Connect or the destination unreachable): nothing was created.
-    problem: Option<String>,
+    /// The create form numbers its sections; the edit form has no steps.
+    numbered: bool,
     max_records_per_file: u64,
     max_tasks: u64,
 }
 
-impl NewPage {
+impl Fields {
+    fn new(form: Form, kind: Option<Kind>, location: Option<String>, numbered: bool) -> Fields {
+        Fields {
+            form,
+            kind,
+            topics: vec![],
+            heartbeat_topic: None,
+            location,
+            errors: FieldErrors::new(),
+            numbered,
+            max_records_per_file: deliveries::MAX_RECORDS_PER_FILE,
+            max_tasks: deliveries::MAX_TASKS,
+        }
+    }
+    /// Fills in the pipeline's topics, and says which one is its heartbeat.
+    async fn topics_of(&mut self, state: &AppState, p: &crate::pipelines::Pipeline) {
+        self.topics = deliveries::topics_of(&state.pool, p).await;
+        let tables: Vec<String> = p
+            .tables
+            .iter()
+            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
+            .collect();
+        self.heartbeat_topic = self.topics.iter().find(|t| !tables.contains(t)).cloned();
+    }
     fn database(&self) -> bool {
         self.kind == Some(Kind::Database)
     }
@@ -672,6 +703,19 @@ impl NewPage {
     }
 }
 
+#[derive(Template)]
+#[template(path = "deliveries/new.html")]
+struct NewPage {
+    layout: Layout,
+    pipelines: Vec<crate::pipelines::Pipeline>,
+    destinations: Vec<crate::connections::ConnectionView>,
+    connect: Vec<crate::clusters::ConnectCluster>,
+    f: Fields,
+    preview: Option<Preview>,
+    /// A check that could not run (Connect or the destination unreachable): nothing was created.
+    problem: Option<String>,
+}
+
 /// Builds the page. `fresh`: a newly chosen pipeline, whose topics all start ticked and whose
 /// Connect cluster is the default.
 async fn new_page(
@@ -687,23 +731,16 @@ async fn new_page(
         .iter()
         .find(|c| c.connection.id == form.destination);
     let kind = chosen.map(|c| Kind::of(c.connection.provider));
-    let location = chosen
-        .and_then(|c| c.connection.object_storage())
-        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
-    let (mut topics, mut heartbeat_topic) = (vec![], None);
-    if let Some(p) = pipelines.iter().find(|p| p.id == form.pipeline) {
-        topics = deliveries::topics_of(&state.pool, p).await;
-        let tables: Vec<String> = p
-            .tables
-            .iter()
-            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
-            .collect();
-        heartbeat_topic = topics.iter().find(|t| !tables.contains(t)).cloned();
+    let location = chosen.and_then(|c| location(&c.connection));
+    let pipeline = pipelines.iter().find(|p| p.id == form.pipeline);
+    if let Some(p) = pipeline.filter(|_| fresh && form.connect.is_empty()) {
+        form.connect = p.connect_cluster_id.clone();
+    }
+    let mut f = Fields::new(form, kind, location, true);
+    if let Some(p) = pipeline {
+        f.topics_of(state, p).await;
         if fresh {
-            form.topics = topics.clone();
-            if form.connect.is_empty() {
-                form.connect = p.connect_cluster_id.clone();
-            }
+            f.form.topics = f.topics.clone();
         }
     }
     Ok(NewPage {
@@ -711,16 +748,9 @@ async fn new_page(
         pipelines,
         destinations,
         connect: crate::clusters::list(&state.pool, who).await?,
-        form,
-        kind,
-        topics,
-        heartbeat_topic,
-        location,
+        f,
         preview: None,
-        errors: FieldErrors::new(),
         problem: None,
-        max_records_per_file: deliveries::MAX_RECORDS_PER_FILE,
-        max_tasks: deliveries::MAX_TASKS,
     })
 }
 
@@ -770,14 +800,14 @@ pub async fn page_submit(
         .map_err(|e| Error::Unexpected(e.into()))?;
     let form = Form::parse(&bytes);
     let mut page = new_page(&state, &who, jar, form, false).await?;
-    let input = match page.form.input(page.kind) {
+    let input = match page.f.form.input(page.f.kind) {
         Ok(input) => input,
         Err(fields) => {
-            page.errors = fields;
+            page.f.errors = fields;
             return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
         }
     };
-    let outcome = if page.form.step == "create" {
+    let outcome = if page.f.form.step == "create" {
         match deliveries::create(
             &state.pool,
             &state.inner.secrets,
@@ -807,22 +837,16 @@ pub async fn page_submit(
     match outcome {
         Ok(()) => page_with_status(StatusCode::OK, &page),
         Err(Error::Invalid { fields, .. }) => {
-            page.errors = fields;
+            page.f.errors = fields;
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
         }
         Err(Error::Conflict(m)) => {
-            page.errors = [("name".to_string(), m)].into();
+            page.f.errors = [("name".to_string(), m)].into();
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
         }
         Err(Error::Unavailable(m)) => {
             page.problem = Some(m);
-            // htmx swaps in 2xx and 422 answers only; a plain form post gets the real status.
-            let status = if super::home::is_htmx(req) {
-                StatusCode::OK
-            } else {
-                StatusCode::BAD_GATEWAY
-            };
-            page_with_status(status, &page)
+            page_with_status(unavailable_status(req), &page)
         }
         Err(e) => Err(e.into()),
     }
