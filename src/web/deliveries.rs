@@ -519,6 +519,40 @@ impl Form {
         }
     }
 
+    /// A delivery's stored topics and options, as its edit form starts.
+    fn stored(d: &Delivery) -> Result<Form, Error> {
+        let unreadable = |e: serde_json::Error| {
+            Error::Unexpected(anyhow::Error::new(e).context(format!("stored options of {}", d.id)))
+        };
+        let mut f = Form {
+            topics: d.topics.clone(),
+            ..Form::defaults()
+        };
+        match d.kind {
+            Kind::Database => {
+                let o: JdbcOptions =
+                    serde_json::from_value(d.options.clone()).map_err(unreadable)?;
+                f.insert_mode = o.insert_mode;
+                f.delete_enabled = o.delete_enabled;
+                f.table_name_format = o.table_name_format;
+                f.schema_evolution = o.schema_evolution;
+                f.error_policy = o.error_policy;
+                f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+            }
+            Kind::ObjectStorage => {
+                let o: ObjectStorageOptions =
+                    serde_json::from_value(d.options.clone()).map_err(unreadable)?;
+                f.compression = o.compression;
+                f.records_per_file = o.records_per_file.to_string();
+                f.tasks = o.tasks.to_string();
+                f.key_template = o.key_template;
+                f.error_policy = o.error_policy;
+                f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+            }
+        }
+        Ok(f)
+    }
+
     fn parse(body: &[u8]) -> Form {
         let mut f = Form::default();
         for (k, v) in url::form_urlencoded::parse(body) {
@@ -596,6 +630,14 @@ impl Form {
         } else {
             Err(errors)
         }
+    }
+
+    /// What the edit form sends to `deliveries::update`: the input of the delivery's kind, where
+    /// an emptied dead-letter field removes the stored topic (left out, the stored one stays).
+    fn patch(&self, kind: Kind) -> Result<DeliveryInput, FieldErrors> {
+        let mut input = self.input(Some(kind))?;
+        input.dead_letter_topic = Some(self.dead_letter_topic.trim().to_string());
+        Ok(input)
     }
 }
 
@@ -852,6 +894,124 @@ pub async fn page_submit(
     }
 }
 
+/// The edit form: topics and options change; the name, pipeline, destination and Connect
+/// cluster are shown, fixed (changing them makes a new delivery).
+#[derive(Template)]
+#[template(path = "deliveries/edit.html")]
+struct EditPage {
+    layout: Layout,
+    d: Delivery,
+    pipeline: Option<crate::pipelines::Pipeline>,
+    /// Name and provider of the destination connection.
+    destination: Option<(String, &'static str)>,
+    connect: Option<String>,
+    f: Fields,
+    /// A check that could not run (Connect or the destination unreachable): nothing changed.
+    problem: Option<String>,
+}
+
+/// The edit page with `form`, or with the stored settings when there is none yet.
+async fn edit_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    form: Option<Form>,
+) -> Result<EditPage, Error> {
+    who.require(Role::Operator, "change deliveries")?;
+    let d = deliveries::load(&state.pool, id).await?;
+    let form = match form {
+        Some(form) => form,
+        None => Form::stored(&d)?,
+    };
+    let pipeline = crate::pipelines::load(&state.pool, &d.pipeline_id)
+        .await
+        .ok();
+    let dest = crate::connections::load(&state.pool, &d.destination_connection_id)
+        .await
+        .ok();
+    let mut f = Fields::new(form, Some(d.kind), dest.as_ref().and_then(location), false);
+    if let Some(p) = &pipeline {
+        f.topics_of(state, p).await;
+    }
+    let connect = crate::clusters::get(&state.pool, who, &d.connect_cluster_id)
+        .await
+        .ok()
+        .map(|c| c.name);
+    Ok(EditPage {
+        layout: Layout::new(format!("Edit {}", d.name), paths::DELIVERIES, who, jar),
+        pipeline,
+        destination: dest.map(|c| (c.name, c.provider.label())),
+        connect,
+        f,
+        problem: None,
+        d,
+    })
+}
+
+#[handler]
+pub async fn page_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &edit_page(&state, &who, jar, &id, None).await?,
+    )
+}
+
+/// Saves through `deliveries::update`, as the API does: the plugin validates the new config,
+/// and a refusal shows the form again with the errors beside their fields.
+#[handler]
+pub async fn page_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: Body,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "change deliveries")?;
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
+    let mut page = edit_page(&state, &who, jar, &id, Some(Form::parse(&bytes))).await?;
+    let patch = match page.f.form.patch(page.d.kind) {
+        Ok(patch) => patch,
+        Err(fields) => {
+            page.f.errors = fields;
+            return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
+        }
+    };
+    match deliveries::update(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &page.d.id,
+        &patch,
+    )
+    .await
+    {
+        Ok(d) => {
+            set_flash(jar, "Saved; the reconciler applies the new config.");
+            Ok(redirect(req, &format!("/deliveries/{}", d.id)))
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            page.f.errors = fields;
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            page_with_status(unavailable_status(req), &page)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -903,6 +1063,87 @@ mod tests {
             .unwrap();
         assert_eq!(ok.records_per_file, Some(10_000), "digit groups are fine");
         assert_eq!(ok.tasks, None, "empty: the default");
+    }
+
+    fn stored(kind: Kind, options: Value) -> Delivery {
+        Delivery {
+            id: "dl_1".into(),
+            name: "lake".into(),
+            pipeline_id: "pl_1".into(),
+            destination_connection_id: "cx_1".into(),
+            connect_cluster_id: "cc_1".into(),
+            kind,
+            topics: vec!["a".into(), "b".into()],
+            options,
+            connector_id: "cn_1".into(),
+            consumer_group: "connect-cluecdc-deliver-lake".into(),
+            created_at: "2024-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn the_edit_form_starts_from_the_stored_settings_and_saving_it_unchanged_keeps_them() {
+        let os = ObjectStorageOptions {
+            compression: "none".into(),
+            records_per_file: 500,
+            tasks: 3,
+            key_template: "x/{{topic}}-{{partition}}-{{start_offset}}".into(),
+            error_policy: "continue".into(),
+            dead_letter_topic: Some("lake.dlq".into()),
+            ..Default::default()
+        };
+        let d = stored(Kind::ObjectStorage, json!(os));
+        let f = Form::stored(&d).unwrap();
+        assert_eq!(f.topics, d.topics);
+        assert_eq!(f.records_per_file, "500");
+        let patch = f.patch(Kind::ObjectStorage).unwrap();
+        assert_eq!(patch.compression.as_deref(), Some("none"));
+        assert_eq!(patch.records_per_file, Some(500));
+        assert_eq!(patch.tasks, Some(3));
+        assert_eq!(
+            patch.key_template.as_deref(),
+            Some(os.key_template.as_str())
+        );
+        assert_eq!(patch.error_policy.as_deref(), Some("continue"));
+        assert_eq!(patch.dead_letter_topic.as_deref(), Some("lake.dlq"));
+        assert!(
+            patch.name.is_none() && patch.pipeline_id.is_none(),
+            "fixed fields are not sent"
+        );
+        assert!(patch.insert_mode.is_none(), "no options of the other kind");
+
+        let db = JdbcOptions {
+            insert_mode: "insert".into(),
+            delete_enabled: false,
+            table_name_format: "r_${source.table}".into(),
+            ..Default::default()
+        };
+        let patch = Form::stored(&stored(Kind::Database, json!(db)))
+            .unwrap()
+            .patch(Kind::Database)
+            .unwrap();
+        assert_eq!(patch.insert_mode.as_deref(), Some("insert"));
+        assert_eq!(patch.delete_enabled, Some(false));
+        assert_eq!(
+            patch.table_name_format.as_deref(),
+            Some("r_${source.table}")
+        );
+        assert_eq!(patch.schema_evolution.as_deref(), Some("basic"));
+        assert!(patch.records_per_file.is_none() && patch.key_template.is_none());
+    }
+
+    #[test]
+    fn an_emptied_dead_letter_field_removes_the_stored_topic_instead_of_keeping_it() {
+        let patch = posted("error_policy=fail&dead_letter_topic=+")
+            .patch(Kind::Database)
+            .unwrap();
+        assert_eq!(patch.dead_letter_topic.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn stored_options_that_do_not_read_are_an_error_not_the_defaults() {
+        let d = stored(Kind::ObjectStorage, json!({"records_per_file": "many"}));
+        assert!(Form::stored(&d).is_err());
     }
 
     #[test]

@@ -491,6 +491,20 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/deliveries/:id/edit",
+            Operator,
+            "change a delivery's topics and options (form)",
+            deliveries::page_edit,
+        ),
+        r(
+            M::POST,
+            "/deliveries/:id/edit",
+            Operator,
+            "change a delivery's topics and options",
+            deliveries::page_update,
+        ),
+        r(
+            M::GET,
             "/deliveries/:id/objects",
             Viewer,
             "an object-storage delivery's newest objects (fragment of its page)",
