@@ -277,6 +277,9 @@ struct DetailPage {
     layout: Layout,
     d: Detail,
     can_operate: bool,
+    /// Deleting a delivery deletes its connector, which `connectors::set_state` allows admins
+    /// only (though `deliveries::delete` itself asks for an operator).
+    can_delete: bool,
     pipeline: Option<crate::pipelines::Pipeline>,
     /// Name and provider of the destination connection.
     destination: Option<(String, &'static str)>,
@@ -368,6 +371,7 @@ pub async fn page_detail(
         &DetailPage {
             layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
             can_operate: who.role >= Role::Operator,
+            can_delete: who.role >= Role::Admin,
             pipeline,
             destination: dest.map(|c| (c.name, c.provider.label())),
             location,
@@ -1003,6 +1007,100 @@ pub async fn page_update(
         Err(Error::Invalid { fields, .. }) => {
             page.f.errors = fields;
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            page_with_status(unavailable_status(req), &page)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The delete confirmation: what goes (the sink connector) and what stays.
+#[derive(Template)]
+#[template(path = "deliveries/delete.html")]
+struct DeletePage {
+    layout: Layout,
+    d: Delivery,
+    connector_name: String,
+    /// The Connect cluster the connector runs on.
+    cluster: Option<String>,
+    /// Name and provider of the destination connection.
+    destination: Option<(String, &'static str)>,
+    location: Option<String>,
+    /// As on the delivery page: only admins may delete its connector.
+    can_delete: bool,
+    /// The connector was not gone from Connect in time: nothing was deleted yet.
+    problem: Option<String>,
+}
+
+impl DeletePage {
+    fn object_storage(&self) -> bool {
+        self.d.kind == Kind::ObjectStorage
+    }
+}
+
+async fn delete_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+) -> Result<DeletePage, Error> {
+    who.require(Role::Operator, "delete deliveries")?;
+    let d = deliveries::load(&state.pool, id).await?;
+    let connector = crate::connectors::views(&state.pool, std::slice::from_ref(&d.connector_id))
+        .await?
+        .pop();
+    let connector_name = connector
+        .as_ref()
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| deliveries::connector_name(&d.name));
+    let dest = crate::connections::load(&state.pool, &d.destination_connection_id)
+        .await
+        .ok();
+    Ok(DeletePage {
+        layout: Layout::new(format!("Delete {}", d.name), paths::DELIVERIES, who, jar),
+        connector_name,
+        cluster: connector.map(|c| c.connect_cluster),
+        location: dest.as_ref().and_then(location),
+        destination: dest.map(|c| (c.name, c.provider.label())),
+        can_delete: who.role >= Role::Admin,
+        problem: None,
+        d,
+    })
+}
+
+#[handler]
+pub async fn page_delete_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(StatusCode::OK, &delete_page(&state, &who, jar, &id).await?)
+}
+
+/// Deletes through `deliveries::delete`, which waits (up to 60 s) for the reconciler to remove
+/// the connector from Connect.
+#[handler]
+pub async fn page_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    let mut page = delete_page(&state, &who, jar, &id).await?;
+    match deliveries::delete(&state.pool, &state.inner.reconciler, &who, &page.d.id).await {
+        Ok(()) => {
+            set_flash(
+                jar,
+                &format!(
+                    "Delivery {} deleted; its sink connector is gone from Connect. What it wrote stays in the destination.",
+                    page.d.name
+                ),
+            );
+            Ok(redirect(req, paths::DELIVERIES))
         }
         Err(Error::Unavailable(m)) => {
             page.problem = Some(m);

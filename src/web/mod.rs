@@ -505,6 +505,20 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/deliveries/:id/delete",
+            Operator,
+            "confirm deleting a delivery",
+            deliveries::page_delete_confirm,
+        ),
+        r(
+            M::POST,
+            "/deliveries/:id/delete",
+            Operator,
+            "delete a delivery (waits until its connector is gone from Connect)",
+            deliveries::page_delete,
+        ),
+        r(
+            M::GET,
             "/deliveries/:id/objects",
             Viewer,
             "an object-storage delivery's newest objects (fragment of its page)",
