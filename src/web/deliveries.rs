@@ -277,6 +277,9 @@ struct DetailPage {
     layout: Layout,
     d: Detail,
     can_operate: bool,
+    /// Deleting a delivery deletes its connector, which `connectors::set_state` allows admins
+    /// only (though `deliveries::delete` itself asks for an operator).
+    can_delete: bool,
     pipeline: Option<crate::pipelines::Pipeline>,
     /// Name and provider of the destination connection.
     destination: Option<(String, &'static str)>,
@@ -344,10 +347,7 @@ pub async fn page_detail(
     let dest = crate::connections::load(&state.pool, &d.delivery.destination_connection_id)
         .await
         .ok();
-    let location = dest
-        .as_ref()
-        .and_then(|c| c.object_storage())
-        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
+    let location = dest.as_ref().and_then(location);
     let mut heartbeat_delivered = false;
     if let Some(p) = pipeline.as_ref().filter(|p| p.heartbeat) {
         let tables: Vec<String> = p
@@ -371,6 +371,7 @@ pub async fn page_detail(
         &DetailPage {
             layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
             can_operate: who.role >= Role::Operator,
+            can_delete: who.role >= Role::Admin,
             pipeline,
             destination: dest.map(|c| (c.name, c.provider.label())),
             location,
@@ -522,6 +523,40 @@ impl Form {
         }
     }
 
+    /// A delivery's stored topics and options, as its edit form starts.
+    fn stored(d: &Delivery) -> Result<Form, Error> {
+        let unreadable = |e: serde_json::Error| {
+            Error::Unexpected(anyhow::Error::new(e).context(format!("stored options of {}", d.id)))
+        };
+        let mut f = Form {
+            topics: d.topics.clone(),
+            ..Form::defaults()
+        };
+        match d.kind {
+            Kind::Database => {
+                let o: JdbcOptions =
+                    serde_json::from_value(d.options.clone()).map_err(unreadable)?;
+                f.insert_mode = o.insert_mode;
+                f.delete_enabled = o.delete_enabled;
+                f.table_name_format = o.table_name_format;
+                f.schema_evolution = o.schema_evolution;
+                f.error_policy = o.error_policy;
+                f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+            }
+            Kind::ObjectStorage => {
+                let o: ObjectStorageOptions =
+                    serde_json::from_value(d.options.clone()).map_err(unreadable)?;
+                f.compression = o.compression;
+                f.records_per_file = o.records_per_file.to_string();
+                f.tasks = o.tasks.to_string();
+                f.key_template = o.key_template;
+                f.error_policy = o.error_policy;
+                f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+            }
+        }
+        Ok(f)
+    }
+
     fn parse(body: &[u8]) -> Form {
         let mut f = Form::default();
         for (k, v) in url::form_urlencoded::parse(body) {
@@ -600,32 +635,74 @@ impl Form {
             Err(errors)
         }
     }
+
+    /// What the edit form sends to `deliveries::update`: the input of the delivery's kind, where
+    /// an emptied dead-letter field removes the stored topic (left out, the stored one stays).
+    fn patch(&self, kind: Kind) -> Result<DeliveryInput, FieldErrors> {
+        let mut input = self.input(Some(kind))?;
+        input.dead_letter_topic = Some(self.dead_letter_topic.trim().to_string());
+        Ok(input)
+    }
 }
 
-#[derive(Template)]
-#[template(path = "deliveries/new.html")]
-struct NewPage {
-    layout: Layout,
-    pipelines: Vec<crate::pipelines::Pipeline>,
-    destinations: Vec<crate::connections::ConnectionView>,
-    connect: Vec<crate::clusters::ConnectCluster>,
+/// Object storage: where a connection's objects go, `s3://bucket/prefix`.
+fn location(c: &crate::connections::Connection) -> Option<String> {
+    c.object_storage()
+        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix))
+}
+
+/// A check that could not run (Connect or the destination unreachable) is shown on the form.
+/// htmx swaps in 2xx and 422 answers only; a plain form post gets the real status.
+fn unavailable_status(req: &Request) -> StatusCode {
+    if super::home::is_htmx(req) {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    }
+}
+
+/// What the create and the edit form share (`templates/deliveries/*_fields.html`): the values
+/// as posted, the destination's kind, the pipeline's topics and the field errors.
+struct Fields {
     form: Form,
-    /// From the chosen destination's provider.
+    /// From the destination's provider.
     kind: Option<Kind>,
-    /// The chosen pipeline's topics a delivery may read, and which of them is its heartbeat.
+    /// The pipeline's topics a delivery may read, and which of them is its heartbeat.
     topics: Vec<String>,
     heartbeat_topic: Option<String>,
-    /// Object storage: `s3://bucket/prefix` of the chosen connection.
+    /// Object storage: `s3://bucket/prefix` of the destination.
     location: Option<String>,
-    preview: Option<Preview>,
     errors: FieldErrors,
-    /// A check that could not run (Connect or the destination unreachable): nothing was created.
-    problem: Option<String>,
+    /// The create form numbers its sections; the edit form has no steps.
+    numbered: bool,
     max_records_per_file: u64,
     max_tasks: u64,
 }
 
-impl NewPage {
+impl Fields {
+    fn new(form: Form, kind: Option<Kind>, location: Option<String>, numbered: bool) -> Fields {
+        Fields {
+            form,
+            kind,
+            topics: vec![],
+            heartbeat_topic: None,
+            location,
+            errors: FieldErrors::new(),
+            numbered,
+            max_records_per_file: deliveries::MAX_RECORDS_PER_FILE,
+            max_tasks: deliveries::MAX_TASKS,
+        }
+    }
+    /// Fills in the pipeline's topics, and says which one is its heartbeat.
+    async fn topics_of(&mut self, state: &AppState, p: &crate::pipelines::Pipeline) {
+        self.topics = deliveries::topics_of(&state.pool, p).await;
+        let tables: Vec<String> = p
+            .tables
+            .iter()
+            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
+            .collect();
+        self.heartbeat_topic = self.topics.iter().find(|t| !tables.contains(t)).cloned();
+    }
     fn database(&self) -> bool {
         self.kind == Some(Kind::Database)
     }
@@ -672,6 +749,19 @@ impl NewPage {
     }
 }
 
+#[derive(Template)]
+#[template(path = "deliveries/new.html")]
+struct NewPage {
+    layout: Layout,
+    pipelines: Vec<crate::pipelines::Pipeline>,
+    destinations: Vec<crate::connections::ConnectionView>,
+    connect: Vec<crate::clusters::ConnectCluster>,
+    f: Fields,
+    preview: Option<Preview>,
+    /// A check that could not run (Connect or the destination unreachable): nothing was created.
+    problem: Option<String>,
+}
+
 /// Builds the page. `fresh`: a newly chosen pipeline, whose topics all start ticked and whose
 /// Connect cluster is the default.
 async fn new_page(
@@ -687,23 +777,16 @@ async fn new_page(
         .iter()
         .find(|c| c.connection.id == form.destination);
     let kind = chosen.map(|c| Kind::of(c.connection.provider));
-    let location = chosen
-        .and_then(|c| c.connection.object_storage())
-        .map(|s| format!("s3://{}/{}", s.bucket, s.prefix));
-    let (mut topics, mut heartbeat_topic) = (vec![], None);
-    if let Some(p) = pipelines.iter().find(|p| p.id == form.pipeline) {
-        topics = deliveries::topics_of(&state.pool, p).await;
-        let tables: Vec<String> = p
-            .tables
-            .iter()
-            .map(|t| crate::pipelines::config::table_topic(&p.topic_prefix, t))
-            .collect();
-        heartbeat_topic = topics.iter().find(|t| !tables.contains(t)).cloned();
+    let location = chosen.and_then(|c| location(&c.connection));
+    let pipeline = pipelines.iter().find(|p| p.id == form.pipeline);
+    if let Some(p) = pipeline.filter(|_| fresh && form.connect.is_empty()) {
+        form.connect = p.connect_cluster_id.clone();
+    }
+    let mut f = Fields::new(form, kind, location, true);
+    if let Some(p) = pipeline {
+        f.topics_of(state, p).await;
         if fresh {
-            form.topics = topics.clone();
-            if form.connect.is_empty() {
-                form.connect = p.connect_cluster_id.clone();
-            }
+            f.form.topics = f.topics.clone();
         }
     }
     Ok(NewPage {
@@ -711,16 +794,9 @@ async fn new_page(
         pipelines,
         destinations,
         connect: crate::clusters::list(&state.pool, who).await?,
-        form,
-        kind,
-        topics,
-        heartbeat_topic,
-        location,
+        f,
         preview: None,
-        errors: FieldErrors::new(),
         problem: None,
-        max_records_per_file: deliveries::MAX_RECORDS_PER_FILE,
-        max_tasks: deliveries::MAX_TASKS,
     })
 }
 
@@ -770,14 +846,14 @@ pub async fn page_submit(
         .map_err(|e| Error::Unexpected(e.into()))?;
     let form = Form::parse(&bytes);
     let mut page = new_page(&state, &who, jar, form, false).await?;
-    let input = match page.form.input(page.kind) {
+    let input = match page.f.form.input(page.f.kind) {
         Ok(input) => input,
         Err(fields) => {
-            page.errors = fields;
+            page.f.errors = fields;
             return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
         }
     };
-    let outcome = if page.form.step == "create" {
+    let outcome = if page.f.form.step == "create" {
         match deliveries::create(
             &state.pool,
             &state.inner.secrets,
@@ -807,22 +883,228 @@ pub async fn page_submit(
     match outcome {
         Ok(()) => page_with_status(StatusCode::OK, &page),
         Err(Error::Invalid { fields, .. }) => {
-            page.errors = fields;
+            page.f.errors = fields;
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
         }
         Err(Error::Conflict(m)) => {
-            page.errors = [("name".to_string(), m)].into();
+            page.f.errors = [("name".to_string(), m)].into();
             page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
         }
         Err(Error::Unavailable(m)) => {
             page.problem = Some(m);
-            // htmx swaps in 2xx and 422 answers only; a plain form post gets the real status.
-            let status = if super::home::is_htmx(req) {
-                StatusCode::OK
-            } else {
-                StatusCode::BAD_GATEWAY
-            };
-            page_with_status(status, &page)
+            page_with_status(unavailable_status(req), &page)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The edit form: topics and options change; the name, pipeline, destination and Connect
+/// cluster are shown, fixed (changing them makes a new delivery).
+#[derive(Template)]
+#[template(path = "deliveries/edit.html")]
+struct EditPage {
+    layout: Layout,
+    d: Delivery,
+    pipeline: Option<crate::pipelines::Pipeline>,
+    /// Name and provider of the destination connection.
+    destination: Option<(String, &'static str)>,
+    connect: Option<String>,
+    f: Fields,
+    /// A check that could not run (Connect or the destination unreachable): nothing changed.
+    problem: Option<String>,
+}
+
+/// The edit page with `form`, or with the stored settings when there is none yet.
+async fn edit_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    form: Option<Form>,
+) -> Result<EditPage, Error> {
+    who.require(Role::Operator, "change deliveries")?;
+    let d = deliveries::load(&state.pool, id).await?;
+    let form = match form {
+        Some(form) => form,
+        None => Form::stored(&d)?,
+    };
+    let pipeline = crate::pipelines::load(&state.pool, &d.pipeline_id)
+        .await
+        .ok();
+    let dest = crate::connections::load(&state.pool, &d.destination_connection_id)
+        .await
+        .ok();
+    let mut f = Fields::new(form, Some(d.kind), dest.as_ref().and_then(location), false);
+    if let Some(p) = &pipeline {
+        f.topics_of(state, p).await;
+    }
+    let connect = crate::clusters::get(&state.pool, who, &d.connect_cluster_id)
+        .await
+        .ok()
+        .map(|c| c.name);
+    Ok(EditPage {
+        layout: Layout::new(format!("Edit {}", d.name), paths::DELIVERIES, who, jar),
+        pipeline,
+        destination: dest.map(|c| (c.name, c.provider.label())),
+        connect,
+        f,
+        problem: None,
+        d,
+    })
+}
+
+#[handler]
+pub async fn page_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &edit_page(&state, &who, jar, &id, None).await?,
+    )
+}
+
+/// Saves through `deliveries::update`, as the API does: the plugin validates the new config,
+/// and a refusal shows the form again with the errors beside their fields.
+#[handler]
+pub async fn page_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: Body,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "change deliveries")?;
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::Unexpected(e.into()))?;
+    let mut page = edit_page(&state, &who, jar, &id, Some(Form::parse(&bytes))).await?;
+    let patch = match page.f.form.patch(page.d.kind) {
+        Ok(patch) => patch,
+        Err(fields) => {
+            page.f.errors = fields;
+            return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
+        }
+    };
+    match deliveries::update(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &page.d.id,
+        &patch,
+    )
+    .await
+    {
+        Ok(d) => {
+            set_flash(jar, "Saved; the reconciler applies the new config.");
+            Ok(redirect(req, &format!("/deliveries/{}", d.id)))
+        }
+        Err(Error::Invalid { fields, .. }) => {
+            page.f.errors = fields;
+            page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page)
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            page_with_status(unavailable_status(req), &page)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The delete confirmation: what goes (the sink connector) and what stays.
+#[derive(Template)]
+#[template(path = "deliveries/delete.html")]
+struct DeletePage {
+    layout: Layout,
+    d: Delivery,
+    connector_name: String,
+    /// The Connect cluster the connector runs on.
+    cluster: Option<String>,
+    /// Name and provider of the destination connection.
+    destination: Option<(String, &'static str)>,
+    location: Option<String>,
+    /// As on the delivery page: only admins may delete its connector.
+    can_delete: bool,
+    /// The connector was not gone from Connect in time: nothing was deleted yet.
+    problem: Option<String>,
+}
+
+impl DeletePage {
+    fn object_storage(&self) -> bool {
+        self.d.kind == Kind::ObjectStorage
+    }
+}
+
+async fn delete_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+) -> Result<DeletePage, Error> {
+    who.require(Role::Operator, "delete deliveries")?;
+    let d = deliveries::load(&state.pool, id).await?;
+    let connector = crate::connectors::views(&state.pool, std::slice::from_ref(&d.connector_id))
+        .await?
+        .pop();
+    let connector_name = connector
+        .as_ref()
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| deliveries::connector_name(&d.name));
+    let dest = crate::connections::load(&state.pool, &d.destination_connection_id)
+        .await
+        .ok();
+    Ok(DeletePage {
+        layout: Layout::new(format!("Delete {}", d.name), paths::DELIVERIES, who, jar),
+        connector_name,
+        cluster: connector.map(|c| c.connect_cluster),
+        location: dest.as_ref().and_then(location),
+        destination: dest.map(|c| (c.name, c.provider.label())),
+        can_delete: who.role >= Role::Admin,
+        problem: None,
+        d,
+    })
+}
+
+#[handler]
+pub async fn page_delete_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(StatusCode::OK, &delete_page(&state, &who, jar, &id).await?)
+}
+
+/// Deletes through `deliveries::delete`, which waits (up to 60 s) for the reconciler to remove
+/// the connector from Connect.
+#[handler]
+pub async fn page_delete(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    let mut page = delete_page(&state, &who, jar, &id).await?;
+    match deliveries::delete(&state.pool, &state.inner.reconciler, &who, &page.d.id).await {
+        Ok(()) => {
+            set_flash(
+                jar,
+                &format!(
+                    "Delivery {} deleted; its sink connector is gone from Connect. What it wrote stays in the destination.",
+                    page.d.name
+                ),
+            );
+            Ok(redirect(req, paths::DELIVERIES))
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            page_with_status(unavailable_status(req), &page)
         }
         Err(e) => Err(e.into()),
     }
@@ -879,6 +1161,87 @@ mod tests {
             .unwrap();
         assert_eq!(ok.records_per_file, Some(10_000), "digit groups are fine");
         assert_eq!(ok.tasks, None, "empty: the default");
+    }
+
+    fn stored(kind: Kind, options: Value) -> Delivery {
+        Delivery {
+            id: "dl_1".into(),
+            name: "lake".into(),
+            pipeline_id: "pl_1".into(),
+            destination_connection_id: "cx_1".into(),
+            connect_cluster_id: "cc_1".into(),
+            kind,
+            topics: vec!["a".into(), "b".into()],
+            options,
+            connector_id: "cn_1".into(),
+            consumer_group: "connect-cluecdc-deliver-lake".into(),
+            created_at: "2024-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn the_edit_form_starts_from_the_stored_settings_and_saving_it_unchanged_keeps_them() {
+        let os = ObjectStorageOptions {
+            compression: "none".into(),
+            records_per_file: 500,
+            tasks: 3,
+            key_template: "x/{{topic}}-{{partition}}-{{start_offset}}".into(),
+            error_policy: "continue".into(),
+            dead_letter_topic: Some("lake.dlq".into()),
+            ..Default::default()
+        };
+        let d = stored(Kind::ObjectStorage, json!(os));
+        let f = Form::stored(&d).unwrap();
+        assert_eq!(f.topics, d.topics);
+        assert_eq!(f.records_per_file, "500");
+        let patch = f.patch(Kind::ObjectStorage).unwrap();
+        assert_eq!(patch.compression.as_deref(), Some("none"));
+        assert_eq!(patch.records_per_file, Some(500));
+        assert_eq!(patch.tasks, Some(3));
+        assert_eq!(
+            patch.key_template.as_deref(),
+            Some(os.key_template.as_str())
+        );
+        assert_eq!(patch.error_policy.as_deref(), Some("continue"));
+        assert_eq!(patch.dead_letter_topic.as_deref(), Some("lake.dlq"));
+        assert!(
+            patch.name.is_none() && patch.pipeline_id.is_none(),
+            "fixed fields are not sent"
+        );
+        assert!(patch.insert_mode.is_none(), "no options of the other kind");
+
+        let db = JdbcOptions {
+            insert_mode: "insert".into(),
+            delete_enabled: false,
+            table_name_format: "r_${source.table}".into(),
+            ..Default::default()
+        };
+        let patch = Form::stored(&stored(Kind::Database, json!(db)))
+            .unwrap()
+            .patch(Kind::Database)
+            .unwrap();
+        assert_eq!(patch.insert_mode.as_deref(), Some("insert"));
+        assert_eq!(patch.delete_enabled, Some(false));
+        assert_eq!(
+            patch.table_name_format.as_deref(),
+            Some("r_${source.table}")
+        );
+        assert_eq!(patch.schema_evolution.as_deref(), Some("basic"));
+        assert!(patch.records_per_file.is_none() && patch.key_template.is_none());
+    }
+
+    #[test]
+    fn an_emptied_dead_letter_field_removes_the_stored_topic_instead_of_keeping_it() {
+        let patch = posted("error_policy=fail&dead_letter_topic=+")
+            .patch(Kind::Database)
+            .unwrap();
+        assert_eq!(patch.dead_letter_topic.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn stored_options_that_do_not_read_are_an_error_not_the_defaults() {
+        let d = stored(Kind::ObjectStorage, json!({"records_per_file": "many"}));
+        assert!(Form::stored(&d).is_err());
     }
 
     #[test]

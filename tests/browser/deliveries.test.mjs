@@ -250,9 +250,180 @@ test('a viewer sees deliveries but no create or state controls, and the form ref
   assert.equal(await page.getByRole('link', { name: 'Create delivery' }).count(), 0);
   await page.getByRole('link', { name: lakeName }).click();
   assert.equal(await page.getByRole('button', { name: /Pause|Resume|Restart/ }).count(), 0);
+  assert.equal(await page.getByRole('link', { name: /Edit|Delete/ }).count(), 0, 'no edit or delete links for a viewer');
+  const lakePath = new URL(page.url()).pathname;
+  for (const action of ['edit', 'delete']) {
+    const denied = await page.goto(`${app.url}${lakePath}/${action}`);
+    assert.equal(denied.status(), 403, `${action} form`);
+  }
   await page.goto(`${app.url}/pipelines/${pipeline.id}`);
   assert.equal(await page.getByRole('link', { name: 'Create delivery' }).count(), 0);
   const res = await page.goto(app.url + '/deliveries/new');
   assert.equal(res.status(), 403);
   assert.match(await page.locator('main').innerText(), /your role \(viewer\) cannot create deliveries/);
+});
+
+/** The delivery's id, from its page's URL. */
+const idOf = (page) => new URL(page.url()).pathname.split('/').pop();
+
+/** The sink connector's config as Connect stores it, once `ready(config)` holds (the reconciler
+ * applies a change within seconds). */
+async function connectConfig(name, ready) {
+  let config;
+  for (let i = 0; i < 60; i++) {
+    const res = await fetch(`${env.CONNECT_URL}/connectors/${encodeURIComponent(name)}/config`);
+    config = res.ok ? await res.json() : { status: res.status };
+    if (ready(config)) return config;
+    await sleep(1000);
+  }
+  assert.fail(`Connect config of ${name} not as expected within 60 s: ${JSON.stringify(config)}`);
+}
+
+test('an operator edits an object-storage delivery from its page: a refused change shows inline with 422 and changes nothing, a good one reaches the API and Connect', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  await page.getByRole('link', { name: lakeName }).click();
+  const id = idOf(page);
+  const [, before] = await api(app, token, 'GET', `/api/v1/deliveries/${id}`);
+  await page.getByRole('link', { name: 'Edit…' }).click();
+  await page.waitForURL(new RegExp(`/deliveries/${id}/edit$`));
+
+  // Prefilled with what is stored; the fixed fields are shown, not editable.
+  const fixed = await page.locator('#fixed').innerText();
+  assert.match(fixed, new RegExp(`Name\\s+${lakeName}`));
+  assert.match(fixed, /Pipeline\s+shop/);
+  assert.match(fixed, /Destination\s+lake \(MinIO\)/);
+  assert.match(fixed, /Connect cluster\s+stack/);
+  assert.equal(await page.getByLabel('Delivery name').count(), 0, 'the name cannot change');
+  assert.equal(await page.getByLabel('Records per file').inputValue(), String(before.delivery.options.records_per_file));
+  assert.equal(await page.getByLabel('Key template').inputValue(), before.delivery.options.key_template);
+  assert.equal(await page.getByLabel('Table name format').count(), 0, 'only the options of its kind');
+  for (const t of ['orders', 'customers']) {
+    assert.equal(await page.getByLabel(`${prefix}.${schema}.${t}`).isChecked(), true, 'the stored topics are ticked');
+  }
+  await screenshot(page, 'delivery-edit');
+
+  // Refused: a key template without the start offset. The form comes back with 422, the
+  // error under the field and what was typed kept; nothing is stored.
+  await page.getByLabel('Records per file').fill('300');
+  await page.getByLabel('Key template').fill('{{topic}}/{{topic}}-{{partition}}');
+  const [refused] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith(`/deliveries/${id}/edit`)),
+    page.getByRole('button', { name: 'Save' }).click(),
+  ]);
+  assert.equal(refused.status(), 422);
+  await page.locator('#key-template-error').waitFor();
+  assert.match(await page.locator('#key-template-error').innerText(), /start_offset/);
+  assert.match(await page.getByRole('alert').innerText(), /Not saved: fix what is marked above/);
+  assert.equal(await page.getByLabel('Key template').getAttribute('aria-invalid'), 'true');
+  assert.equal(await page.getByLabel('Records per file').inputValue(), '300', 'what was typed stays');
+  assert.match(page.url(), new RegExp(`/deliveries/${id}/edit$`));
+  await page.getByLabel('Key template').scrollIntoViewIfNeeded();
+  await screenshot(page, 'delivery-edit-refused');
+  const [, unchanged] = await api(app, token, 'GET', `/api/v1/deliveries/${id}`);
+  assert.deepEqual(unchanged.delivery.options, before.delivery.options, 'a refused edit changes nothing');
+  assert.deepEqual(unchanged.delivery.topics, before.delivery.topics);
+
+  // Accepted: fewer records per file and one topic fewer.
+  await page.getByLabel('Key template').fill(before.delivery.options.key_template);
+  await page.getByLabel('Records per file').fill('250');
+  await page.getByLabel(`${prefix}.${schema}.customers`).uncheck();
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.waitForURL(new RegExp(`/deliveries/${id}$`), { timeout: 60_000 });
+  assert.match(await page.locator('main').innerText(), /Saved; the reconciler applies the new config/);
+  await screenshot(page, 'delivery-edit-saved');
+  const settings = await page.locator('section[aria-labelledby="settings-heading"]').innerText();
+  assert.match(settings, /records_per_file\s+250/);
+  assert.match(settings, new RegExp(`Topics\\s+${prefix}\\.${schema}\\.orders\\n`));
+  assert.ok(!settings.includes(`${schema}.customers`), 'the unticked topic is gone: ' + settings);
+  const [, after] = await api(app, token, 'GET', `/api/v1/deliveries/${id}`);
+  assert.deepEqual(after.delivery.topics, [`${prefix}.${schema}.orders`]);
+  assert.equal(after.delivery.options.records_per_file, 250);
+  assert.equal(after.delivery.options.key_template, before.delivery.options.key_template);
+  await connectConfig(connectorOf(lakeName), (c) => c['file.max.records'] === '250' && c.topics === `${prefix}.${schema}.orders`);
+  await page.locator('#delivery-status .state-running').first().waitFor({ timeout: 60_000 });
+
+  await page.goto(`${app.url}/deliveries/${id}/edit`);
+  await page.setViewportSize({ width: 320, height: 800 });
+  assert.deepEqual(await tooWide(page), [], 'no sideways scrolling at 320 px');
+  await screenshot(page, 'delivery-edit-320');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
+test('an operator changes a database delivery\'s insert mode; an admin deletes it through the confirmation page: the button shows progress and the connector leaves Connect', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
+  await page.getByRole('link', { name: replicaName }).click();
+  const id = idOf(page);
+  // Deleting a delivery deletes its connector, which only admins may do.
+  assert.equal(await page.getByRole('link', { name: 'Delete…' }).count(), 0, 'no delete link for an operator');
+  await page.goto(`${app.url}/deliveries/${id}/delete`);
+  assert.match(await page.locator('main').innerText(), /Only an admin can delete a delivery/);
+  assert.equal(await page.getByRole('button', { name: /^Delete/ }).count(), 0, 'no button that would be refused');
+  await page.goBack();
+  await page.getByRole('link', { name: 'Edit…' }).click();
+  assert.equal(await page.getByLabel('Insert mode').inputValue(), 'upsert');
+  assert.equal(await page.getByLabel('Apply deletes').isChecked(), true);
+  assert.equal(await page.getByLabel('Table name format').inputValue(), `bw_${pid}_\${source.table}`, 'prefilled with the stored format');
+  assert.equal(await page.getByLabel('Key template').count(), 0, 'only the options of its kind');
+  await page.getByLabel('Insert mode').selectOption('insert');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.waitForURL(new RegExp(`/deliveries/${id}$`), { timeout: 60_000 });
+  assert.match(await page.locator('section[aria-labelledby="settings-heading"]').innerText(), /insert_mode\s+insert/);
+  const [, changed] = await api(app, token, 'GET', `/api/v1/deliveries/${id}`);
+  assert.equal(changed.delivery.options.insert_mode, 'insert');
+  assert.equal(changed.delivery.options.delete_enabled, true, 'untouched options stay');
+  assert.equal(changed.delivery.topics.length, 2);
+  await connectConfig(connectorOf(replicaName), (c) => c['insert.mode'] === 'insert');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+
+  const admin = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const adminErrors = watchConsole(admin);
+  await signIn(admin, app, 'ada');
+  await admin.goto(`${app.url}/deliveries/${id}`);
+  await admin.getByRole('link', { name: 'Delete…' }).click();
+  await admin.waitForURL(new RegExp(`/deliveries/${id}/delete$`));
+  const confirm = await admin.locator('main').innerText();
+  assert.match(confirm, new RegExp(`removes the sink connector ${connectorOf(replicaName)}`));
+  assert.match(confirm, /rows already written/);
+  assert.match(confirm, new RegExp(`consumer group connect-${connectorOf(replicaName)}`));
+  await screenshot(admin, 'delivery-delete');
+  const button = admin.getByRole('button', { name: `Delete ${replicaName}` });
+  await button.click();
+  // Deleting waits for Connect: meanwhile the button is disabled and says what is happening.
+  assert.equal(await button.isDisabled(), true, 'disabled while deleting');
+  assert.equal(await admin.locator('#delete-progress').isVisible(), true);
+  await screenshot(admin, 'delivery-delete-progress');
+  await admin.waitForURL(`${app.url}/deliveries`, { timeout: 90_000 });
+  assert.match(await admin.locator('main').innerText(), new RegExp(`Delivery ${replicaName} deleted`));
+  assert.equal(await admin.getByRole('link', { name: replicaName }).count(), 0, 'gone from the list');
+  assert.equal((await fetch(`${env.CONNECT_URL}/connectors/${connectorOf(replicaName)}`)).status, 404, 'gone from Connect');
+  const [gone] = await api(app, token, 'GET', `/api/v1/deliveries/${id}`);
+  assert.equal(gone, 404);
+  assert.ok(Number(dest(`SELECT count(*) FROM ${destTable('orders')}`)) > 0, 'the rows written stay');
+  assert.deepEqual(adminErrors, [], 'console errors: ' + adminErrors.join('\n'));
+});
+
+test('without JavaScript, the delete confirmation is a plain form post that deletes and lands on the list', async () => {
+  const context = await browser.newContext({ javaScriptEnabled: false });
+  const page = await context.newPage();
+  await signIn(page, app, 'ada');
+  await page.goto(`${app.url}/deliveries`);
+  await page.getByRole('link', { name: lakeName }).click();
+  const id = idOf(page);
+  await page.getByRole('link', { name: 'Delete…' }).click();
+  assert.match(await page.locator('main').innerText(), /objects already written/);
+  const [res] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith(`/deliveries/${id}/delete`), { timeout: 90_000 }),
+    page.getByRole('button', { name: `Delete ${lakeName}` }).click(),
+  ]);
+  assert.equal(res.status(), 303);
+  await page.waitForURL(`${app.url}/deliveries`);
+  assert.match(await page.locator('main').innerText(), new RegExp(`Delivery ${lakeName} deleted`));
+  assert.equal((await fetch(`${env.CONNECT_URL}/connectors/${connectorOf(lakeName)}`)).status, 404, 'gone from Connect');
+  await context.close();
 });
