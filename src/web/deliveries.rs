@@ -277,8 +277,7 @@ struct DetailPage {
     layout: Layout,
     d: Detail,
     can_operate: bool,
-    /// Deleting a delivery deletes its connector, which `connectors::set_state` allows admins
-    /// only (though `deliveries::delete` itself asks for an operator).
+    /// Operators and admins may delete a delivery (and so its connector).
     can_delete: bool,
     pipeline: Option<crate::pipelines::Pipeline>,
     /// Name and provider of the destination connection.
@@ -371,7 +370,7 @@ pub async fn page_detail(
         &DetailPage {
             layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
             can_operate: who.role >= Role::Operator,
-            can_delete: who.role >= Role::Admin,
+            can_delete: who.role >= Role::Operator,
             pipeline,
             destination: dest.map(|c| (c.name, c.provider.label())),
             location,
@@ -1028,8 +1027,6 @@ struct DeletePage {
     /// Name and provider of the destination connection.
     destination: Option<(String, &'static str)>,
     location: Option<String>,
-    /// As on the delivery page: only admins may delete its connector.
-    can_delete: bool,
     /// The connector was not gone from Connect in time: nothing was deleted yet.
     problem: Option<String>,
 }
@@ -1064,7 +1061,6 @@ async fn delete_page(
         cluster: connector.map(|c| c.connect_cluster),
         location: dest.as_ref().and_then(location),
         destination: dest.map(|c| (c.name, c.provider.label())),
-        can_delete: who.role >= Role::Admin,
         problem: None,
         d,
     })
