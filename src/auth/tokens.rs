@@ -124,7 +124,8 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
     if !token.starts_with(PREFIX) {
         return Ok(None);
     }
-    let row: Option<(
+    /// id, expires_at, last_used_at, user id, user name, role, disabled
+    type TokenRow = (
         String,
         Option<String>,
         Option<String>,
@@ -132,7 +133,8 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
         String,
         String,
         bool,
-    )> = sqlx::query_as(
+    );
+    let row: Option<TokenRow> = sqlx::query_as(
         "SELECT t.id, t.expires_at, t.last_used_at, u.id, u.name, u.role, u.disabled
          FROM api_tokens t JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = ? AND t.revoked_at IS NULL",

@@ -1232,7 +1232,7 @@ pub async fn page_topic_create(
             Err(e) => return Err(e.into()),
         }
     }
-    let cluster = Some(form.cluster.clone());
+    let cluster = form.cluster.clone();
     page_with_status(
         StatusCode::UNPROCESSABLE_ENTITY,
         &topics_page(
@@ -1240,7 +1240,7 @@ pub async fn page_topic_create(
             &who,
             jar,
             Window {
-                cluster: cluster.unwrap_or_default(),
+                cluster,
                 ..Window::default()
             },
             form,
