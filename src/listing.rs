@@ -438,23 +438,35 @@ pub async fn names(
     ids: impl IntoIterator<Item = &String>,
 ) -> Result<std::collections::HashMap<String, String>> {
     let ids: std::collections::BTreeSet<&String> = ids.into_iter().collect();
+    let ids: Vec<String> = ids.into_iter().cloned().collect();
+    let rows: Vec<(String, String)> =
+        rows_by_id(pool, &format!("SELECT id, name FROM {table}"), "id", &ids).await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The rows `select` (a query of this crate's, ending before its WHERE) finds whose `id_column`
+/// is one of `ids`, in any order: the rows of one page, loaded after `page_ids`.
+pub async fn rows_by_id<R>(
+    pool: &sqlx::SqlitePool,
+    select: &str,
+    id_column: &str,
+    ids: &[String],
+) -> Result<Vec<R>>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+{
     if ids.is_empty() {
-        return Ok(Default::default());
+        return Ok(vec![]);
     }
     let sql = format!(
-        "SELECT id, name FROM {table} WHERE id IN ({})",
-        placeholders(ids.len())
+        "{select} WHERE {id_column} IN ({})",
+        vec!["?"; ids.len()].join(", ")
     );
-    let mut q = sqlx::query_as::<_, (String, String)>(&sql);
+    let mut q = sqlx::query_as::<_, R>(&sql);
     for id in ids {
         q = q.bind(id);
     }
-    Ok(q.fetch_all(pool).await?.into_iter().collect())
-}
-
-/// `?, ?, …` for an `IN (…)` of `n` binds.
-pub fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
+    Ok(q.fetch_all(pool).await?)
 }
 
 /// Puts rows loaded by id back in the page's order (rows since deleted are left out).

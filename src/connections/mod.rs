@@ -533,20 +533,8 @@ pub async fn page(
         w,
     )
     .await?;
-    let sql = format!(
-        "{SELECT} WHERE id IN ({})",
-        listing::placeholders(ids.items.len())
-    );
-    let mut q = sqlx::query_as::<_, Row>(&sql);
-    for id in &ids.items {
-        q = q.bind(id);
-    }
     let mut rows = Vec::new();
-    for r in if ids.items.is_empty() {
-        vec![]
-    } else {
-        q.fetch_all(pool).await?
-    } {
+    for r in listing::rows_by_id::<Row>(pool, SELECT, "id", &ids.items).await? {
         rows.push(view(store, from_row(r)?).await?);
     }
     let items = listing::in_order(&ids.items, rows, |v: &ConnectionView| {

@@ -279,25 +279,19 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
         w,
     )
     .await?;
-    let found = views(pool, &ids.items).await?;
-    let items = listing::in_order(&ids.items, found, |c| c.id.clone());
+    let mut found = views(pool, &ids.items).await?;
+    let items = ids.items.iter().filter_map(|id| found.remove(id)).collect();
     Ok(ids.with_items(items))
 }
 
-/// The connectors with these ids (any order; ids not found are left out).
-pub async fn views(pool: &SqlitePool, ids: &[String]) -> Result<Vec<ConnectorView>> {
-    if ids.is_empty() {
-        return Ok(vec![]);
-    }
-    let sql = format!(
-        "{SELECT} WHERE c.id IN ({})",
-        listing::placeholders(ids.len())
-    );
-    let mut q = sqlx::query_as::<_, Row>(&sql);
-    for id in ids {
-        q = q.bind(id);
-    }
-    Ok(q.fetch_all(pool).await?.into_iter().map(view).collect())
+/// The connectors with these ids, by id (ids not found are left out): the connectors of a page
+/// of pipelines or deliveries.
+pub async fn views(
+    pool: &SqlitePool,
+    ids: &[String],
+) -> Result<std::collections::HashMap<String, ConnectorView>> {
+    let rows = listing::rows_by_id::<Row>(pool, SELECT, "c.id", ids).await?;
+    Ok(rows.into_iter().map(|r| (r.id.clone(), view(r))).collect())
 }
 
 async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {

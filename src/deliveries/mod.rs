@@ -215,19 +215,7 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
         w,
     )
     .await?;
-    if ids.items.is_empty() {
-        return Ok(ids.with_items(vec![]));
-    }
-    let sql = format!(
-        "{SELECT} WHERE id IN ({})",
-        listing::placeholders(ids.items.len())
-    );
-    let mut q = sqlx::query_as::<_, Row>(&sql);
-    for id in &ids.items {
-        q = q.bind(id);
-    }
-    let rows = q
-        .fetch_all(pool)
+    let rows = listing::rows_by_id::<Row>(pool, SELECT, "id", &ids.items)
         .await?
         .into_iter()
         .map(Delivery::from)

@@ -185,20 +185,8 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
         w,
     )
     .await?;
-    if ids.items.is_empty() {
-        return Ok(ids.with_items(vec![]));
-    }
-    let sql = format!(
-        "SELECT * FROM alerts WHERE id IN ({})",
-        listing::placeholders(ids.items.len())
-    );
-    let mut q = sqlx::query_as::<_, Alert>(&sql);
-    for id in &ids.items {
-        q = q.bind(id);
-    }
-    let items = listing::in_order(&ids.items, q.fetch_all(pool).await?, |a: &Alert| {
-        a.id.to_string()
-    });
+    let rows = listing::rows_by_id::<Alert>(pool, "SELECT * FROM alerts", "id", &ids.items).await?;
+    let items = listing::in_order(&ids.items, rows, |a: &Alert| a.id.to_string());
     Ok(ids.with_items(items))
 }
 

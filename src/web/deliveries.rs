@@ -242,10 +242,7 @@ pub async fn page_list(
         .map(|d| ListRow {
             pipeline: pipelines.get(&d.pipeline_id).cloned(),
             destination: dests.get(&d.destination_connection_id).cloned(),
-            connector: connectors
-                .iter()
-                .position(|c| c.id == d.connector_id)
-                .map(|i| connectors.swap_remove(i)),
+            connector: connectors.remove(&d.connector_id),
             d,
         })
         .collect();
@@ -1047,7 +1044,7 @@ async fn delete_page(
     let d = deliveries::load(&state.pool, id).await?;
     let connector = crate::connectors::views(&state.pool, std::slice::from_ref(&d.connector_id))
         .await?
-        .pop();
+        .remove(&d.connector_id);
     let connector_name = connector
         .as_ref()
         .map(|c| c.name.clone())

@@ -202,10 +202,7 @@ pub async fn page_list(
         .items
         .into_iter()
         .map(|p| {
-            let c = connectors
-                .iter()
-                .position(|c| c.id == p.connector_id)
-                .map(|i| connectors.swap_remove(i));
+            let c = connectors.remove(&p.connector_id);
             (p, c)
         })
         .collect();
