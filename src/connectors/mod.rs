@@ -109,20 +109,29 @@ struct Row {
     cluster_error: Option<String>,
 }
 
+/// When a connector was last seen as its status row says: the reconciler rewrites the row only
+/// when the observation changed, and stamps the cluster's `observed_at` on every pass that
+/// listed it, so the later of the two is when ClueCDC last confirmed it.
+macro_rules! observed_at_sql {
+    () => {
+        "MAX(s.observed_at, COALESCE(cc.observed_at, s.observed_at))"
+    };
+}
+
 /// A connector's phase as every page and the API show it: Connect's state at the last
 /// observation, UNKNOWN when that observation is stale (the cluster's last poll failed or it is
 /// older than [`STALE_AFTER_SECS`]), PENDING while a new generation is not yet observed (FAILED
 /// and DRIFTED stay). The one definition, in SQL so that lists filter and sort by it.
 macro_rules! phase_sql {
     () => {
-        "CASE WHEN s.observed_at IS NOT NULL AND (cc.last_error IS NOT NULL OR s.observed_at < strftime('%Y-%m-%dT%H:%M:%SZ', 'now', '-60 seconds')) THEN 'UNKNOWN' \
+        concat!("CASE WHEN s.observed_at IS NOT NULL AND (cc.last_error IS NOT NULL OR ", observed_at_sql!(), " < strftime('%Y-%m-%dT%H:%M:%SZ', 'now', '-60 seconds')) THEN 'UNKNOWN' \
          WHEN COALESCE(s.observed_generation, 0) < c.generation AND COALESCE(s.phase, 'PENDING') NOT IN ('FAILED', 'DRIFTED') THEN 'PENDING' \
-         ELSE COALESCE(s.phase, 'PENDING') END"
+         ELSE COALESCE(s.phase, 'PENDING') END")
     };
 }
 
 const SELECT: &str = concat!("SELECT c.id, c.name, c.connect_cluster_id AS cluster_id, cc.name AS cluster, c.owner_kind, c.config, c.desired_state, c.generation, c.owner_id, c.restart_requested_by,
-    s.observed_generation, s.phase, ", phase_sql!(), " AS phase_now, s.connector_state AS state, s.tasks, s.trace, s.message, s.observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied, cc.last_error AS cluster_error
+    s.observed_generation, s.phase, ", phase_sql!(), " AS phase_now, s.connector_state AS state, s.tasks, s.trace, s.message, ", observed_at_sql!(), " AS observed_at, s.live_config AS live, s.restart_attempts AS attempts, s.offsets, s.offsets_at, s.applied_config AS applied, cc.last_error AS cluster_error
     FROM connectors c JOIN connect_clusters cc ON cc.id = c.connect_cluster_id LEFT JOIN connector_status s ON s.connector_id = c.id");
 
 /// Every connector's id, name, cluster and phase, as `phases` — for the lists of connectors,

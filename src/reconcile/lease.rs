@@ -1,6 +1,9 @@
 //! The reconciler lease: one row in SQLite. Only its holder acts on Connect; the holder renews
 //! it well before it expires, and a crashed holder's lease simply runs out.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
 use sqlx::SqlitePool;
 
 pub const RECONCILER: &str = "reconciler";
@@ -11,6 +14,10 @@ pub struct Lease {
     name: &'static str,
     pub holder: String,
     ttl_ms: i64,
+    /// Until when this holder's last successful take or renewal holds (unix ms; 0: not held).
+    /// Nobody else can take the lease before the `expires_at` that write stored, so this is
+    /// what the row says without a query (same machine, same clock).
+    held_until: Arc<AtomicI64>,
 }
 
 pub fn now_ms() -> i64 {
@@ -24,6 +31,7 @@ impl Lease {
             name,
             holder,
             ttl_ms,
+            held_until: Arc::new(AtomicI64::new(0)),
         }
     }
 
@@ -41,22 +49,22 @@ impl Lease {
         .bind(now + self.ttl_ms)
         .bind(now)
         .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .await;
+        let held = matches!(&done, Ok(d) if d.rows_affected() == 1);
+        self.held_until
+            .store(if held { now + self.ttl_ms } else { 0 }, Ordering::SeqCst);
+        Ok(done?.rows_affected() == 1)
     }
 
     /// Checked right before every mutating call: held, with a margin before expiry so a
-    /// slow call cannot overlap a successor.
-    pub async fn still_held(&self) -> anyhow::Result<bool> {
-        let row: Option<(String, i64)> =
-            sqlx::query_as("SELECT holder, expires_at FROM leases WHERE name = ?")
-                .bind(self.name)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(matches!(row, Some((h, exp)) if h == self.holder && exp > now_ms() + self.ttl_ms / 3))
+    /// slow call cannot overlap a successor. No query: the expiry this holder last wrote is
+    /// the earliest moment anyone else may take over.
+    pub fn still_held(&self) -> bool {
+        self.held_until.load(Ordering::SeqCst) > now_ms() + self.ttl_ms / 3
     }
 
     pub async fn release(&self) {
+        self.held_until.store(0, Ordering::SeqCst);
         let _ = sqlx::query("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ?")
             .bind(self.name)
             .bind(&self.holder)
@@ -93,14 +101,16 @@ mod tests {
         let a = Lease::new(pool.clone(), RECONCILER, "a".into(), 300);
         let b = Lease::new(pool.clone(), RECONCILER, "b".into(), 300);
         assert!(a.try_hold().await.unwrap());
+        assert!(a.still_held(), "a holds it, well before expiry");
         assert!(!b.try_hold().await.unwrap(), "b must wait while a holds it");
+        assert!(!b.still_held(), "a refused take is not held");
         assert!(a.try_hold().await.unwrap(), "a renews");
         tokio::time::sleep(std::time::Duration::from_millis(350)).await;
         assert!(
             b.try_hold().await.unwrap(),
             "a stopped renewing (crashed): b takes over"
         );
-        assert!(!a.still_held().await.unwrap());
+        assert!(!a.still_held());
         assert!(!a.try_hold().await.unwrap());
     }
 
@@ -111,6 +121,7 @@ mod tests {
         let b = Lease::new(pool.clone(), RECONCILER, "b".into(), 60_000);
         assert!(a.try_hold().await.unwrap());
         a.release().await;
+        assert!(!a.still_held(), "released means no further changes");
         assert!(b.try_hold().await.unwrap());
     }
 }

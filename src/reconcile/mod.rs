@@ -10,11 +10,12 @@ pub mod lease;
 pub mod plan;
 pub mod policy;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use rand::Rng;
 use serde::Serialize;
 use serde_json::json;
@@ -146,7 +147,11 @@ impl Reconciler {
                 if held && due {
                     seen_version = version;
                     last_pass = Some(Instant::now());
-                    self.guarded_pass().await;
+                    // A pass that changed something is followed by one at the next tick, which
+                    // observes what the changes did instead of waiting a whole interval.
+                    if self.guarded_pass().await > 0 {
+                        last_pass = None;
+                    }
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -161,15 +166,19 @@ impl Reconciler {
 
     /// A pass that keeps renewing the lease while it runs, and stops at once if the lease is
     /// lost: a slow Connect must not let the lease lapse under a pass still making changes.
-    async fn guarded_pass(&self) {
+    /// Returns how many steps the pass sent to Connect.
+    async fn guarded_pass(&self) -> i64 {
         tokio::select! {
-            result = self.pass() => {
-                if let Err(e) = result {
+            result = self.pass() => match result {
+                Ok(actions) => actions,
+                Err(e) => {
                     tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
+                    0
                 }
-            }
+            },
             _ = keep_renewing(&self.lease, self.settings.lease_ttl) => {
                 tracing::warn!("lost the reconciler lease mid-pass; stopped before the next change");
+                0
             }
         }
     }
@@ -192,8 +201,8 @@ impl Reconciler {
         )
     }
 
-    /// One pass over every cluster.
-    pub async fn pass(&self) -> anyhow::Result<()> {
+    /// One pass over every cluster; returns how many steps it sent to Connect.
+    pub async fn pass(&self) -> anyhow::Result<i64> {
         let started = Instant::now();
         let started_at = crate::time::now();
         let clusters = crate::clusters::all(&self.pool).await?;
@@ -222,6 +231,8 @@ impl Reconciler {
         self.handle
             .actions
             .fetch_add(actions as u64, Ordering::Relaxed);
+        // The pass's record in one commit.
+        let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(&self.lease.holder)
             .bind(started_at)
@@ -229,17 +240,18 @@ impl Reconciler {
             .bind(clusters.len() as i64)
             .bind(actions)
             .bind(errors)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         for (name, add) in [
             ("reconcile_passes", 1),
             ("reconcile_actions", actions),
             ("reconcile_errors", errors),
         ] {
-            sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.pool).await?;
+            sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&mut *tx).await?;
         }
-        sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&self.pool).await?;
-        Ok(())
+        sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(actions)
     }
 
     /// Connect did not answer: keep the last observation, back off (capped, jittered).
@@ -268,61 +280,60 @@ impl Reconciler {
         Ok(())
     }
 
-    async fn load_desired(&self, cluster_id: &str) -> anyhow::Result<Vec<Desired>> {
-        type Row = (
-            String,
-            String,
-            String,
-            String,
-            i64,
-            Option<String>,
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
+    /// The cluster's desired connectors, with the status row each had after the last pass
+    /// (by id), so that an unchanged observation is not written again.
+    async fn load_desired(
+        &self,
+        cluster_id: &str,
+    ) -> anyhow::Result<(Vec<Desired>, HashMap<String, Stored>)> {
+        let rows: Vec<DesiredRow> = sqlx::query_as(
             "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
-                    s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at
+                    s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at,
+                    s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config
              FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id
              WHERE c.connect_cluster_id = ? ORDER BY c.name",
         )
         .bind(cluster_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(
-                |(
-                    id,
-                    name,
-                    config,
-                    state,
-                    generation,
-                    restart_requested,
-                    applied,
-                    attempts,
-                    next,
-                    healthy,
-                    applied_at,
-                )| {
-                    Some(Desired {
-                        config: serde_json::from_str(&config).ok()?,
-                        state: DesiredState::parse(&state)?,
-                        applied_config: applied.and_then(|a| serde_json::from_str(&a).ok()),
-                        restart_attempts: attempts.unwrap_or(0) as u32,
-                        next_restart_at: next,
-                        healthy_since: healthy,
-                        restart_requested,
-                        applied_at,
-                        id,
-                        name,
-                        generation,
-                    })
-                },
-            )
-            .collect())
+        let mut stored = HashMap::new();
+        let mut desired = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (Ok(config), Some(state)) = (
+                serde_json::from_str(&r.config),
+                DesiredState::parse(&r.desired_state),
+            ) else {
+                continue;
+            };
+            if let Some(phase) = r.phase {
+                stored.insert(
+                    r.id.clone(),
+                    Stored {
+                        observed_generation: r.observed_generation.unwrap_or(0),
+                        phase,
+                        connector_state: r.connector_state,
+                        tasks: r.tasks,
+                        trace: r.trace,
+                        message: r.message,
+                        live_config: r.live_config,
+                    },
+                );
+            }
+            desired.push(Desired {
+                config,
+                state,
+                applied_config: r.applied_config.and_then(|a| serde_json::from_str(&a).ok()),
+                restart_attempts: r.restart_attempts.unwrap_or(0) as u32,
+                next_restart_at: r.next_restart_at,
+                healthy_since: r.healthy_since,
+                restart_requested: r.restart_requested_by,
+                applied_at: r.applied_at,
+                id: r.id,
+                name: r.name,
+                generation: r.generation,
+            });
+        }
+        Ok((desired, stored))
     }
 
     async fn reconcile_cluster(
@@ -331,7 +342,7 @@ impl Reconciler {
         read_offsets: bool,
     ) -> Result<usize, ConnectError> {
         let client = self.client(cluster).await;
-        let desired = self.load_desired(&cluster.id).await.map_err(db_err)?;
+        let (desired, stored) = self.load_desired(&cluster.id).await.map_err(db_err)?;
         // The one list call of this pass for this cluster.
         let expanded = client.list_expanded().await?;
         let live: BTreeMap<String, Live> = expanded
@@ -372,7 +383,7 @@ impl Reconciler {
             )
         };
         let applied = self
-            .apply(&client, cluster, &desired, &plan)
+            .apply(&client, cluster, &desired, &stored, &plan)
             .await
             .map_err(db_err)?;
         sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
@@ -391,123 +402,168 @@ impl Reconciler {
         Ok(applied)
     }
 
+    /// One connector's steps in order, each only while the lease is still ours.
+    async fn execute_all<'p>(
+        &self,
+        client: &ConnectClient,
+        steps: Vec<(usize, &'p Step)>,
+    ) -> Vec<Done<'p>> {
+        let mut out = Vec::new();
+        for (i, step) in steps {
+            if !self.lease.still_held() {
+                break;
+            }
+            out.push(execute(client, i, step).await);
+        }
+        out
+    }
+
     /// Executes the steps (each only while the lease is still ours) and records observations,
     /// drift, restarts and unknown connectors.
+    ///
+    /// Steps of different connectors go to Connect [`STEP_CONCURRENCY`] at a time (a
+    /// connector's own steps stay in plan order); nothing is written to SQLite while calls are
+    /// in flight, and everything the pass learnt is written in one transaction afterwards, so
+    /// a pass of a thousand creates costs one commit, not a thousand.
     async fn apply(
         &self,
         client: &ConnectClient,
         cluster: &ConnectCluster,
         desired: &[Desired],
+        stored: &HashMap<String, Stored>,
         plan: &Plan,
     ) -> anyhow::Result<usize> {
         let by_id: BTreeMap<&str, &Desired> = desired.iter().map(|d| (d.id.as_str(), d)).collect();
-        let mut applied_configs: BTreeMap<String, Config> = BTreeMap::new();
-        let mut failed_steps: BTreeMap<String, String> = BTreeMap::new();
-        let mut done = 0;
-        for step in &plan.steps {
-            if step.is_mutating() && !self.lease.still_held().await? {
-                tracing::warn!("lease lost mid-pass; stopping before the next change");
-                return Ok(done);
-            }
-            let (id, action, result) = match step {
-                Step::Create {
-                    id,
-                    name,
-                    config,
-                    initial_state,
-                } => (
-                    id,
-                    "create",
-                    client.create(name, config, initial_state).await.map(|_| {
-                        applied_configs.insert(id.clone(), config.clone());
-                    }),
-                ),
-                Step::UpdateConfig { id, name, config } => (
-                    id,
-                    "update_config",
-                    client.put_config(name, config).await.map(|_| {
-                        applied_configs.insert(id.clone(), config.clone());
-                    }),
-                ),
-                Step::Pause { id, name } => (id, "pause", client.pause(name).await),
-                Step::Resume { id, name } => (id, "resume", client.resume(name).await),
-                Step::Stop { id, name } => (id, "stop", client.stop(name).await),
-                Step::Delete { id, name } => (id, "delete", client.delete(name).await),
-                Step::Restart {
-                    id,
-                    name,
-                    attempt,
-                    reason,
-                } => {
-                    let r = client.restart(name, true, true).await;
-                    self.record_restart(id, reason, "reconciler", *attempt, &r)
-                        .await?;
-                    (id, "restart", r)
-                }
-                Step::RequestedRestart { id, name, by } => {
-                    let r = client.restart(name, true, false).await;
-                    self.record_restart(id, "requested", by, 0, &r).await?;
-                    if r.is_ok() {
-                        sqlx::query(
-                            "UPDATE connectors SET restart_requested_by = NULL WHERE id = ?",
-                        )
-                        .bind(id)
-                        .execute(&self.pool)
-                        .await?;
+        // Each connector's steps, in plan order, connectors in order of their first step.
+        let mut groups: Vec<(&str, Vec<(usize, &Step)>)> = Vec::new();
+        let mut forget: Vec<&str> = Vec::new();
+        for (i, step) in plan.steps.iter().enumerate() {
+            match step {
+                Step::Forget { id } => forget.push(id),
+                _ => {
+                    let id = step_id(step).unwrap_or_default();
+                    match groups.iter_mut().find(|(g, _)| *g == id) {
+                        Some((_, steps)) => steps.push((i, step)),
+                        None => groups.push((id, vec![(i, step)])),
                     }
-                    (id, "restart", r)
                 }
-                Step::Forget { id } => {
-                    sqlx::query(
-                        "DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'",
-                    )
-                    .bind(id)
-                    .execute(&self.pool)
-                    .await?;
-                    continue;
-                }
-            };
-            done += 1;
-            let name = by_id
-                .get(id.as_str())
-                .map(|d| d.name.clone())
-                .unwrap_or_default();
-            let outcome = if result.is_ok() {
-                Outcome::Success
-            } else {
-                Outcome::Failure
-            };
-            if let Err(e) = &result {
-                tracing::warn!(connector = %name, action, error = %e, "reconcile step failed");
-                failed_steps.insert(id.clone(), format!("{action} failed: {e}"));
-            } else {
-                tracing::info!(connector = %name, cluster = %cluster.name, action, "reconciled");
             }
-            audit::record_alone(
-                &self.pool,
+        }
+        let calls: Vec<_> = groups
+            .into_iter()
+            .map(|(_, steps)| self.execute_all(client, steps))
+            .collect();
+        let mut done: Vec<Done> = futures::stream::iter(calls)
+            .buffer_unordered(STEP_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        done.sort_by_key(|d| d.index);
+        let lease_lost = done.len() < plan.steps.len() - forget.len();
+        if lease_lost {
+            tracing::warn!("lease lost mid-pass; stopped before the next change");
+        }
+        let mut applied_configs: BTreeMap<&str, &Config> = BTreeMap::new();
+        let mut failed_steps: BTreeMap<&str, String> = BTreeMap::new();
+        let now = crate::time::now();
+        let mut tx = self.pool.begin().await?;
+        for d in &done {
+            let name = by_id.get(d.id).map(|d| d.name.as_str()).unwrap_or_default();
+            let outcome = match &d.result {
+                Ok(()) => {
+                    tracing::info!(connector = %name, cluster = %cluster.name, action = d.action, "reconciled");
+                    if let Some(c) = d.applied {
+                        applied_configs.insert(d.id, c);
+                    }
+                    Outcome::Success
+                }
+                Err(e) => {
+                    tracing::warn!(connector = %name, action = d.action, error = %e, "reconcile step failed");
+                    failed_steps.insert(d.id, format!("{} failed: {e}", d.action));
+                    Outcome::Failure
+                }
+            };
+            if let Some((reason, by, attempt)) = &d.restart {
+                sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
+                    .bind(d.id)
+                    .bind(&now)
+                    .bind(reason)
+                    .bind(by)
+                    .bind(i64::from(*attempt))
+                    .bind(match &d.result {
+                        Ok(()) => "requested".to_string(),
+                        Err(e) => format!("failed: {e}"),
+                    })
+                    .execute(&mut *tx)
+                    .await?;
+                if matches!(plan.steps[d.index], Step::RequestedRestart { .. }) && d.result.is_ok()
+                {
+                    sqlx::query("UPDATE connectors SET restart_requested_by = NULL WHERE id = ?")
+                        .bind(d.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+            audit::record(
+                &mut tx,
                 Entry {
                     actor: Actor { name: "reconciler".into(), kind: "system" },
-                    action: &format!("connector.{action}"),
+                    action: &format!("connector.{}", d.action),
                     target_kind: "connector",
-                    target_id: id,
+                    target_id: d.id,
                     outcome,
-                    summary: json!({"name": name, "cluster": cluster.name, "error": result.as_ref().err().map(|e| e.to_string())}),
+                    summary: json!({"name": name, "cluster": cluster.name, "error": d.result.as_ref().err().map(|e| e.to_string())}),
                 },
             )
             .await?;
         }
-        let now = crate::time::now();
-        let mut tx = self.pool.begin().await?;
+        for id in &forget {
+            sqlx::query("DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if lease_lost {
+            tx.commit().await?;
+            return Ok(done.len());
+        }
         for o in &plan.observations {
             let Some(d) = by_id.get(o.id.as_str()) else {
                 continue;
             };
             let acted = plan.steps.iter().any(|s| step_id(s) == Some(o.id.as_str()));
+            let failed = failed_steps.contains_key(o.id.as_str());
             let message = failed_steps
-                .get(&o.id)
+                .get(o.id.as_str())
                 .cloned()
                 .unwrap_or_else(|| o.message.clone());
-            let applied = applied_configs.get(&o.id).map(|c| json!(c).to_string());
+            let applied = applied_configs
+                .get(o.id.as_str())
+                .map(|c| json!(c).to_string());
+            let live = o.live_config.as_ref().map(|c| json!(c).to_string());
+            let tasks = json!(o.tasks).to_string();
+            let phase = if failed { "FAILED" } else { o.phase };
+            // Most passes change nothing: an observation equal to the stored one is not
+            // written again (the cluster's `observed_at` says when it was last confirmed).
+            let unchanged = !acted
+                && applied.is_none()
+                && stored.get(&o.id).is_some_and(|st| {
+                    st.observed_generation == d.generation
+                        && st.phase == phase
+                        && st.connector_state == o.connector_state
+                        && st.tasks.as_deref() == Some(tasks.as_str())
+                        && st.trace == o.trace
+                        && st.message.as_deref() == Some(message.as_str())
+                        && st.live_config == live
+                        && d.restart_attempts == o.restart_attempts
+                        && d.next_restart_at == o.next_restart_at
+                        && d.healthy_since == o.healthy_since
+                });
+            if unchanged {
+                continue;
+            }
             sqlx::query(
                 "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since, applied_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, CASE WHEN ?3 IS NULL THEN NULL ELSE ?15 END)
@@ -522,10 +578,10 @@ impl Reconciler {
             .bind(&o.id)
             .bind(if acted { 0 } else { d.generation })
             .bind(applied)
-            .bind(o.live_config.as_ref().map(|c| json!(c).to_string()))
-            .bind(if failed_steps.contains_key(&o.id) { "FAILED" } else { o.phase })
+            .bind(live)
+            .bind(phase)
             .bind(&o.connector_state)
-            .bind(json!(o.tasks).to_string())
+            .bind(tasks)
             .bind(&o.trace)
             .bind(message)
             .bind(&now)
@@ -603,30 +659,102 @@ impl Reconciler {
             .await?;
         }
         tx.commit().await?;
-        Ok(done)
+        Ok(done.len())
     }
+}
 
-    async fn record_restart(
-        &self,
-        id: &str,
-        reason: &str,
-        by: &str,
-        attempt: u32,
-        result: &Result<(), ConnectError>,
-    ) -> anyhow::Result<()> {
-        sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
-            .bind(id)
-            .bind(crate::time::now())
-            .bind(reason)
-            .bind(by)
-            .bind(i64::from(attempt))
-            .bind(match result {
-                Ok(()) => "requested".to_string(),
-                Err(e) => format!("failed: {e}"),
-            })
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+/// Connect calls of one pass in flight at once (different connectors): enough to hide the
+/// per-call latency, few enough not to swamp a worker that is also rebalancing.
+pub const STEP_CONCURRENCY: usize = 8;
+
+/// A connector's status row as the last pass left it.
+struct Stored {
+    observed_generation: i64,
+    phase: String,
+    connector_state: Option<String>,
+    tasks: Option<String>,
+    trace: Option<String>,
+    message: Option<String>,
+    live_config: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DesiredRow {
+    id: String,
+    name: String,
+    config: String,
+    desired_state: String,
+    generation: i64,
+    restart_requested_by: Option<String>,
+    applied_config: Option<String>,
+    restart_attempts: Option<i64>,
+    next_restart_at: Option<i64>,
+    healthy_since: Option<i64>,
+    applied_at: Option<i64>,
+    observed_generation: Option<i64>,
+    phase: Option<String>,
+    connector_state: Option<String>,
+    tasks: Option<String>,
+    trace: Option<String>,
+    message: Option<String>,
+    live_config: Option<String>,
+}
+
+/// A step that was sent to Connect, and what it did.
+struct Done<'p> {
+    /// Its position in the plan (results are recorded in plan order).
+    index: usize,
+    id: &'p str,
+    action: &'static str,
+    result: Result<(), ConnectError>,
+    /// The config Connect now has from us, when the step wrote one.
+    applied: Option<&'p Config>,
+    /// A restart to record: (reason, triggered by, attempt).
+    restart: Option<(&'p str, &'p str, u32)>,
+}
+
+/// One Connect call for a step (never a database write: see [`Reconciler::apply`]).
+async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Done<'p> {
+    let done = |id: &'p str, action, result, applied| Done {
+        index,
+        id,
+        action,
+        result,
+        applied,
+        restart: None,
+    };
+    match step {
+        Step::Create {
+            id,
+            name,
+            config,
+            initial_state,
+        } => {
+            let r = client.create(name, config, initial_state).await;
+            done(id, "create", r, Some(config))
+        }
+        Step::UpdateConfig { id, name, config } => {
+            let r = client.put_config(name, config).await;
+            done(id, "update_config", r, Some(config))
+        }
+        Step::Pause { id, name } => done(id, "pause", client.pause(name).await, None),
+        Step::Resume { id, name } => done(id, "resume", client.resume(name).await, None),
+        Step::Stop { id, name } => done(id, "stop", client.stop(name).await, None),
+        Step::Delete { id, name } => done(id, "delete", client.delete(name).await, None),
+        Step::Restart {
+            id,
+            name,
+            attempt,
+            reason,
+        } => Done {
+            restart: Some((reason.as_str(), "reconciler", *attempt)),
+            ..done(id, "restart", client.restart(name, true, true).await, None)
+        },
+        Step::RequestedRestart { id, name, by } => Done {
+            restart: Some(("requested", by.as_str(), 0)),
+            ..done(id, "restart", client.restart(name, true, false).await, None)
+        },
+        Step::Forget { id } => done(id, "forget", Ok(()), None),
     }
 }
 
