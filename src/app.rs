@@ -41,6 +41,8 @@ pub struct StateInner {
     pub login_limiter: LoginLimiter,
     /// The URL people (and Connect workers) use to reach this server, when configured.
     pub public_url: Option<String>,
+    /// Read results (lists, signed-in credentials) reused until the next commit.
+    pub snapshots: crate::snapshots::Snapshots,
 }
 
 pub struct Application {
@@ -84,6 +86,7 @@ impl Application {
                 secure_cookies: settings.secure_cookies(),
                 login_limiter: LoginLimiter::new(Limits::default()),
                 public_url: settings.public_url.clone(),
+                snapshots: crate::snapshots::Snapshots::new(&settings.data.database_path()),
             }),
         };
         let base = settings
@@ -245,6 +248,7 @@ pub async fn run_worker(
         secure_cookies: false,
         login_limiter: LoginLimiter::new(Limits::default()),
         public_url: None,
+        snapshots: crate::snapshots::Snapshots::disabled(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_background(&pool, &inner, &settings.runtime, "worker", stop_rx);

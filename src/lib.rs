@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod pipelines;
 pub mod reconcile;
 pub mod secrets;
+pub mod snapshots;
 pub mod telemetry;
 pub mod time;
 pub mod web;

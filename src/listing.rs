@@ -286,6 +286,27 @@ impl<T> Page<T> {
     }
 }
 
+/// What `load` finds for a window of the list named `list` (its page, and whatever else the
+/// page shows), reused until the next commit (see [`crate::snapshots`]): a list that many
+/// people, or one auto-refreshing page, ask for costs one load per change, not one per
+/// request. The window is part of the key.
+pub async fn cached<T, F, Fut>(
+    snapshots: &crate::snapshots::Snapshots,
+    list: &str,
+    w: &Window,
+    load: F,
+) -> Result<T>
+where
+    T: Clone + Send + Sync + 'static,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let key = format!("{list}?{}", w.query_string(w.page));
+    Ok(std::sync::Arc::unwrap_or_clone(
+        snapshots.get(&key, load).await?,
+    ))
+}
+
 /// A list held in memory (topics from broker metadata): the same filter, order and paging.
 /// `state_of` gives a row's state, `name_of` its name.
 pub fn page_in_memory<T>(

@@ -14,7 +14,7 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{ListQuery, Nav, Window};
+use crate::listing::{self, ListQuery, Nav, Window};
 use crate::monitor::alerts::{self, Alert};
 use crate::monitor::signals::{self, RulePatch};
 use crate::monitor::webhooks::{self, WebhookInput};
@@ -27,7 +27,11 @@ pub async fn api_list(
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let w = q.window(alerts::STATES)?;
-    Ok(Json(alerts::page(&state.pool, &who, &w).await?.json()))
+    let found = listing::cached(&state.inner.snapshots, "alerts", &w, || {
+        alerts::page(&state.pool, &who, &w)
+    })
+    .await?;
+    Ok(Json(found.json()))
 }
 
 #[derive(Template)]
@@ -87,7 +91,10 @@ async fn alerts_page(
     webhook_errors: FieldErrors,
 ) -> Result<AlertsPage, Error> {
     let is_admin = who.role >= Role::Admin;
-    let found = alerts::page(&state.pool, who, w).await?;
+    let found = listing::cached(&state.inner.snapshots, "alerts", w, || {
+        alerts::page(&state.pool, who, w)
+    })
+    .await?;
     let mut nav = Nav::new(
         paths::ALERTS,
         ("alert", "alerts"),

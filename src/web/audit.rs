@@ -114,7 +114,7 @@ pub async fn page(
     let filters = q.query_string();
     let (found, errors, status) = match q.filter(50) {
         Ok(filter) => (
-            audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?,
+            cached_list(&state, &who, &filter).await?,
             Default::default(),
             StatusCode::OK,
         ),
@@ -163,9 +163,24 @@ pub async fn api_list(
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Json<audit::Page>> {
     let filter = q.filter(100)?;
-    Ok(Json(
-        audit::list(&state.pool, &who, &filter, audit::MAX_PAGE).await?,
-    ))
+    Ok(Json(cached_list(&state, &who, &filter).await?))
+}
+
+/// The audit rows of `filter`, reused until the next commit (see [`crate::snapshots`]).
+async fn cached_list(
+    state: &AppState,
+    who: &Principal,
+    filter: &audit::Filter,
+) -> crate::error::Result<audit::Page> {
+    let key = format!("audit {filter:?}");
+    let found = state
+        .inner
+        .snapshots
+        .get(&key, || {
+            audit::list(&state.pool, who, filter, audit::MAX_PAGE)
+        })
+        .await?;
+    Ok(std::sync::Arc::unwrap_or_clone(found))
 }
 
 /// `format=csv` (default) or `format=json`; the newest `limit` rows (up to 100 000) matching the filters.

@@ -1,6 +1,8 @@
 //! Sign-in, sign-out and first-run setup pages, and the identity guard every non-public
 //! route sits behind (bearer token or session cookie, plus CSRF for browser writes).
 
+use std::sync::Arc;
+
 use askama::Template;
 use poem::error::ResponseError;
 use poem::http::{header, Method, StatusCode};
@@ -14,7 +16,9 @@ use super::error::{ApiError, PageError, PageResult};
 use super::pages::{page_with_status, redirect};
 use crate::app::AppState;
 use crate::audit::{self, Actor, Entry, Outcome};
-use crate::auth::{self, password, secure_eq, sessions, setup, tokens, users, Principal};
+use crate::auth::{
+    self, password, secure_eq, sessions, setup, token_hash, tokens, users, Principal,
+};
 use crate::error::{Error, FieldErrors};
 
 pub const SESSION_COOKIE: &str = "cluecdc_session";
@@ -64,18 +68,31 @@ impl<E: Endpoint> Endpoint for RequireIdentityEndpoint<E> {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.strip_prefix("Bearer ").unwrap_or("").trim().to_string());
+        // Resolved credentials are reused until the next commit (a revocation, a role change,
+        // a sign-out is one), keyed by the credential's hash, never the credential.
+        let snapshots = &state.inner.snapshots;
         let principal = match bearer {
             // A bearer header that does not resolve is refused outright, never retried as a cookie.
-            Some(token) => tokens::resolve(&state.pool, &token)
+            Some(token) => snapshots
+                .get(&format!("token {}", token_hash(&token)), || {
+                    tokens::resolve(&state.pool, &token)
+                })
                 .await
                 .map_err(|e| fail(&req, e))?,
             None => match req.cookie().get(SESSION_COOKIE) {
-                Some(c) => sessions::resolve(&state.pool, c.value_str(), state.inner.sessions)
-                    .await
-                    .map_err(|e| fail(&req, e))?,
-                None => None,
+                Some(c) => {
+                    let cookie = c.value_str().to_string();
+                    snapshots
+                        .get(&format!("session {}", token_hash(&cookie)), || {
+                            sessions::resolve(&state.pool, &cookie, state.inner.sessions)
+                        })
+                        .await
+                        .map_err(|e| fail(&req, e))?
+                }
+                None => Arc::new(None),
             },
         };
+        let principal = Option::clone(&principal);
         let Some(principal) = principal else {
             return Ok(unauthenticated(&req));
         };

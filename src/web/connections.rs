@@ -17,7 +17,7 @@ use crate::auth::{Principal, Role};
 use crate::connections::settings::{secret_fields, Settings};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{ListQuery, Nav};
+use crate::listing::{self, ListQuery, Nav};
 
 // ---- JSON API -------------------------------------------------------------------------------
 
@@ -28,11 +28,11 @@ pub async fn api_list(
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let w = q.window(connections::STATES)?;
-    Ok(Json(
+    let page = listing::cached(&state.inner.snapshots, "connections", &w, || {
         connections::page(&state.pool, &state.inner.secrets, &who, &w)
-            .await?
-            .json(),
-    ))
+    })
+    .await?;
+    Ok(Json(page.json()))
 }
 
 #[handler]
@@ -316,7 +316,10 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(connections::STATES)?;
-    let page = connections::page(&state.pool, &state.inner.secrets, &who, &w).await?;
+    let page = listing::cached(&state.inner.snapshots, "connections", &w, || {
+        connections::page(&state.pool, &state.inner.secrets, &who, &w)
+    })
+    .await?;
     let nav = Nav::new(
         paths::CONNECTIONS,
         ("connection", "connections"),

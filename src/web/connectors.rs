@@ -31,8 +31,14 @@ pub async fn api_list(
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    let page = connectors::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
-    let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
+    let w = q.window(CONNECTOR_STATES)?;
+    let (page, unmanaged) = listing::cached(&state.inner.snapshots, "connectors", &w, || async {
+        Ok((
+            connectors::page(&state.pool, &who, &w).await?,
+            connectors::unmanaged(&state.pool, &who).await?,
+        ))
+    })
+    .await?;
     let mut body = page.json();
     body["unmanaged"] = json!(unmanaged);
     Ok(Json(body))
@@ -358,8 +364,15 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let page = connectors::page(&state.pool, &who, &w).await?;
-    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let (page, clusters, unmanaged) =
+        listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
+            Ok((
+                connectors::page(&state.pool, &who, &w).await?,
+                crate::clusters::connect::choices(&state.pool).await?,
+                connectors::unmanaged(&state.pool, &who).await?,
+            ))
+        })
+        .await?;
     let list = Rows {
         nav: Nav::new(
             paths::CONNECTORS,
@@ -376,7 +389,6 @@ pub async fn page_list(
     if super::home::is_htmx(req) {
         return page_with_status(StatusCode::OK, &list);
     }
-    let unmanaged = connectors::unmanaged(&state.pool, &who).await?;
     page_with_status(
         StatusCode::OK,
         &ListPage {

@@ -26,7 +26,11 @@ pub async fn api_list(
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    let page = deliveries::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
+    let w = q.window(CONNECTOR_STATES)?;
+    let page = listing::cached(&state.inner.snapshots, "deliveries", &w, || {
+        deliveries::page(&state.pool, &who, &w)
+    })
+    .await?;
     Ok(Json(page.json()))
 }
 
@@ -167,6 +171,7 @@ connector_actions! {
 // ---- pages ----------------------------------------------------------------------------------
 
 /// A row of the deliveries list: the delivery with the names it points at and its connector.
+#[derive(Clone)]
 struct ListRow {
     d: Delivery,
     pipeline: Option<String>,
@@ -204,15 +209,13 @@ async fn destinations(
     )
 }
 
-#[handler]
-pub async fn page_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    jar: &CookieJar,
-    Query(q): Query<ListQuery>,
-) -> PageResult<Response> {
-    let w = q.window(CONNECTOR_STATES)?;
-    let page = deliveries::page(&state.pool, &who, &w).await?;
+/// A page of the deliveries list with what its rows show, and the cluster choices.
+async fn list_rows(
+    state: &AppState,
+    who: &Principal,
+    w: &listing::Window,
+) -> crate::error::Result<(listing::Page<ListRow>, Vec<(String, String)>)> {
+    let page = deliveries::page(&state.pool, who, w).await?;
     let pipelines = listing::names(
         &state.pool,
         "pipelines",
@@ -228,6 +231,31 @@ pub async fn page_list(
     let ids: Vec<String> = page.items.iter().map(|d| d.connector_id.clone()).collect();
     let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
     let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let items = page
+        .items
+        .iter()
+        .map(|d| ListRow {
+            pipeline: pipelines.get(&d.pipeline_id).cloned(),
+            destination: dests.get(&d.destination_connection_id).cloned(),
+            connector: connectors.remove(&d.connector_id),
+            d: d.clone(),
+        })
+        .collect();
+    Ok((page.with_items(items), clusters))
+}
+
+#[handler]
+pub async fn page_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Query(q): Query<ListQuery>,
+) -> PageResult<Response> {
+    let w = q.window(CONNECTOR_STATES)?;
+    let (page, clusters) = listing::cached(&state.inner.snapshots, "deliveries", &w, || {
+        list_rows(&state, &who, &w)
+    })
+    .await?;
     let nav = Nav::new(
         paths::DELIVERIES,
         ("delivery", "deliveries"),
@@ -236,16 +264,7 @@ pub async fn page_list(
         clusters,
         &page,
     );
-    let items = page
-        .items
-        .into_iter()
-        .map(|d| ListRow {
-            pipeline: pipelines.get(&d.pipeline_id).cloned(),
-            destination: dests.get(&d.destination_connection_id).cloned(),
-            connector: connectors.remove(&d.connector_id),
-            d,
-        })
-        .collect();
+    let items = page.items;
     // Only for the empty state's advice: what is missing before a first delivery.
     let (has_pipelines, has_destinations) = if nav.total == 0 && !nav.filtered() {
         (

@@ -15,11 +15,33 @@ use crate::auth::Principal;
 struct HomePage {
     layout: Layout,
     status: SystemStatus,
-    rows: Vec<OverviewRow>,
-    alerts: Vec<crate::monitor::alerts::Alert>,
+    o: Overview,
+}
+
+/// Rows of each kind the overview shows: those that most need a person (failed and drifted
+/// first, then by name), so the page stays one screen and one cost at thousands of pipelines;
+/// the lists have the rest.
+pub const OVERVIEW_ROWS: u32 = 25;
+
+#[derive(Clone)]
+pub struct Overview {
+    pub rows: Vec<OverviewRow>,
+    pub alerts: Vec<crate::monitor::alerts::Alert>,
+    /// (shown, total) pipelines and deliveries.
+    pub pipelines: (usize, u64),
+    pub deliveries: (usize, u64),
+}
+
+impl Overview {
+    /// Some pipelines or deliveries are not on the page.
+    pub fn more(&self) -> bool {
+        (self.pipelines.0 as u64) < self.pipelines.1
+            || (self.deliveries.0 as u64) < self.deliveries.1
+    }
 }
 
 /// One line of the overview: a pipeline or a delivery, its state and its main number.
+#[derive(Clone)]
 pub struct OverviewRow {
     pub kind: &'static str,
     pub name: String,
@@ -30,18 +52,30 @@ pub struct OverviewRow {
     pub alerts: usize,
 }
 
-async fn overview(
-    state: &AppState,
-    who: &Principal,
-) -> crate::error::Result<(Vec<OverviewRow>, Vec<crate::monitor::alerts::Alert>)> {
+async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<Overview> {
     let alerts = crate::monitor::alerts::list(&state.pool, who, true).await?;
     let open = |subject: &str| alerts.iter().filter(|a| a.subject == subject).count();
+    let first = crate::listing::Window {
+        by_state: true,
+        limit: OVERVIEW_ROWS,
+        ..Default::default()
+    };
+    let pipelines = crate::pipelines::page(&state.pool, who, &first).await?;
+    let deliveries = crate::deliveries::page(&state.pool, who, &first).await?;
+    let connector_ids: Vec<String> = (pipelines.items.iter().map(|p| p.connector_id.clone()))
+        .chain(deliveries.items.iter().map(|d| d.connector_id.clone()))
+        .collect();
+    let connectors = crate::connectors::views(&state.pool, &connector_ids).await?;
+    let phase_of = |id: &str| {
+        connectors
+            .get(id)
+            .map_or_else(|| "UNKNOWN".to_string(), |c| c.phase.clone())
+    };
+    let shown = (pipelines.items.len(), deliveries.items.len());
+    let totals = (pipelines.total, deliveries.total);
     let mut rows = Vec::new();
-    for p in crate::pipelines::list(&state.pool, who).await? {
-        let phase = crate::connectors::get(&state.pool, who, &p.connector_id)
-            .await
-            .map(|c| c.phase)
-            .unwrap_or_else(|_| "UNKNOWN".into());
+    for p in pipelines.items {
+        let phase = phase_of(&p.connector_id);
         // PostgreSQL pipelines chart the WAL their slot retains; MySQL/MariaDB ones the binlog
         // they have not read yet. Both are "how much the source keeps for us".
         let mut kept = crate::monitor::signals::history(
@@ -91,11 +125,8 @@ async fn overview(
             phase,
         });
     }
-    for d in crate::deliveries::list(&state.pool, who).await? {
-        let phase = crate::connectors::get(&state.pool, who, &d.connector_id)
-            .await
-            .map(|c| c.phase)
-            .unwrap_or_else(|_| "UNKNOWN".into());
+    for d in deliveries.items {
+        let phase = phase_of(&d.connector_id);
         let lag = crate::monitor::signals::history(
             &state.pool,
             who,
@@ -138,7 +169,12 @@ async fn overview(
             phase,
         });
     }
-    Ok((rows, alerts))
+    Ok(Overview {
+        rows,
+        alerts,
+        pipelines: (shown.0, totals.0),
+        deliveries: (shown.1, totals.1),
+    })
 }
 
 fn bytes(v: f64) -> String {
@@ -176,14 +212,17 @@ pub async fn page(
     if is_htmx(req) {
         return render(&status);
     }
-    let (rows, alerts) = overview(&state, &who)
+    // Every signed-in user sees the same overview: reused until the next commit.
+    let o = state
+        .inner
+        .snapshots
+        .get("overview", || overview(&state, &who))
         .await
         .map_err(|e| poem::Error::from(super::error::PageError(e)))?;
     render(&HomePage {
         layout: Layout::new("Overview", paths::HOME, &who, jar),
         status,
-        rows,
-        alerts,
+        o: Overview::clone(&o),
     })
 }
 

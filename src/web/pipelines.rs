@@ -14,7 +14,7 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{ListQuery, Nav, CONNECTOR_STATES};
+use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
 use crate::reconcile::plan::DesiredState;
 
@@ -24,7 +24,11 @@ pub async fn api_list(
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    let page = pipelines::page(&state.pool, &who, &q.window(CONNECTOR_STATES)?).await?;
+    let w = q.window(CONNECTOR_STATES)?;
+    let page = listing::cached(&state.inner.snapshots, "pipelines", &w, || {
+        pipelines::page(&state.pool, &who, &w)
+    })
+    .await?;
     Ok(Json(page.json()))
 }
 
@@ -178,6 +182,27 @@ struct ListPage {
     can_create: bool,
 }
 
+/// A page of the pipelines list with each pipeline's connector, and the cluster choices.
+async fn list_rows(
+    state: &AppState,
+    who: &Principal,
+    w: &listing::Window,
+) -> crate::error::Result<(
+    listing::Page<(Pipeline, Option<crate::connectors::ConnectorView>)>,
+    Vec<(String, String)>,
+)> {
+    let page = pipelines::page(&state.pool, who, w).await?;
+    let ids: Vec<String> = page.items.iter().map(|p| p.connector_id.clone()).collect();
+    let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
+    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let items = page
+        .items
+        .iter()
+        .map(|p| (p.clone(), connectors.remove(&p.connector_id)))
+        .collect();
+    Ok((page.with_items(items), clusters))
+}
+
 #[handler]
 pub async fn page_list(
     state: Data<&AppState>,
@@ -186,10 +211,10 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let page = pipelines::page(&state.pool, &who, &w).await?;
-    let ids: Vec<String> = page.items.iter().map(|p| p.connector_id.clone()).collect();
-    let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
-    let clusters = crate::clusters::connect::choices(&state.pool).await?;
+    let (page, clusters) = listing::cached(&state.inner.snapshots, "pipelines", &w, || {
+        list_rows(&state, &who, &w)
+    })
+    .await?;
     let nav = Nav::new(
         paths::PIPELINES,
         ("pipeline", "pipelines"),
@@ -198,14 +223,7 @@ pub async fn page_list(
         clusters,
         &page,
     );
-    let items = page
-        .items
-        .into_iter()
-        .map(|p| {
-            let c = connectors.remove(&p.connector_id);
-            (p, c)
-        })
-        .collect();
+    let items = page.items;
     page_with_status(
         StatusCode::OK,
         &ListPage {

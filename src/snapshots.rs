@@ -1,0 +1,239 @@
+//! Read results reused while the database has not changed, so that a list page or a signed-in
+//! request costs a lookup instead of queries when many people (or one dashboard refreshing
+//! every few seconds) ask the same thing.
+//!
+//! Invariants:
+//! - An entry is served only while the database is at the commit it was loaded after: the WAL
+//!   index header, which every commit rewrites (its frame count and running checksum change;
+//!   see SQLite's WAL format, "the WAL-index header"), is read from `<db>-shm` on every lookup.
+//!   Any commit, in this process or another (`cluecdc worker`, a CLI command such as
+//!   `token revoke`), ends every entry; a write and the page after it never disagree.
+//! - No entry is older than [`MAX_AGE`]: results that depend on the clock (an observation that
+//!   turns stale, a session's idle limit) are at most that late, and so is anything the
+//!   header check could miss.
+//! - Concurrent lookups of one key at one version share one load (no stampede after a commit).
+//! - Without a readable `-shm` (no WAL yet, another journal mode) nothing is cached.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fs::File;
+use std::future::Future;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::OnceCell;
+
+use crate::error::Result;
+
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// Distinct keys kept at once (list views × filters, signed-in credentials); past this, entries
+/// of older versions are dropped first, then all.
+const MAX_ENTRIES: usize = 1024;
+/// The first copy of the WAL-index header.
+const HEADER_BYTES: usize = 48;
+
+type Header = [u8; HEADER_BYTES];
+type Value = Arc<dyn Any + Send + Sync>;
+
+struct Slot {
+    version: Header,
+    at: Instant,
+    cell: Arc<OnceCell<Value>>,
+}
+
+pub struct Snapshots {
+    shm: Option<PathBuf>,
+    file: OnceLock<File>,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Snapshots {
+    /// For the database file at `db`.
+    pub fn new(db: &Path) -> Self {
+        let mut shm = db.as_os_str().to_owned();
+        shm.push("-shm");
+        Snapshots {
+            shm: Some(PathBuf::from(shm)),
+            file: OnceLock::new(),
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Caches nothing (every lookup loads).
+    pub fn disabled() -> Self {
+        Snapshots {
+            shm: None,
+            file: OnceLock::new(),
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The database's current WAL-index header, or None when it cannot be read.
+    fn version(&self) -> Option<Header> {
+        let file = match self.file.get() {
+            Some(f) => f,
+            None => {
+                let f = File::open(self.shm.as_ref()?).ok()?;
+                self.file.get_or_init(|| f)
+            }
+        };
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_exact_at(&mut header, 0).ok()?;
+        // isInit (byte 12) is set once the header has been written.
+        (header[12] != 0).then_some(header)
+    }
+
+    /// The value of `key` at the database's current version, loading it when there is none.
+    /// A failed load is not kept. `key` must name everything the value depends on besides the
+    /// database (the filter, the page); values of different types never share a key.
+    pub async fn get<T, F, Fut>(&self, key: &str, load: F) -> Result<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let Some(version) = self.version() else {
+            return load().await.map(Arc::new);
+        };
+        let key = format!("{}\u{0}{key}", std::any::type_name::<T>());
+        let cell = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            match slots.get(&key) {
+                Some(s) if s.version == version && s.at.elapsed() < MAX_AGE => s.cell.clone(),
+                _ => {
+                    if slots.len() >= MAX_ENTRIES {
+                        slots.retain(|_, s| s.version == version && s.at.elapsed() < MAX_AGE);
+                        if slots.len() >= MAX_ENTRIES {
+                            slots.clear();
+                        }
+                    }
+                    let cell = Arc::new(OnceCell::new());
+                    slots.insert(
+                        key,
+                        Slot {
+                            version,
+                            at: Instant::now(),
+                            cell: cell.clone(),
+                        },
+                    );
+                    cell
+                }
+            }
+        };
+        let value = cell
+            .get_or_try_init(|| async { load().await.map(|v| Arc::new(v) as Value) })
+            .await?
+            .clone();
+        // The key carries the type's name, so this cannot fail.
+        value.downcast::<T>().map_err(|_| {
+            crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    async fn db() -> (tempfile::TempDir, sqlx::SqlitePool, Snapshots) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let pool = crate::db::open(&path).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        (dir, pool, Snapshots::new(&path))
+    }
+
+    async fn count(pool: &sqlx::SqlitePool, loads: &AtomicUsize) -> Result<i64> {
+        loads.fetch_add(1, Ordering::SeqCst);
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(pool)
+            .await?)
+    }
+
+    #[tokio::test]
+    async fn a_value_is_reused_until_a_commit_then_reloaded() {
+        let (_d, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        let a = snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        let b = snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!((*a, *b, loads.load(Ordering::SeqCst)), (0, 0, 1));
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let c = snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(
+            (*c, loads.load(Ordering::SeqCst)),
+            (1, 2),
+            "a commit ends the entry"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_from_another_connection_pool_is_seen() {
+        let (dir, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        // Another process's pool (as `cluecdc worker` or a CLI command has).
+        let other = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&other)
+            .await
+            .unwrap();
+        let n = snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(*n, 1);
+    }
+
+    #[tokio::test]
+    async fn entries_expire_and_keys_and_failures_are_separate() {
+        let (_d, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        snaps.get("a", || count(&pool, &loads)).await.unwrap();
+        snaps.get("b", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 2, "keys are separate");
+        let failed: Result<Arc<i64>> = snaps
+            .get("c", || async {
+                Err(crate::error::Error::NotFound("x".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+        snaps.get("c", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 3, "a failure is not kept");
+        tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
+        snaps.get("a", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(
+            loads.load(Ordering::SeqCst),
+            4,
+            "older than MAX_AGE: loaded again"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_share_one_load() {
+        let (_d, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            count(&pool, &loads).await
+        };
+        let (a, b) = tokio::join!(snaps.get("n", slow), snaps.get("n", slow));
+        assert_eq!((*a.unwrap(), *b.unwrap()), (0, 0));
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn without_a_wal_index_nothing_is_cached() {
+        let (_d, pool, _) = db().await;
+        let snaps = Snapshots::disabled();
+        let loads = AtomicUsize::new(0);
+        snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        snaps.get("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
+    }
+}
