@@ -88,6 +88,16 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<Str
             "cluecdc_reconcile_errors_total",
             "Connect clusters a reconcile pass could not reach.",
         ),
+        (
+            "monitor_cycles",
+            "cluecdc_monitor_cycles_total",
+            "Monitoring cycles run (lag, slots, freshness, failures, alert rules).",
+        ),
+        (
+            "monitor_cycle_ms",
+            "cluecdc_monitor_cycle_milliseconds_total",
+            "Wall time spent in monitoring cycles.",
+        ),
     ] {
         let value: i64 =
             sqlx::query_scalar("SELECT COALESCE((SELECT value FROM counters WHERE name = ?), 0)")

@@ -173,10 +173,15 @@ impl Monitor {
             loop {
                 if self.lease.try_hold().await.unwrap_or(false) {
                     // Renewed while the cycle runs; a lost lease stops it (no duplicate webhooks).
+                    let started = std::time::Instant::now();
                     tokio::select! {
                         result = self.cycle() => {
                             if let Err(e) = result {
                                 tracing::warn!(error = format!("{e:#}"), "monitor cycle failed");
+                            }
+                            let ms = started.elapsed().as_millis() as i64;
+                            for (name, add) in [("monitor_cycles", 1), ("monitor_cycle_ms", ms)] {
+                                let _ = sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.pool).await;
                             }
                         }
                         _ = crate::reconcile::keep_renewing(&self.lease, self.lease_ttl) => {
@@ -490,11 +495,23 @@ impl Monitor {
             .map(|o| (o.kind, o.subject.as_str(), o.value))
             .collect();
         record_samples(&self.pool, &sampled, now).await?;
+        // Most observations are fine and have nothing pending or firing: those need no query
+        // (at thousands of connectors, a write per observation was most of a cycle's cost).
+        let open: std::collections::HashSet<(String, String)> = sqlx::query_as(
+            "SELECT kind, subject FROM alert_pending UNION SELECT kind, subject FROM alerts WHERE state = 'firing'",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .collect();
         for o in &seen {
             let Some(rule) = rules.iter().find(|r| r.kind == o.kind) else {
                 continue;
             };
             let breached = rule.enabled && o.value > rule.threshold;
+            if !breached && !open.contains(&(o.kind.to_string(), o.subject.clone())) {
+                continue;
+            }
             self.evaluate(rule, o, breached, now).await?;
         }
         // What is gone (a deleted delivery, a dropped orphan slot) resolves.
