@@ -53,6 +53,17 @@ fn sanitized(e: sqlx::Error, c: &Connection) -> Error {
 }
 
 /// Creates the signal table if missing (the DDL Debezium documents).
+/// PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not atomic: when two pipelines on one schema
+/// are created at the same moment, the second fails with a unique violation in the catalog
+/// (`pg_type_typname_nsp_index`) although the table now exists, which is all we wanted.
+fn created_meanwhile(e: sqlx::Error) -> std::result::Result<(), sqlx::Error> {
+    if crate::db::is_unique_violation(&e) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
 pub async fn ensure_signal_table(
     store: &SecretStore,
     c: &Connection,
@@ -66,6 +77,8 @@ pub async fn ensure_signal_table(
             sqlx::query(&ddl(collection))
                 .execute(&mut db)
                 .await
+                .map(|_| ())
+                .or_else(created_meanwhile)
                 .map_err(|e| {
                     Error::Conflict(format!(
                         "cannot create the signal table {collection} ({e}); run: {};",
@@ -139,7 +152,11 @@ pub async fn ensure_heartbeat_table(
         }
     };
     let result = match open(store, c).await? {
-        Db::Pg(mut db) => sqlx::query(&ddl(&q)).execute(&mut db).await.map(|_| ()),
+        Db::Pg(mut db) => sqlx::query(&ddl(&q))
+            .execute(&mut db)
+            .await
+            .map(|_| ())
+            .or_else(created_meanwhile),
         Db::My(mut db) => sqlx::query(&ddl(&q)).execute(&mut db).await.map(|_| ()),
     };
     result.map_err(|e| {
