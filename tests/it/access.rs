@@ -210,6 +210,62 @@ async fn a_browser_post_without_the_csrf_token_is_refused_and_changes_nothing() 
 }
 
 #[tokio::test]
+async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
+    // Resolved credentials are reused until the next commit; a commit from another process
+    // (the CLI) must end that at once, not after a while.
+    let app = spawn_app();
+    create_user(&app, "ada", "admin");
+    create_user(&app, "bob", "viewer");
+    let token = create_token(&app, "ada", &["--label", "cli-revoked"]);
+    let bob = create_token(&app, "bob", &[]);
+    let me = |t: String| {
+        let c = app.client();
+        let url = format!("{}/api/v1/me", app.url);
+        async move {
+            c.get(url)
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(me(token.clone()).await, 200);
+        assert_eq!(me(bob.clone()).await, 200);
+    }
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(binary())
+            .args(args)
+            .arg("--data-dir")
+            .arg(app.data_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = cli(&["token", "list"]);
+    let id = listed
+        .lines()
+        .find(|l| l.contains("cli-revoked"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("token list names the token: {listed}"))
+        .to_string();
+    cli(&["token", "revoke", &id]);
+    assert_eq!(
+        me(token).await,
+        401,
+        "revoked by another process: refused at once"
+    );
+    assert_eq!(me(bob).await, 200, "other tokens are unaffected");
+}
+
+#[tokio::test]
 async fn a_revoked_api_token_stops_working_at_once() {
     let app = spawn_app();
     create_user(&app, "ada", "admin");
