@@ -295,16 +295,32 @@ pub async fn cached<T, F, Fut>(
     list: &str,
     w: &Window,
     load: F,
-) -> Result<T>
+) -> Result<std::sync::Arc<T>>
 where
-    T: Clone + Send + Sync + 'static,
+    T: Send + Sync + 'static,
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
     let key = format!("{list}?{}", w.query_string(w.page));
-    Ok(std::sync::Arc::unwrap_or_clone(
-        snapshots.get(&key, load).await?,
-    ))
+    snapshots.get(&key, load).await
+}
+
+/// Like [`cached`] for a JSON API list: the serialized body is what is kept, so a repeated
+/// request costs no serialization either.
+pub async fn cached_json<F, Fut>(
+    snapshots: &crate::snapshots::Snapshots,
+    list: &str,
+    w: &Window,
+    load: F,
+) -> Result<std::sync::Arc<String>>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Value>>,
+{
+    cached(snapshots, &format!("{list}.json"), w, || async {
+        Ok(load().await?.to_string())
+    })
+    .await
 }
 
 /// A list held in memory (topics from broker metadata): the same filter, order and paging.

@@ -25,13 +25,15 @@ pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let w = q.window(alerts::STATES)?;
-    let found = listing::cached(&state.inner.snapshots, "alerts", &w, || {
-        alerts::page(&state.pool, &who, &w)
+    let body = listing::cached_json(&state.inner.snapshots, "alerts", &w, || async {
+        Ok(alerts::page(&state.pool, &who, &w).await?.json())
     })
     .await?;
-    Ok(Json(found.json()))
+    Ok(Response::builder()
+        .content_type("application/json")
+        .body(body.as_str().to_owned()))
 }
 
 #[derive(Template)]
@@ -107,7 +109,7 @@ async fn alerts_page(
     Ok(AlertsPage {
         layout: Layout::new("Alerts", paths::ALERTS, who, jar),
         nav,
-        items: found.items,
+        items: found.items.clone(),
         rules: signals::rules(&state.pool, who).await?,
         webhooks: if is_admin {
             webhooks::list(&state.pool, who).await?

@@ -91,10 +91,10 @@ impl AuditQuery {
 
 #[derive(Template)]
 #[template(path = "audit/index.html")]
-struct AuditPage {
+struct AuditPage<'a> {
     layout: Layout,
     q: AuditQuery,
-    items: Vec<Item>,
+    items: &'a [Item],
     next_link: Option<String>,
     filters: String,
     total: u64,
@@ -119,7 +119,7 @@ pub async fn page(
             StatusCode::OK,
         ),
         Err(Error::Invalid { fields, .. }) => (
-            audit::Page::default(),
+            std::sync::Arc::new(audit::Page::default()),
             fields,
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
@@ -146,7 +146,7 @@ pub async fn page(
         &AuditPage {
             layout,
             q,
-            items: found.items,
+            items: &found.items,
             next_link,
             filters,
             total: found.total,
@@ -163,7 +163,9 @@ pub async fn api_list(
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Json<audit::Page>> {
     let filter = q.filter(100)?;
-    Ok(Json(cached_list(&state, &who, &filter).await?))
+    Ok(Json(audit::Page::clone(
+        &*cached_list(&state, &who, &filter).await?,
+    )))
 }
 
 /// The audit rows of `filter`, reused until the next commit (see [`crate::snapshots`]).
@@ -171,16 +173,15 @@ async fn cached_list(
     state: &AppState,
     who: &Principal,
     filter: &audit::Filter,
-) -> crate::error::Result<audit::Page> {
+) -> crate::error::Result<std::sync::Arc<audit::Page>> {
     let key = format!("audit {filter:?}");
-    let found = state
+    state
         .inner
         .snapshots
         .get(&key, || {
             audit::list(&state.pool, who, filter, audit::MAX_PAGE)
         })
-        .await?;
-    Ok(std::sync::Arc::unwrap_or_clone(found))
+        .await
 }
 
 /// `format=csv` (default) or `format=json`; the newest `limit` rows (up to 100 000) matching the filters.

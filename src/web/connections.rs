@@ -26,13 +26,19 @@ pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let w = q.window(connections::STATES)?;
-    let page = listing::cached(&state.inner.snapshots, "connections", &w, || {
-        connections::page(&state.pool, &state.inner.secrets, &who, &w)
+    let body = listing::cached_json(&state.inner.snapshots, "connections", &w, || async {
+        Ok(
+            connections::page(&state.pool, &state.inner.secrets, &who, &w)
+                .await?
+                .json(),
+        )
     })
     .await?;
-    Ok(Json(page.json()))
+    Ok(Response::builder()
+        .content_type("application/json")
+        .body(body.as_str().to_owned()))
 }
 
 #[handler]
@@ -301,10 +307,10 @@ pub fn input_from_form(body: &[u8]) -> ConnectionInput {
 
 #[derive(Template)]
 #[template(path = "connections/index.html")]
-struct ListPage {
+struct ListPage<'a> {
     layout: Layout,
     nav: Nav,
-    items: Vec<ConnectionView>,
+    items: &'a [ConnectionView],
     can_edit: bool,
 }
 
@@ -333,7 +339,7 @@ pub async fn page_list(
         &ListPage {
             layout: Layout::new("Connections", paths::CONNECTIONS, &who, jar),
             nav,
-            items: page.items,
+            items: &page.items,
             can_edit: who.role >= Role::Admin,
         },
     )

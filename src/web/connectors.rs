@@ -30,18 +30,17 @@ pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let (page, unmanaged) = listing::cached(&state.inner.snapshots, "connectors", &w, || async {
-        Ok((
-            connectors::page(&state.pool, &who, &w).await?,
-            connectors::unmanaged(&state.pool, &who).await?,
-        ))
+    let body = listing::cached_json(&state.inner.snapshots, "connectors", &w, || async {
+        let mut body = connectors::page(&state.pool, &who, &w).await?.json();
+        body["unmanaged"] = json!(connectors::unmanaged(&state.pool, &who).await?);
+        Ok(body)
     })
     .await?;
-    let mut body = page.json();
-    body["unmanaged"] = json!(unmanaged);
-    Ok(Json(body))
+    Ok(Response::builder()
+        .content_type("application/json")
+        .body(body.as_str().to_owned()))
 }
 
 #[handler]
@@ -336,21 +335,21 @@ pub async fn api_connect_plugins(
 
 #[derive(Template)]
 #[template(path = "connectors/index.html")]
-struct ListPage {
+struct ListPage<'a> {
     layout: Layout,
     /// The filter form's view (the list has its own copy).
     nav: Nav,
-    list: Rows,
-    unmanaged: Vec<Unmanaged>,
+    list: Rows<'a>,
+    unmanaged: &'a [Unmanaged],
     can_admin: bool,
 }
 
 /// The part of the list that refreshes itself: counts, rows and pager.
 #[derive(Template)]
 #[template(path = "connectors/list_partial.html")]
-struct Rows {
+struct Rows<'a> {
     nav: Nav,
-    items: Vec<ConnectorView>,
+    items: &'a [ConnectorView],
     can_operate: bool,
     csrf_token: String,
 }
@@ -364,25 +363,25 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let (page, clusters, unmanaged) =
-        listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
-            Ok((
-                connectors::page(&state.pool, &who, &w).await?,
-                crate::clusters::connect::choices(&state.pool).await?,
-                connectors::unmanaged(&state.pool, &who).await?,
-            ))
-        })
-        .await?;
+    let loaded = listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
+        Ok((
+            connectors::page(&state.pool, &who, &w).await?,
+            crate::clusters::connect::choices(&state.pool).await?,
+            connectors::unmanaged(&state.pool, &who).await?,
+        ))
+    })
+    .await?;
+    let (page, clusters, unmanaged) = &*loaded;
     let list = Rows {
         nav: Nav::new(
             paths::CONNECTORS,
             ("connector", "connectors"),
             &w,
             CONNECTOR_STATES,
-            clusters,
-            &page,
+            clusters.clone(),
+            page,
         ),
-        items: page.items,
+        items: &page.items,
         csrf_token: who.csrf_token().unwrap_or_default().to_string(),
         can_operate: who.role >= Role::Operator,
     };

@@ -25,13 +25,15 @@ pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let page = listing::cached(&state.inner.snapshots, "deliveries", &w, || {
-        deliveries::page(&state.pool, &who, &w)
+    let body = listing::cached_json(&state.inner.snapshots, "deliveries", &w, || async {
+        Ok(deliveries::page(&state.pool, &who, &w).await?.json())
     })
     .await?;
-    Ok(Json(page.json()))
+    Ok(Response::builder()
+        .content_type("application/json")
+        .body(body.as_str().to_owned()))
 }
 
 #[handler]
@@ -181,10 +183,10 @@ struct ListRow {
 
 #[derive(Template)]
 #[template(path = "deliveries/index.html")]
-struct ListPage {
+struct ListPage<'a> {
     layout: Layout,
     nav: Nav,
-    items: Vec<ListRow>,
+    items: &'a [ListRow],
     can_create: bool,
     /// For the empty state: what has to exist before a delivery can.
     has_pipelines: bool,
@@ -210,11 +212,19 @@ async fn destinations(
 }
 
 /// A page of the deliveries list with what its rows show, and the cluster choices.
+struct ListRows {
+    page: listing::Page<ListRow>,
+    clusters: Vec<(String, String)>,
+    /// For the empty state's advice: whether a pipeline and a destination exist.
+    has_pipelines: bool,
+    has_destinations: bool,
+}
+
 async fn list_rows(
     state: &AppState,
     who: &Principal,
     w: &listing::Window,
-) -> crate::error::Result<(listing::Page<ListRow>, Vec<(String, String)>)> {
+) -> crate::error::Result<ListRows> {
     let page = deliveries::page(&state.pool, who, w).await?;
     let pipelines = listing::names(
         &state.pool,
@@ -241,7 +251,22 @@ async fn list_rows(
             d: d.clone(),
         })
         .collect();
-    Ok((page.with_items(items), clusters))
+    // Only for the empty state's advice: what is missing before a first delivery.
+    let unfiltered = w.q.is_empty() && w.state.is_empty() && w.cluster.is_empty();
+    let (has_pipelines, has_destinations) = if page.total == 0 && unfiltered {
+        (
+            !crate::pipelines::list(&state.pool, who).await?.is_empty(),
+            !destinations(state, who).await?.is_empty(),
+        )
+    } else {
+        (true, true)
+    };
+    Ok(ListRows {
+        page: page.with_items(items),
+        clusters,
+        has_pipelines,
+        has_destinations,
+    })
 }
 
 #[handler]
@@ -252,28 +277,25 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let (page, clusters) = listing::cached(&state.inner.snapshots, "deliveries", &w, || {
+    let loaded = listing::cached(&state.inner.snapshots, "deliveries-page", &w, || {
         list_rows(&state, &who, &w)
     })
     .await?;
+    let ListRows {
+        page,
+        clusters,
+        has_pipelines,
+        has_destinations,
+    } = &*loaded;
     let nav = Nav::new(
         paths::DELIVERIES,
         ("delivery", "deliveries"),
         &w,
         CONNECTOR_STATES,
-        clusters,
-        &page,
+        clusters.clone(),
+        page,
     );
-    let items = page.items;
-    // Only for the empty state's advice: what is missing before a first delivery.
-    let (has_pipelines, has_destinations) = if nav.total == 0 && !nav.filtered() {
-        (
-            !crate::pipelines::list(&state.pool, &who).await?.is_empty(),
-            !destinations(&state, &who).await?.is_empty(),
-        )
-    } else {
-        (true, true)
-    };
+    let items = &page.items;
     page_with_status(
         StatusCode::OK,
         &ListPage {
@@ -281,8 +303,8 @@ pub async fn page_list(
             nav,
             items,
             can_create: who.role >= Role::Operator,
-            has_pipelines,
-            has_destinations,
+            has_pipelines: *has_pipelines,
+            has_destinations: *has_destinations,
         },
     )
 }

@@ -23,13 +23,15 @@ pub async fn api_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let page = listing::cached(&state.inner.snapshots, "pipelines", &w, || {
-        pipelines::page(&state.pool, &who, &w)
+    let body = listing::cached_json(&state.inner.snapshots, "pipelines", &w, || async {
+        Ok(pipelines::page(&state.pool, &who, &w).await?.json())
     })
     .await?;
-    Ok(Json(page.json()))
+    Ok(Response::builder()
+        .content_type("application/json")
+        .body(body.as_str().to_owned()))
 }
 
 #[handler]
@@ -175,10 +177,10 @@ connector_actions! {
 
 #[derive(Template)]
 #[template(path = "pipelines/index.html")]
-struct ListPage {
+struct ListPage<'a> {
     layout: Layout,
     nav: Nav,
-    items: Vec<(Pipeline, Option<crate::connectors::ConnectorView>)>,
+    items: &'a [(Pipeline, Option<crate::connectors::ConnectorView>)],
     can_create: bool,
 }
 
@@ -211,19 +213,20 @@ pub async fn page_list(
     Query(q): Query<ListQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
-    let (page, clusters) = listing::cached(&state.inner.snapshots, "pipelines", &w, || {
+    let loaded = listing::cached(&state.inner.snapshots, "pipelines-page", &w, || {
         list_rows(&state, &who, &w)
     })
     .await?;
+    let (page, clusters) = &*loaded;
     let nav = Nav::new(
         paths::PIPELINES,
         ("pipeline", "pipelines"),
         &w,
         CONNECTOR_STATES,
-        clusters,
-        &page,
+        clusters.clone(),
+        page,
     );
-    let items = page.items;
+    let items = &page.items;
     page_with_status(
         StatusCode::OK,
         &ListPage {
