@@ -327,13 +327,15 @@ impl Monitor {
             }
         }
         // Replication slots of PostgreSQL pipelines.
+        let mut topics = crate::pipelines::TopicsMemo::default();
         for p in crate::pipelines::list(&self.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
             present.push(p.name.clone());
             let Ok(detail) =
-                crate::pipelines::detail(&self.pool, &self.store, &system, &p.id).await
+                crate::pipelines::detail_with(&self.pool, &self.store, &system, &p.id, &mut topics)
+                    .await
             else {
                 continue;
             };

@@ -5,7 +5,7 @@
 pub mod config;
 pub mod source;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -990,6 +990,27 @@ pub async fn detail(
     who: &Principal,
     id: &str,
 ) -> Result<Detail> {
+    detail_with(pool, store, who, id, &mut TopicsMemo::default()).await
+}
+
+/// What the pipelines of one monitoring cycle share, read once each: every topic of a Kafka
+/// cluster with its watermarks (by cluster id), and every slot of a PostgreSQL source (by
+/// connection id), instead of one metadata read and one database session per pipeline.
+/// None: it could not be read.
+#[derive(Default)]
+pub struct TopicsMemo {
+    topics: HashMap<String, Option<std::sync::Arc<Vec<crate::kafka::TopicInfo>>>>,
+    slots: HashMap<String, Option<std::sync::Arc<Vec<source::SlotInfo>>>>,
+}
+
+/// [`detail`], reading each Kafka cluster's topics through `memo`.
+pub async fn detail_with(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    memo: &mut TopicsMemo,
+) -> Result<Detail> {
     who.require(Role::Viewer, "see pipelines")?;
     let p = load(pool, id).await?;
     let connector = connectors::get(pool, who, &p.connector_id).await.ok();
@@ -998,7 +1019,28 @@ pub async fn detail(
         source.provider,
         source.database().and_then(|d| d.slot_name.clone()),
     ) {
-        (Provider::Postgresql, Some(s)) => source::slot(store, &source, &s).await.ok(),
+        (Provider::Postgresql, Some(name)) => {
+            let all = match memo.slots.get(&source.id) {
+                Some(all) => all.clone(),
+                None => {
+                    let all = source::slots(store, &source)
+                        .await
+                        .ok()
+                        .map(std::sync::Arc::new);
+                    memo.slots.insert(source.id.clone(), all.clone());
+                    all
+                }
+            };
+            all.map(|all| {
+                all.iter()
+                    .find(|s| s.name == name)
+                    .cloned()
+                    .unwrap_or_else(|| source::SlotInfo {
+                        name,
+                        ..Default::default()
+                    })
+            })
+        }
         _ => None,
     };
     let binlog = match source.provider {
@@ -1017,7 +1059,18 @@ pub async fn detail(
     let mut newest_ms: Option<i64> = None;
     if let Ok(kafka) = kclusters::get(pool, who, &p.kafka_cluster_id).await {
         let access = kclusters::access(store, &kafka).await?;
-        if let Ok(all) = crate::kafka::topics(&access, None).await {
+        let all = match memo.topics.get(&kafka.id) {
+            Some(all) => all.clone(),
+            None => {
+                let all = crate::kafka::topics(&access, None)
+                    .await
+                    .ok()
+                    .map(std::sync::Arc::new);
+                memo.topics.insert(kafka.id.clone(), all.clone());
+                all
+            }
+        };
+        if let Some(all) = all {
             let mut wanted: BTreeSet<String> = p
                 .tables
                 .iter()
@@ -1025,8 +1078,9 @@ pub async fn detail(
                 .collect();
             wanted.extend(p.heartbeat_topic(&source));
             let mine: Vec<crate::kafka::TopicInfo> = all
-                .into_iter()
+                .iter()
                 .filter(|t| wanted.contains(&t.name))
+                .cloned()
                 .collect();
             // The newest record of each non-empty partition is the one just below its end.
             let at: Vec<crate::kafka::RecordAt> = mine

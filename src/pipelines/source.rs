@@ -220,35 +220,6 @@ pub struct SlotInfo {
     pub confirmed_flush_lag_bytes: Option<i64>,
 }
 
-pub async fn slot(store: &SecretStore, c: &Connection, name: &str) -> Result<SlotInfo> {
-    let Db::Pg(mut db) = open(store, c).await? else {
-        return Ok(SlotInfo::default());
-    };
-    type SlotRow = (bool, Option<i64>, Option<String>, Option<i64>);
-    let row: Option<SlotRow> = sqlx::query_as(
-        "SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
-         FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(name)
-    .fetch_optional(&mut db)
-    .await
-    .map_err(|e| sanitized(e, c))?;
-    Ok(match row {
-        Some((active, retained, status, lag)) => SlotInfo {
-            name: name.into(),
-            exists: true,
-            active,
-            retained_wal_bytes: retained,
-            wal_status: status,
-            confirmed_flush_lag_bytes: lag,
-        },
-        None => SlotInfo {
-            name: name.into(),
-            ..Default::default()
-        },
-    })
-}
-
 /// Every logical replication slot in the connection's database.
 pub async fn slots(store: &SecretStore, c: &Connection) -> Result<Vec<SlotInfo>> {
     let Db::Pg(mut db) = open(store, c).await? else {
