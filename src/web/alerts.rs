@@ -110,9 +110,18 @@ async fn alerts_page(
         layout: Layout::new("Alerts", paths::ALERTS, who, jar),
         nav,
         items: found.items.clone(),
-        rules: signals::rules(&state.pool, who).await?,
+        rules: Vec::clone(
+            &*(state.inner.snapshots)
+                .get("alert-rules", || signals::rules(&state.pool, who))
+                .await?,
+        ),
+        // Only admins see webhooks (and may read them): not shared with other roles.
         webhooks: if is_admin {
-            webhooks::list(&state.pool, who).await?
+            Vec::clone(
+                &*(state.inner.snapshots)
+                    .get("webhooks (admin)", || webhooks::list(&state.pool, who))
+                    .await?,
+            )
         } else {
             vec![]
         },

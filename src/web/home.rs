@@ -12,10 +12,10 @@ use crate::auth::Principal;
 
 #[derive(Template)]
 #[template(path = "home/index.html")]
-struct HomePage {
+struct HomePage<'a> {
     layout: Layout,
     status: SystemStatus,
-    o: Overview,
+    o: &'a Overview,
 }
 
 /// Rows of each kind the overview shows: those that most need a person (failed and drifted
@@ -23,7 +23,6 @@ struct HomePage {
 /// the lists have the rest.
 pub const OVERVIEW_ROWS: u32 = 25;
 
-#[derive(Clone)]
 pub struct Overview {
     pub rows: Vec<OverviewRow>,
     pub alerts: Vec<crate::monitor::alerts::Alert>,
@@ -41,7 +40,6 @@ impl Overview {
 }
 
 /// One line of the overview: a pipeline or a delivery, its state and its main number.
-#[derive(Clone)]
 pub struct OverviewRow {
     pub kind: &'static str,
     pub name: String,
@@ -222,7 +220,7 @@ pub async fn page(
     render(&HomePage {
         layout: Layout::new("Overview", paths::HOME, &who, jar),
         status,
-        o: Overview::clone(&o),
+        o: &o,
     })
 }
 
