@@ -37,6 +37,18 @@ class State:
         self.latency_s = latency_s
         self.rebalance_rate = rebalance_rate
         self.calls = {}  # "METHOD /path-shape" -> count
+        # The benchmark's hook: called as hook(method, shape) in the handler thread after the
+        # call is counted and before it is answered, so the caller (ClueCDC) waits while it
+        # runs. scripts/bench uses it to read ClueCDC's CPU at the start of a reconcile pass.
+        self.hook = None
+
+    def snapshot(self, reset=False):
+        """The calls counted so far, by "METHOD /path-shape"; optionally zeroed."""
+        with self.lock:
+            calls = dict(self.calls)
+            if reset:
+                self.calls.clear()
+        return calls
 
 
 def kind_of(config):
@@ -65,6 +77,10 @@ def info_of(name, c):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+    # delayed ACK of the headers (up to 40 ms on a kept-alive connection), an artifact no real
+    # worker has (Jetty sends them together).
+    disable_nagle_algorithm = True
     state: State = None
 
     def log_message(self, *args):
@@ -91,18 +107,18 @@ class Handler(BaseHTTPRequestHandler):
         shape = re.sub(r"^/connector-plugins/[^/]+", "/connector-plugins/{class}", shape)
         with s.lock:
             s.calls[f"{method} {shape}"] = s.calls.get(f"{method} {shape}", 0) + 1
+        hook = s.hook
+        if hook is not None and not shape.startswith("/standin"):
+            hook(method, shape)
         if s.latency_s:
             time.sleep(s.latency_s)
         if method != "GET" and s.rebalance_rate and random.random() < s.rebalance_rate:
             return self.reply(409, {"error_code": 409, "message": "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"})
         if path == "/":
             return self.reply(200, {"version": "4.1.1", "commit": "standin", "kafka_cluster_id": "standin-cluster"})
-        if path == "/standin/calls":  # the benchmark's own counter, not a Connect endpoint
-            with s.lock:
-                calls = dict(s.calls)
-                if method == "DELETE":
-                    s.calls.clear()
-            return self.reply(200, calls)
+        if path == "/standin/calls":  # the benchmark's own counter, not Connect's
+            # GET: the calls so far by kind; DELETE: the same, then zeroed.
+            return self.reply(200, s.snapshot(reset=method == "DELETE"))
         if path == "/connector-plugins":
             return self.reply(200, PLUGINS)
         m = re.fullmatch(r"/connector-plugins/([^/]+)/config/validate", path)
@@ -186,10 +202,17 @@ class Handler(BaseHTTPRequestHandler):
         self.handle_any("DELETE")
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: with more concurrent clients (ClueCDC's
+    # reconciler and the direct script make 8 calls at a time) the kernel drops a SYN and the
+    # client retries it a whole second later, an artifact no real worker has.
+    request_queue_size = 128
+
+
 def serve(port, latency_ms=0.0, rebalance_rate=0.0):
     """Starts the stand-in in a background thread; returns the server (stop it with `stop`)."""
     Handler.state = State(latency_ms / 1000.0, rebalance_rate)
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = _Server(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
