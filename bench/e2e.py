@@ -47,10 +47,9 @@ Standard library only, plus psql.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gzip
 import hashlib
-import hmac
+import importlib.util
 import json
 import os
 import queue
@@ -81,25 +80,19 @@ GOAL_OBJECT_MARGIN_S = 5.0
 GOAL_FRESHNESS_S = 2.0
 
 
-class E2EError(Exception):
-    """A step failed: the message says which and why."""
-
-
-class Interrupted(BaseException):
-    """SIGTERM while running alone: leave through the same cleanup."""
+# The demo's clients (ClueCDC's API, S3 with SigV4) and its error types, shared rather than
+# copied: both drive the same API and read the same bucket.
+_spec = importlib.util.spec_from_file_location(
+    "demo_object_storage", Path(__file__).resolve().parent.parent / "scripts/demo-object-storage.py")
+_demo = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_demo)
+E2EError = _demo.DemoError  # a step failed: the message says which and why
+Interrupted = _demo.Interrupted
+base36, Api, S3 = _demo.base36, _demo.Api, _demo.S3
 
 
 def say(msg: str) -> None:
     print(f"e2e: {msg}", file=sys.stderr, flush=True)
-
-
-def base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while n:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-    return out or "0"
 
 
 def wait_for(what: str, timeout: float, probe: Callable[[], Any], interval: float = 1.0) -> Any:
@@ -266,109 +259,6 @@ class App:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Api:
-    def __init__(self, url: str, token: str):
-        self.url, self.token = url, token
-
-    def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202, 204), timeout: float = 150) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"authorization": f"Bearer {self.token}", "content-type": "application/json", "accept": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as res:
-                status, text = res.status, res.read().decode(errors="replace")
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read().decode(errors="replace")
-        except (urllib.error.URLError, OSError) as e:
-            raise E2EError(f"{method} {path}: ClueCDC at {self.url} did not answer: {e}") from None
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            parsed = text
-        if status not in ok:
-            raise E2EError(f"{method} {path} answered {status}: {json.dumps(parsed)[:1500]}")
-        return parsed
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self.call("GET", path, **kw)
-
-    def post(self, path: str, body: Any, **kw: Any) -> Any:
-        return self.call("POST", path, body, **kw)
-
-    def delete(self, path: str, **kw: Any) -> Any:
-        return self.call("DELETE", path, **kw)
-
-
-# ---- S3 (path style, SigV4, standard library) ------------------------------------------------------
-
-class S3:
-    def __init__(self, endpoint: str, region: str, bucket: str, access_key: str, secret_key: str):
-        u = urllib.parse.urlsplit(endpoint)
-        self.scheme, self.host, self.base = u.scheme, u.netloc, u.path.rstrip("/")
-        self.region, self.bucket, self.access_key, self.secret_key = region, bucket, access_key, secret_key
-
-    @staticmethod
-    def _q(s: str, safe: str = "-_.~") -> str:
-        return urllib.parse.quote(s, safe=safe)
-
-    def request(self, method: str, key: str = "", query: Optional[dict[str, str]] = None) -> tuple[int, bytes]:
-        query = query or {}
-        path = self._q(f"{self.base}/{self.bucket}" + (f"/{key}" if key else ""), safe="/-_.~")
-        qs = "&".join(f"{self._q(k)}={self._q(v)}" for k, v in sorted(query.items()))
-        now = dt.datetime.now(dt.timezone.utc)
-        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        payload_hash = hashlib.sha256(b"").hexdigest()
-        headers = {"host": self.host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
-        signed = ";".join(sorted(headers))
-        canonical = "\n".join([method, path, qs, "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)), signed, payload_hash])
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-        k = f"AWS4{self.secret_key}".encode()
-        for part in (day, self.region, "s3", "aws4_request"):
-            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-        signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-        auth = f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
-        url = f"{self.scheme}://{self.host}{path}" + (f"?{qs}" if qs else "")
-        req = urllib.request.Request(url, method=method, headers={**{k: v for k, v in headers.items() if k != "host"}, "authorization": auth})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as res:
-                return res.status, res.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except (urllib.error.URLError, OSError) as e:
-            raise E2EError(f"S3 {method} {self.bucket}/{key}: no answer from {self.scheme}://{self.host}: {e}") from None
-
-    def list(self, prefix: str) -> list[dict[str, Any]]:
-        items, token = [], None
-        while True:
-            q = {"list-type": "2", "prefix": prefix, "max-keys": "1000"}
-            if token:
-                q["continuation-token"] = token
-            status, body = self.request("GET", query=q)
-            if status != 200:
-                raise E2EError(f"S3 ListObjectsV2 {self.bucket}/{prefix} answered {status}: {body[:300]!r}")
-            root = ET.fromstring(body)
-            for el in root:
-                if el.tag.endswith("Contents"):
-                    f = {c.tag.split("}")[-1]: (c.text or "") for c in el}
-                    items.append({"key": f["Key"], "size": int(f.get("Size", "0")), "etag": f.get("ETag", "")})
-            truncated = next((c.text for c in root if c.tag.endswith("IsTruncated")), "false")
-            token = next((c.text for c in root if c.tag.endswith("NextContinuationToken")), None)
-            if truncated != "true" or not token:
-                return items
-
-    def get(self, key: str) -> bytes:
-        status, body = self.request("GET", key)
-        if status != 200:
-            raise E2EError(f"S3 GetObject {self.bucket}/{key} answered {status}: {body[:300]!r}")
-        return body
-
-    def delete(self, key: str) -> None:
-        status, body = self.request("DELETE", key)
-        if status not in (200, 204):
-            raise E2EError(f"S3 DeleteObject {self.bucket}/{key} answered {status}: {body[:300]!r}")
 
 
 def object_rows(key: str, body: bytes) -> list[dict[str, Any]]:

@@ -31,9 +31,7 @@ pub async fn api_list(
         Ok(alerts::page(&state.pool, &who, &w).await?.json())
     })
     .await?;
-    Ok(Response::builder()
-        .content_type("application/json")
-        .body(body.as_str().to_owned()))
+    Ok(super::json_text(&body))
 }
 
 #[derive(Template)]

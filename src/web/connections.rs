@@ -36,9 +36,7 @@ pub async fn api_list(
         )
     })
     .await?;
-    Ok(Response::builder()
-        .content_type("application/json")
-        .body(body.as_str().to_owned()))
+    Ok(super::json_text(&body))
 }
 
 #[handler]

@@ -38,9 +38,7 @@ pub async fn api_list(
         Ok(body)
     })
     .await?;
-    Ok(Response::builder()
-        .content_type("application/json")
-        .body(body.as_str().to_owned()))
+    Ok(super::json_text(&body))
 }
 
 #[handler]

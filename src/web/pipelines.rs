@@ -29,9 +29,7 @@ pub async fn api_list(
         Ok(pipelines::page(&state.pool, &who, &w).await?.json())
     })
     .await?;
-    Ok(Response::builder()
-        .content_type("application/json")
-        .body(body.as_str().to_owned()))
+    Ok(super::json_text(&body))
 }
 
 #[handler]

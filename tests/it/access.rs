@@ -209,6 +209,18 @@ async fn a_browser_post_without_the_csrf_token_is_refused_and_changes_nothing() 
     assert_eq!(res.status(), 403);
 }
 
+/// The status `GET /api/v1/me` answers with this bearer token.
+async fn me_status(app: &TestApp, token: String) -> u16 {
+    app.client()
+        .get(format!("{}/api/v1/me", app.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 #[tokio::test]
 async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
     // Resolved credentials are reused until the next commit; a commit from another process
@@ -218,19 +230,7 @@ async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
     create_user(&app, "bob", "viewer");
     let token = create_token(&app, "ada", &["--label", "cli-revoked"]);
     let bob = create_token(&app, "bob", &[]);
-    let me = |t: String| {
-        let c = app.client();
-        let url = format!("{}/api/v1/me", app.url);
-        async move {
-            c.get(url)
-                .bearer_auth(t)
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    };
+    let me = |t: String| me_status(&app, t);
     for _ in 0..3 {
         assert_eq!(me(token.clone()).await, 200);
         assert_eq!(me(bob.clone()).await, 200);
@@ -271,19 +271,7 @@ async fn a_revoked_api_token_stops_working_at_once() {
     create_user(&app, "ada", "admin");
     let admin = create_token(&app, "ada", &[]);
     let victim = create_token(&app, "ada", &["--label", "ci"]);
-    let me = |t: String| {
-        let c = app.client();
-        let url = format!("{}/api/v1/me", app.url);
-        async move {
-            c.get(url)
-                .bearer_auth(t)
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    };
+    let me = |t: String| me_status(&app, t);
     assert_eq!(me(victim.clone()).await, 200);
     let tokens: Value = app
         .client()
