@@ -47,6 +47,16 @@ pub struct Snapshots {
     shm: Option<PathBuf>,
     file: OnceLock<File>,
     slots: Mutex<HashMap<String, Slot>>,
+    external: Mutex<HashMap<String, External>>,
+}
+
+/// A value read from outside the database (broker metadata): see [`Snapshots::external`].
+#[derive(Default)]
+struct External {
+    value: Option<(Value, Instant)>,
+    /// When a reload started (another caller's, still running unless older than a minute:
+    /// a reload whose request was dropped must not keep the old value forever).
+    reloading: Option<Instant>,
 }
 
 impl Snapshots {
@@ -58,6 +68,7 @@ impl Snapshots {
             shm: Some(PathBuf::from(shm)),
             file: OnceLock::new(),
             slots: Mutex::new(HashMap::new()),
+            external: Mutex::new(HashMap::new()),
         }
     }
 
@@ -67,6 +78,7 @@ impl Snapshots {
             shm: None,
             file: OnceLock::new(),
             slots: Mutex::new(HashMap::new()),
+            external: Mutex::new(HashMap::new()),
         }
     }
 
@@ -130,6 +142,53 @@ impl Snapshots {
         value.downcast::<T>().map_err(|_| {
             crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
         })
+    }
+}
+
+impl Snapshots {
+    /// A value that lives outside the database (a Kafka cluster's topics): served for up to
+    /// `max_age` after it was read; after that the first caller reads it again while the others
+    /// keep getting the previous value, so a slow or failing source slows one request, not
+    /// every one. A failed read is returned to its caller and keeps the previous value. After
+    /// ClueCDC changes the source itself, [`Snapshots::forget`] makes the next caller wait for
+    /// the new value.
+    pub async fn external<T, F, Fut>(&self, key: &str, max_age: Duration, load: F) -> Result<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let typed = |v: Value| {
+            v.downcast::<T>().map_err(|_| {
+                crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
+            })
+        };
+        {
+            let mut all = self.external.lock().unwrap_or_else(|e| e.into_inner());
+            let e = all.entry(key.to_string()).or_default();
+            let reloading = e
+                .reloading
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60));
+            match &e.value {
+                Some((v, at)) if at.elapsed() < max_age || reloading => return typed(v.clone()),
+                _ => e.reloading = Some(Instant::now()),
+            }
+        }
+        let result = load().await;
+        let mut all = self.external.lock().unwrap_or_else(|e| e.into_inner());
+        let e = all.entry(key.to_string()).or_default();
+        e.reloading = None;
+        let v: Value = Arc::new(result?);
+        e.value = Some((v.clone(), Instant::now()));
+        typed(v)
+    }
+
+    /// Drops the external value of `key`: ClueCDC has just changed what it describes.
+    pub fn forget(&self, key: &str) {
+        self.external
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
     }
 }
 
@@ -225,6 +284,49 @@ mod tests {
         let (a, b) = tokio::join!(snaps.get("n", slow), snaps.get("n", slow));
         assert_eq!((*a.unwrap(), *b.unwrap()), (0, 0));
         assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_external_value_is_kept_for_its_age_then_reread_once_and_forgotten_on_request() {
+        let snaps = Snapshots::disabled();
+        let loads = AtomicUsize::new(0);
+        let read = || async { Ok::<_, crate::error::Error>(loads.fetch_add(1, Ordering::SeqCst)) };
+        let age = Duration::from_millis(100);
+        assert_eq!(*snaps.external("t", age, read).await.unwrap(), 0);
+        assert_eq!(
+            *snaps.external("t", age, read).await.unwrap(),
+            0,
+            "within its age"
+        );
+        tokio::time::sleep(age + Duration::from_millis(20)).await;
+        // Stale: one caller reads again; one that comes meanwhile gets the old value.
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            read().await
+        };
+        let (a, b) = tokio::join!(snaps.external("t", age, slow), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            snaps.external("t", age, read).await
+        });
+        assert_eq!((*a.unwrap(), *b.unwrap()), (1, 0));
+        let failed: Result<Arc<usize>> = snaps
+            .external("t", Duration::ZERO, || async {
+                Err(crate::error::Error::Unavailable("broker down".into()))
+            })
+            .await;
+        assert!(failed.is_err(), "a failed read is its caller's error");
+        let long = Duration::from_secs(60);
+        assert_eq!(
+            *snaps.external("t", long, read).await.unwrap(),
+            1,
+            "and the previous value stays"
+        );
+        snaps.forget("t");
+        assert_eq!(
+            *snaps.external("t", long, read).await.unwrap(),
+            2,
+            "forgotten: read again"
+        );
     }
 
     #[tokio::test]

@@ -249,6 +249,29 @@ pub async fn api_topics(
     ))
 }
 
+/// How old the topics page's broker metadata may be: topics created or deleted outside ClueCDC
+/// show within this, ClueCDC's own changes at once (their handlers forget it).
+const TOPICS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A Kafka cluster's topics for the topics page (see [`crate::snapshots::Snapshots::external`]):
+/// reading them costs a metadata and watermark round trip per topic, too slow for every view.
+async fn cluster_topics(
+    state: &AppState,
+    who: &Principal,
+    cluster: &str,
+) -> Result<std::sync::Arc<Vec<TopicInfo>>, Error> {
+    (state.inner.snapshots)
+        .external(&format!("topics {cluster}"), TOPICS_MAX_AGE, || {
+            kafka::topics(&state.pool, &state.inner.secrets, who, cluster)
+        })
+        .await
+}
+
+/// After ClueCDC created or deleted a topic: the next topics page reads the cluster again.
+fn forget_topics(state: &AppState, cluster: &str) {
+    state.inner.snapshots.forget(&format!("topics {cluster}"));
+}
+
 /// A topic's state in lists: whether every partition has all its replicas in sync.
 const TOPIC_STATES: &[&str] = &["UNDER-REPLICATED", "IN-SYNC"];
 
@@ -269,6 +292,7 @@ pub async fn api_topic_create(
     Json(input): Json<NewTopicInput>,
 ) -> ApiResult<Response> {
     let t = kafka::create_topic(&state.pool, &state.inner.secrets, &who, &id, &input).await?;
+    forget_topics(&state, &id);
     Ok(Response::builder()
         .status(StatusCode::CREATED)
         .content_type("application/json")
@@ -308,6 +332,7 @@ pub async fn api_topic_delete(
         &c.confirm,
     )
     .await?;
+    forget_topics(&state, &id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -1135,14 +1160,16 @@ async fn topics_page(
         .or_else(|| clusters.first().map(|c| c.id.clone()));
     w.cluster = selected.clone().unwrap_or_default();
     let (topics, error) = match &selected {
-        Some(id) => match kafka::topics(&state.pool, &state.inner.secrets, who, id).await {
+        Some(id) => match cluster_topics(state, who, id).await {
             Ok(t) => (t, None),
-            Err(e) => (vec![], Some(e.to_string())),
+            Err(e) => (Default::default(), Some(e.to_string())),
         },
-        None => (vec![], None),
+        None => (Default::default(), None),
     };
-    let topics: Vec<TopicInfo> = topics.into_iter().filter(|t| !t.internal).collect();
-    let page = listing::page_in_memory(topics, &w, |t| &t.name, topic_state);
+    let mine: Vec<&TopicInfo> = topics.iter().filter(|t| !t.internal).collect();
+    let page = listing::page_in_memory(mine, &w, |t| &t.name, |t| topic_state(t));
+    let items = page.items.iter().map(|t| TopicInfo::clone(t)).collect();
+    let page = page.with_items(items);
     let mut nav = Nav::new(
         paths::TOPICS,
         ("topic", "topics"),
@@ -1210,6 +1237,7 @@ pub async fn page_topic_create(
         .await
         {
             Ok(t) => {
+                forget_topics(&state, &form.cluster);
                 set_flash(
                     jar,
                     &format!(
@@ -1347,6 +1375,7 @@ pub async fn page_topic_delete(
     .await
     {
         Ok(()) => {
+            forget_topics(&state, &cluster);
             set_flash(jar, &format!("Topic {name} deleted."));
             return Ok(redirect(
                 req,
