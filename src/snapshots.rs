@@ -57,6 +57,11 @@ struct External {
     /// When a reload started (another caller's, still running unless older than a minute:
     /// a reload whose request was dropped must not keep the old value forever).
     reloading: Option<Instant>,
+    /// Held by the caller that reads the source: callers with no value to show wait on it
+    /// instead of all reading at once.
+    gate: Arc<tokio::sync::Mutex<()>>,
+    /// Bumped by `forget`: a read that started before is not kept.
+    generation: u64,
 }
 
 impl Snapshots {
@@ -163,32 +168,49 @@ impl Snapshots {
                 crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
             })
         };
-        {
-            let mut all = self.external.lock().unwrap_or_else(|e| e.into_inner());
+        let all = || self.external.lock().unwrap_or_else(|e| e.into_inner());
+        let gate = {
+            let mut all = all();
             let e = all.entry(key.to_string()).or_default();
             let reloading = e
                 .reloading
                 .is_some_and(|t| t.elapsed() < Duration::from_secs(60));
             match &e.value {
                 Some((v, at)) if at.elapsed() < max_age || reloading => return typed(v.clone()),
-                _ => e.reloading = Some(Instant::now()),
+                _ => e.gate.clone(),
             }
-        }
+        };
+        let _reader = gate.lock().await;
+        let generation = {
+            let mut all = all();
+            let e = all.entry(key.to_string()).or_default();
+            // Read by the caller this one waited for.
+            if let Some((v, at)) = &e.value {
+                if at.elapsed() < max_age {
+                    return typed(v.clone());
+                }
+            }
+            e.reloading = Some(Instant::now());
+            e.generation
+        };
         let result = load().await;
-        let mut all = self.external.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = all();
         let e = all.entry(key.to_string()).or_default();
         e.reloading = None;
         let v: Value = Arc::new(result?);
-        e.value = Some((v.clone(), Instant::now()));
+        if e.generation == generation {
+            e.value = Some((v.clone(), Instant::now()));
+        }
         typed(v)
     }
 
     /// Drops the external value of `key`: ClueCDC has just changed what it describes.
     pub fn forget(&self, key: &str) {
-        self.external
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        let mut all = self.external.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = all.get_mut(key) {
+            e.value = None;
+            e.generation += 1;
+        }
     }
 }
 
@@ -327,6 +349,52 @@ mod tests {
             2,
             "forgotten: read again"
         );
+    }
+
+    #[tokio::test]
+    async fn callers_with_no_external_value_yet_wait_for_one_read() {
+        let snaps = Snapshots::disabled();
+        let loads = AtomicUsize::new(0);
+        let slow = || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, crate::error::Error>(loads.fetch_add(1, Ordering::SeqCst))
+        };
+        let age = Duration::from_secs(60);
+        let (a, b, c) = tokio::join!(
+            snaps.external("t", age, slow),
+            snaps.external("t", age, slow),
+            snaps.external("t", age, slow)
+        );
+        assert_eq!((*a.unwrap(), *b.unwrap(), *c.unwrap()), (0, 0, 0));
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_read_that_started_before_forget_is_not_kept() {
+        let snaps = Snapshots::disabled();
+        let age = Duration::from_secs(60);
+        let (old, _) = tokio::join!(
+            snaps.external("t", age, || async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, crate::error::Error>("before the change")
+            }),
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                snaps.forget("t");
+            }
+        );
+        assert_eq!(
+            *old.unwrap(),
+            "before the change",
+            "its own caller still gets it"
+        );
+        let now = snaps
+            .external("t", age, || async {
+                Ok::<_, crate::error::Error>("after the change")
+            })
+            .await
+            .unwrap();
+        assert_eq!(*now, "after the change");
     }
 
     #[tokio::test]

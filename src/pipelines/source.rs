@@ -54,10 +54,17 @@ fn sanitized(e: sqlx::Error, c: &Connection) -> Error {
 
 /// Creates the signal table if missing (the DDL Debezium documents).
 /// PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not atomic: when two pipelines on one schema
-/// are created at the same moment, the second fails with a unique violation in the catalog
-/// (`pg_type_typname_nsp_index`) although the table now exists, which is all we wanted.
+/// are created at the same moment, the second can fail although the table now exists, which
+/// is all we wanted: with a unique violation in the catalog (`pg_type_typname_nsp_index`),
+/// "relation already exists" (42P07) or "type already exists" (42710), by timing.
 fn created_meanwhile(e: sqlx::Error) -> std::result::Result<(), sqlx::Error> {
-    if crate::db::is_unique_violation(&e) {
+    let exists = match &e {
+        sqlx::Error::Database(d) => {
+            d.is_unique_violation() || matches!(d.code().as_deref(), Some("42P07" | "42710"))
+        }
+        _ => false,
+    };
+    if exists {
         Ok(())
     } else {
         Err(e)
