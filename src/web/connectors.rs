@@ -1168,7 +1168,7 @@ async fn topics_page(
     };
     let mine: Vec<&TopicInfo> = topics.iter().filter(|t| !t.internal).collect();
     let page = listing::page_in_memory(mine, &w, |t| &t.name, |t| topic_state(t));
-    let items = page.items.iter().map(|t| TopicInfo::clone(t)).collect();
+    let items = page.items.iter().map(|t| (*t).clone()).collect();
     let page = page.with_items(items);
     let mut nav = Nav::new(
         paths::TOPICS,
