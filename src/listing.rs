@@ -287,9 +287,9 @@ impl<T> Page<T> {
 }
 
 /// What `load` finds for a window of the list named `list` (its page, and whatever else the
-/// page shows), reused until the next commit (see [`crate::snapshots`]): a list that many
-/// people, or one auto-refreshing page, ask for costs one load per change, not one per
-/// request. The window is part of the key.
+/// page shows), reused for a moment (see [`crate::snapshots::Snapshots::recent`]): a list
+/// that many people, or one auto-refreshing page, ask for costs one load a second at most, not
+/// one per request. The window is part of the key.
 pub async fn cached<T, F, Fut>(
     snapshots: &crate::snapshots::Snapshots,
     list: &str,
@@ -302,7 +302,7 @@ where
     Fut: std::future::Future<Output = Result<T>>,
 {
     let key = format!("{list}?{}", w.query_string(w.page));
-    snapshots.get(&key, load).await
+    snapshots.recent(&key, load).await
 }
 
 /// Like [`cached`] for a JSON API list: the serialized body is what is kept, so a repeated
@@ -329,9 +329,9 @@ pub fn page_in_memory<T>(
     rows: Vec<T>,
     w: &Window,
     name_of: impl Fn(&T) -> &str,
-    state_of: impl Fn(&T) -> String,
+    state_of: impl Fn(&T) -> &'static str,
 ) -> Page<T> {
-    let mut rows: Vec<(String, T)> = rows
+    let mut rows: Vec<(&str, T)> = rows
         .into_iter()
         .filter(|r| w.matches(name_of(r)))
         .map(|r| (state_of(&r), r))
@@ -340,7 +340,7 @@ pub fn page_in_memory<T>(
     for (s, _) in &rows {
         match counts.iter_mut().find(|(c, _)| c == s) {
             Some((_, n)) => *n += 1,
-            None => counts.push((s.clone(), 1)),
+            None => counts.push((s.to_string(), 1)),
         }
     }
     if !w.state.is_empty() {
@@ -736,7 +736,7 @@ mod tests {
             })
             .collect();
         let w = q(&[("sort", "state")]).window(STATES).unwrap();
-        let p = page_in_memory(rows.clone(), &w, |r| &r.0, |r| r.1.to_string());
+        let p = page_in_memory(rows.clone(), &w, |r| &r.0, |r| r.1);
         assert_eq!(p.total, 120);
         assert_eq!(p.pages(), 3);
         assert_eq!(
@@ -746,12 +746,12 @@ mod tests {
         let names: Vec<&str> = p.items.iter().take(4).map(|r| r.0.as_str()).collect();
         assert_eq!(names, ["t007", "t047", "t087", "t000"]);
         let w = q(&[("q", "T11"), ("page", "1")]).window(STATES).unwrap();
-        let p = page_in_memory(rows.clone(), &w, |r| &r.0, |r| r.1.to_string());
+        let p = page_in_memory(rows.clone(), &w, |r| &r.0, |r| r.1);
         assert_eq!(p.total, 10);
         let w = q(&[("state", "failed"), ("page", "2"), ("limit", "2")])
             .window(STATES)
             .unwrap();
-        let p = page_in_memory(rows, &w, |r| &r.0, |r| r.1.to_string());
+        let p = page_in_memory(rows, &w, |r| &r.0, |r| r.1);
         assert_eq!(
             (p.total, p.items.len(), p.items[0].0.as_str()),
             (3, 1, "t087")

@@ -11,6 +11,12 @@
 //! - No entry is older than [`MAX_AGE`]: results that depend on the clock (an observation that
 //!   turns stale, a session's idle limit) are at most that late, and so is anything the
 //!   header check could miss.
+//! - [`Snapshots::recent`] (list pages and their API twins) relaxes the first rule: its entries
+//!   also outlive commits made elsewhere (the reconciler's observations, the monitor's samples,
+//!   another process) for up to [`MAX_AGE`], but never a write request this process has
+//!   answered ([`Snapshots::wrote`], called after every POST, PUT, PATCH and DELETE): what a
+//!   person just changed shows on the next page. With 500 pipelines the background commits
+//!   came several times a second, and every page view paid for a fresh load.
 //! - Concurrent lookups of one key at one version share one load (no stampede after a commit).
 //! - Without a readable `-shm` (no WAL yet, another journal mode) nothing is cached.
 
@@ -39,6 +45,8 @@ type Value = Arc<dyn Any + Send + Sync>;
 
 struct Slot {
     version: Header,
+    /// [`Snapshots::writes`] when the entry was made.
+    writes: u64,
     at: Instant,
     cell: Arc<OnceCell<Value>>,
 }
@@ -48,6 +56,8 @@ pub struct Snapshots {
     file: OnceLock<File>,
     slots: Mutex<HashMap<String, Slot>>,
     external: Mutex<HashMap<String, External>>,
+    /// Write requests this process has answered.
+    writes: std::sync::atomic::AtomicU64,
 }
 
 /// A value read from outside the database (broker metadata): see [`Snapshots::external`].
@@ -74,6 +84,7 @@ impl Snapshots {
             file: OnceLock::new(),
             slots: Mutex::new(HashMap::new()),
             external: Mutex::new(HashMap::new()),
+            writes: Default::default(),
         }
     }
 
@@ -84,6 +95,7 @@ impl Snapshots {
             file: OnceLock::new(),
             slots: Mutex::new(HashMap::new()),
             external: Mutex::new(HashMap::new()),
+            writes: Default::default(),
         }
     }
 
@@ -102,6 +114,13 @@ impl Snapshots {
         (header[12] != 0).then_some(header)
     }
 
+    /// A write request has been answered: no [`Snapshots::recent`] entry made before it is
+    /// served again.
+    pub fn wrote(&self) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The value of `key` at the database's current version, loading it when there is none.
     /// A failed load is not kept. `key` must name everything the value depends on besides the
     /// database (the filter, the page); values of different types never share a key.
@@ -111,17 +130,47 @@ impl Snapshots {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        self.lookup(key, load, false).await
+    }
+
+    /// Like [`Snapshots::get`], but the entry also outlives commits other than this process's
+    /// write requests, for up to [`MAX_AGE`] (see the module's invariants): for views of what
+    /// the data plane was seen doing, which are never more current than the last observation.
+    pub async fn recent<T, F, Fut>(&self, key: &str, load: F) -> Result<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        self.lookup(key, load, true).await
+    }
+
+    async fn lookup<T, F, Fut>(&self, key: &str, load: F, relaxed: bool) -> Result<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         let Some(version) = self.version() else {
             return load().await.map(Arc::new);
         };
         let key = format!("{}\u{0}{key}", std::any::type_name::<T>());
+        let writes = self.writes.load(std::sync::atomic::Ordering::SeqCst);
+        let current = |s: &Slot| {
+            s.at.elapsed() < MAX_AGE
+                && if relaxed {
+                    s.writes == writes
+                } else {
+                    s.version == version
+                }
+        };
         let cell = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             match slots.get(&key) {
-                Some(s) if s.version == version && s.at.elapsed() < MAX_AGE => s.cell.clone(),
+                Some(s) if current(s) => s.cell.clone(),
                 _ => {
                     if slots.len() >= MAX_ENTRIES {
-                        slots.retain(|_, s| s.version == version && s.at.elapsed() < MAX_AGE);
+                        slots.retain(|_, s| current(s));
                         if slots.len() >= MAX_ENTRIES {
                             slots.clear();
                         }
@@ -131,6 +180,7 @@ impl Snapshots {
                         key,
                         Slot {
                             version,
+                            writes,
                             at: Instant::now(),
                             cell: cell.clone(),
                         },
@@ -254,6 +304,37 @@ mod tests {
             (1, 2),
             "a commit ends the entry"
         );
+    }
+
+    #[tokio::test]
+    async fn a_recent_view_outlives_other_commits_but_not_a_write_request() {
+        let (_d, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let kept = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(
+            (*kept, loads.load(Ordering::SeqCst)),
+            (0, 1),
+            "a background commit"
+        );
+        snaps.wrote();
+        let fresh = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(
+            (*fresh, loads.load(Ordering::SeqCst)),
+            (1, 2),
+            "after a write request the next view loads"
+        );
+        sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
+        let aged = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+        assert_eq!(*aged, 2, "older than MAX_AGE: loaded again");
     }
 
     #[tokio::test]

@@ -40,7 +40,7 @@ pub struct PipelineInput {
     pub publication_mode: Option<String>,
     pub options: Option<Map<String, Value>>,
     /// Opt in to end-to-end freshness: ClueCDC creates `cluecdc_heartbeat` in the source and
-    /// Debezium writes the time into it every heartbeat interval.
+    /// Debezium writes the time into it every second (`FRESHNESS_HEARTBEAT_MS`).
     pub heartbeat: Option<bool>,
 }
 

@@ -110,14 +110,14 @@ async fn alerts_page(
         items: found.items.clone(),
         rules: Vec::clone(
             &*(state.inner.snapshots)
-                .get("alert-rules", || signals::rules(&state.pool, who))
+                .recent("alert-rules", || signals::rules(&state.pool, who))
                 .await?,
         ),
         // Only admins see webhooks (and may read them): not shared with other roles.
         webhooks: if is_admin {
             Vec::clone(
                 &*(state.inner.snapshots)
-                    .get("webhooks (admin)", || webhooks::list(&state.pool, who))
+                    .recent("webhooks (admin)", || webhooks::list(&state.pool, who))
                     .await?,
             )
         } else {

@@ -168,7 +168,7 @@ pub async fn api_list(
     )))
 }
 
-/// The audit rows of `filter`, reused until the next commit (see [`crate::snapshots`]).
+/// The audit rows of `filter`, reused for a moment (see [`crate::snapshots::Snapshots::recent`]).
 async fn cached_list(
     state: &AppState,
     who: &Principal,
@@ -178,7 +178,7 @@ async fn cached_list(
     state
         .inner
         .snapshots
-        .get(&key, || {
+        .recent(&key, || {
             audit::list(&state.pool, who, filter, audit::MAX_PAGE)
         })
         .await

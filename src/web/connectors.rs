@@ -275,13 +275,12 @@ fn forget_topics(state: &AppState, cluster: &str) {
 /// A topic's state in lists: whether every partition has all its replicas in sync.
 const TOPIC_STATES: &[&str] = &["UNDER-REPLICATED", "IN-SYNC"];
 
-fn topic_state(t: &TopicInfo) -> String {
+fn topic_state(t: &TopicInfo) -> &'static str {
     if t.fully_replicated() {
         "IN-SYNC"
     } else {
         "UNDER-REPLICATED"
     }
-    .into()
 }
 
 #[handler]

@@ -210,11 +210,11 @@ pub async fn page(
     if is_htmx(req) {
         return render(&status);
     }
-    // Every signed-in user sees the same overview: reused until the next commit.
+    // Every signed-in user sees the same overview (see `Snapshots::recent`).
     let o = state
         .inner
         .snapshots
-        .get("overview", || overview(&state, &who))
+        .recent("overview", || overview(&state, &who))
         .await
         .map_err(|e| poem::Error::from(super::error::PageError(e)))?;
     render(&HomePage {

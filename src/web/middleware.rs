@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use poem::http::HeaderValue;
+use poem::http::{HeaderValue, Method};
 use poem::{Endpoint, IntoResponse, Request, Response};
 use tracing::Instrument;
 
@@ -46,6 +46,10 @@ pub async fn request_context<E: Endpoint>(
     };
     let status = response.status().as_u16();
     if let Some(state) = state.as_ref() {
+        if !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            // Whatever it changed shows on the next page (see `Snapshots::recent`).
+            state.inner.snapshots.wrote();
+        }
         state
             .inner
             .http_metrics

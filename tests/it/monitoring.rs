@@ -610,7 +610,7 @@ async fn a_jdbc_delivery_measures_freshness_from_its_destination_and_it_ages_whe
             assert!(detail["current_as_of"].is_string());
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        let margin = 10.0 + 15.0; // heartbeat.interval.ms 10 s, plus delivery and measurement
+        let margin = 1.0 + 9.0; // heartbeat.interval.ms 1 s with `heartbeat`, plus delivery and measurement
         assert!(
             ages.iter().all(|a| *a < margin),
             "freshness stays within {margin} s while data flows: {ages:?}"
