@@ -190,6 +190,7 @@ pub fn spawn_background(
         runtime.reconciler(),
         inner.reconciler.clone(),
         crate::reconcile::holder_id(role),
+        inner.snapshots.writes(),
     );
     let monitor = crate::monitor::signals::Monitor {
         progress: Default::default(),

@@ -14,9 +14,11 @@
 //! - [`Snapshots::recent`] (list pages and their API twins) relaxes the first rule: its entries
 //!   also outlive commits made elsewhere (the reconciler's observations, the monitor's samples,
 //!   another process) for up to [`MAX_AGE`], but never a write request this process has
-//!   answered ([`Snapshots::wrote`], called after every POST, PUT, PATCH and DELETE): what a
-//!   person just changed shows on the next page. With 500 pipelines the background commits
-//!   came several times a second, and every page view paid for a fresh load.
+//!   answered ([`Snapshots::wrote`], called after every POST, PUT, PATCH and DELETE) nor an
+//!   observation its reconciler committed ([`Writes`]): what a person just changed, and what
+//!   Connect did about it, shows on the next page; the monitor's samples may be a second late.
+//!   With 500 pipelines the background commits came several times a second, and every page
+//!   view paid for a fresh load.
 //! - Concurrent lookups of one key at one version share one load (no stampede after a commit).
 //! - Without a readable `-shm` (no WAL yet, another journal mode) nothing is cached.
 
@@ -56,8 +58,24 @@ pub struct Snapshots {
     file: OnceLock<File>,
     slots: Mutex<HashMap<String, Slot>>,
     external: Mutex<HashMap<String, External>>,
-    /// Write requests this process has answered.
-    writes: std::sync::atomic::AtomicU64,
+    writes: Writes,
+}
+
+/// Changes this process made that lists show at once: write requests it answered, and the
+/// reconciler's committed observations (a connector turning RUNNING). Cheap to clone; the
+/// counter is shared.
+#[derive(Clone, Default)]
+pub struct Writes(Arc<std::sync::atomic::AtomicU64>);
+
+impl Writes {
+    /// Something was committed: no [`Snapshots::recent`] entry made before it is served again.
+    pub fn mark(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn current(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// A value read from outside the database (broker metadata): see [`Snapshots::external`].
@@ -114,11 +132,14 @@ impl Snapshots {
         (header[12] != 0).then_some(header)
     }
 
-    /// A write request has been answered: no [`Snapshots::recent`] entry made before it is
-    /// served again.
+    /// A write request has been answered (see [`Writes::mark`]).
     pub fn wrote(&self) {
-        self.writes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.writes.mark();
+    }
+
+    /// The counter [`Snapshots::wrote`] moves, for the reconciler to move too.
+    pub fn writes(&self) -> Writes {
+        self.writes.clone()
     }
 
     /// The value of `key` at the database's current version, loading it when there is none.
@@ -155,7 +176,7 @@ impl Snapshots {
             return load().await.map(Arc::new);
         };
         let key = format!("{}\u{0}{key}", std::any::type_name::<T>());
-        let writes = self.writes.load(std::sync::atomic::Ordering::SeqCst);
+        let writes = self.writes.current();
         let current = |s: &Slot| {
             s.at.elapsed() < MAX_AGE
                 && if relaxed {

@@ -45,7 +45,11 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<String> {
+pub async fn render(
+    pool: &SqlitePool,
+    http: &HttpMetrics,
+    reconciler: &crate::reconcile::Handle,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     let o = &mut out;
     writeln!(o, "# HELP cluecdc_build_info ClueCDC version.\n# TYPE cluecdc_build_info gauge\ncluecdc_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))?;
@@ -71,7 +75,9 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<Str
         }
     }
 
-    // Kept in SQLite so that they only grow, whichever process ran the passes.
+    // Kept in SQLite so that they only grow, whichever process ran the passes; this process's
+    // unchanged passes not recorded yet are added.
+    let unrecorded = reconciler.unrecorded();
     for (name, metric, help) in [
         (
             "reconcile_passes",
@@ -104,6 +110,11 @@ pub async fn render(pool: &SqlitePool, http: &HttpMetrics) -> anyhow::Result<Str
                 .bind(name)
                 .fetch_one(pool)
                 .await?;
+        let unrecorded = unrecorded
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v);
+        let value = value + unrecorded;
         writeln!(
             o,
             "# HELP {metric} {help}\n# TYPE {metric} counter\n{metric} {value}"

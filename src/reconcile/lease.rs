@@ -56,6 +56,12 @@ impl Lease {
         Ok(done?.rows_affected() == 1)
     }
 
+    /// Held, with at least two thirds of the lifetime left: renewing now would change nothing
+    /// but the expiry (and commit, ending every snapshot of the database).
+    pub fn fresh(&self) -> bool {
+        self.held_until.load(Ordering::SeqCst) > now_ms() + self.ttl_ms * 2 / 3
+    }
+
     /// Checked right before every mutating call: held, with a margin before expiry so a
     /// slow call cannot overlap a successor. No query: the expiry this holder last wrote is
     /// the earliest moment anyone else may take over.

@@ -57,13 +57,40 @@ pub struct Handle {
     wake: Notify,
     pub passes: AtomicU64,
     pub actions: AtomicU64,
+    /// Passes, actions and errors not written to `counters` yet (see [`RECORD_EVERY`]).
+    unrecorded: std::sync::Mutex<Unrecorded>,
 }
+
+#[derive(Default)]
+struct Unrecorded {
+    passes: i64,
+    actions: i64,
+    errors: i64,
+    /// When the last pass record was written (None: none yet by this process).
+    recorded_at: Option<Instant>,
+}
+
+/// An unchanged pass writes nothing: its record (`reconcile_passes`, the counters) waits until
+/// a pass changes something or fails, or this long has passed. A commit ends every snapshot
+/// of the database (see [`crate::snapshots`]), and a pass runs every second.
+const RECORD_EVERY: Duration = Duration::from_secs(30);
 
 impl Handle {
     /// Called after every desired-state change in this process; other processes notice the
     /// `desired_version` bump within a second.
     pub fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// The passes, actions and errors (in that order) this process ran but has not recorded
+    /// yet: `/metrics` adds them to the recorded counters.
+    pub fn unrecorded(&self) -> [(&'static str, i64); 3] {
+        let u = self.unrecorded.lock().unwrap_or_else(|e| e.into_inner());
+        [
+            ("reconcile_passes", u.passes),
+            ("reconcile_actions", u.actions),
+            ("reconcile_errors", u.errors),
+        ]
     }
 }
 
@@ -89,6 +116,8 @@ pub struct Reconciler {
     lease: Lease,
     handle: Arc<Handle>,
     last_offsets: std::sync::Mutex<Option<Instant>>,
+    /// Marked after a pass commits a change the lists show (see [`crate::snapshots`]).
+    writes: crate::snapshots::Writes,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -109,6 +138,7 @@ impl Reconciler {
         settings: Settings,
         handle: Arc<Handle>,
         holder: String,
+        writes: crate::snapshots::Writes,
     ) -> Self {
         let lease = Lease::new(
             pool.clone(),
@@ -123,6 +153,7 @@ impl Reconciler {
             lease,
             handle,
             last_offsets: std::sync::Mutex::new(None),
+            writes,
         }
     }
 
@@ -130,31 +161,47 @@ impl Reconciler {
         tokio::spawn(async move {
             let mut last_pass: Option<Instant> = None;
             let mut seen_version = -1;
+            // After a pass that changed something: the pause before the next follow-up pass
+            // (see FOLLOW_UPS), and when it is due.
+            let mut follow_up: Option<(Duration, Instant)> = None;
             loop {
-                let held = match self.lease.try_hold().await {
-                    Ok(h) => h,
-                    Err(e) => {
-                        tracing::warn!(
-                            error = format!("{e:#}"),
-                            "cannot read the reconciler lease"
-                        );
-                        false
-                    }
-                };
+                // Renewed once a third of its lifetime has passed, not at every tick.
+                let held = self.lease.fresh()
+                    || match self.lease.try_hold().await {
+                        Ok(h) => h,
+                        Err(e) => {
+                            tracing::warn!(
+                                error = format!("{e:#}"),
+                                "cannot read the reconciler lease"
+                            );
+                            false
+                        }
+                    };
                 let version = desired_version(&self.pool).await;
                 let due = last_pass.is_none_or(|t| t.elapsed() >= self.settings.interval)
-                    || version != seen_version;
+                    || version != seen_version
+                    || follow_up.is_some_and(|(_, at)| Instant::now() >= at);
                 if held && due {
                     seen_version = version;
                     last_pass = Some(Instant::now());
-                    // A pass that changed something is followed by one at the next tick, which
-                    // observes what the changes did instead of waiting a whole interval.
-                    if self.guarded_pass().await > 0 {
-                        last_pass = None;
-                    }
+                    let steps = self.guarded_pass().await;
+                    let pause = if steps.failed > 0 {
+                        // Retried at the next tick, not in a tight loop.
+                        Some(TICK)
+                    } else if steps.sent > 0 {
+                        Some(FOLLOW_UPS[0])
+                    } else {
+                        follow_up
+                            .map(|(d, _)| d * 2)
+                            .filter(|d| *d <= FOLLOW_UPS[1])
+                    };
+                    follow_up = pause.map(|d| (d, Instant::now() + d));
                 }
+                let tick = follow_up.map_or(TICK, |(_, at)| {
+                    at.saturating_duration_since(Instant::now()).min(TICK)
+                });
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = tokio::time::sleep(tick) => {}
                     _ = self.handle.wake.notified() => { last_pass = None; }
                     _ = shutdown.changed() => break,
                 }
@@ -166,19 +213,19 @@ impl Reconciler {
 
     /// A pass that keeps renewing the lease while it runs, and stops at once if the lease is
     /// lost: a slow Connect must not let the lease lapse under a pass still making changes.
-    /// Returns how many steps the pass sent to Connect.
-    async fn guarded_pass(&self) -> i64 {
+    /// Returns the steps the pass sent to Connect.
+    async fn guarded_pass(&self) -> Steps {
         tokio::select! {
             result = self.pass() => match result {
-                Ok(actions) => actions,
+                Ok(steps) => steps,
                 Err(e) => {
                     tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
-                    0
+                    Steps::default()
                 }
             },
             _ = keep_renewing(&self.lease, self.settings.lease_ttl) => {
                 tracing::warn!("lost the reconciler lease mid-pass; stopped before the next change");
-                0
+                Steps::default()
             }
         }
     }
@@ -201,8 +248,8 @@ impl Reconciler {
         )
     }
 
-    /// One pass over every cluster; returns how many steps it sent to Connect.
-    pub async fn pass(&self) -> anyhow::Result<i64> {
+    /// One pass over every cluster; returns the steps it sent to Connect.
+    pub async fn pass(&self) -> anyhow::Result<Steps> {
         let started = Instant::now();
         let started_at = crate::time::now();
         let clusters = crate::clusters::all(&self.pool).await?;
@@ -214,24 +261,50 @@ impl Reconciler {
             }
             due
         };
-        let (mut actions, mut errors) = (0i64, 0i64);
+        let (mut steps, mut errors) = (Steps::default(), 0i64);
         for cluster in &clusters {
             if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) {
                 continue;
             }
             match self.reconcile_cluster(cluster, read_offsets).await {
-                Ok(n) => actions += n as i64,
+                Ok(n) => {
+                    steps.sent += n.sent;
+                    steps.failed += n.failed;
+                }
                 Err(e) => {
                     errors += 1;
                     self.record_unreachable(cluster, &e).await?;
                 }
             }
         }
+        let actions = steps.sent;
         self.handle.passes.fetch_add(1, Ordering::Relaxed);
         self.handle
             .actions
             .fetch_add(actions as u64, Ordering::Relaxed);
-        // The pass's record in one commit.
+        let totals = {
+            let mut u = self
+                .handle
+                .unrecorded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            u.passes += 1;
+            u.actions += actions;
+            u.errors += errors;
+            let due = actions > 0
+                || errors > 0
+                || u.recorded_at.is_none_or(|t| t.elapsed() >= RECORD_EVERY);
+            if !due {
+                return Ok(steps);
+            }
+            let totals = (u.passes, u.actions, u.errors);
+            *u = Unrecorded {
+                recorded_at: Some(Instant::now()),
+                ..Default::default()
+            };
+            totals
+        };
+        // The pass's record, with the unchanged passes before it, in one commit.
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES (?, ?, ?, ?, ?, ?)")
             .bind(&self.lease.holder)
@@ -243,15 +316,15 @@ impl Reconciler {
             .execute(&mut *tx)
             .await?;
         for (name, add) in [
-            ("reconcile_passes", 1),
-            ("reconcile_actions", actions),
-            ("reconcile_errors", errors),
+            ("reconcile_passes", totals.0),
+            ("reconcile_actions", totals.1),
+            ("reconcile_errors", totals.2),
         ] {
             sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&mut *tx).await?;
         }
         sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(actions)
+        Ok(steps)
     }
 
     /// Connect did not answer: keep the last observation, back off (capped, jittered).
@@ -277,6 +350,8 @@ impl Reconciler {
             .bind(&cluster.id)
             .execute(&self.pool)
             .await?;
+        // Its connectors now show UNKNOWN.
+        self.writes.mark();
         Ok(())
     }
 
@@ -340,7 +415,7 @@ impl Reconciler {
         &self,
         cluster: &ConnectCluster,
         read_offsets: bool,
-    ) -> Result<usize, ConnectError> {
+    ) -> Result<Steps, ConnectError> {
         let client = self.client(cluster).await;
         let (desired, stored) = self.load_desired(&cluster.id).await.map_err(db_err)?;
         // The one list call of this pass for this cluster.
@@ -386,12 +461,23 @@ impl Reconciler {
             .apply(&client, cluster, &desired, &stored, &plan)
             .await
             .map_err(db_err)?;
-        sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
-            .bind(crate::time::now())
-            .bind(&cluster.id)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| db_err(e.into()))?;
+        // Connect answered. Confirming that every pass would be a commit a second for nothing:
+        // the confirmation only has to stay well inside STALE_AFTER_SECS.
+        let confirmed_recently = cluster
+            .observed_at
+            .as_deref()
+            .and_then(crate::time::parse)
+            .is_some_and(|t| (chrono::Utc::now() - t).num_seconds() < OBSERVED_REFRESH_SECS);
+        if !confirmed_recently || cluster.last_error.is_some() || cluster.next_attempt_at.is_some()
+        {
+            sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
+                .bind(crate::time::now())
+                .bind(&cluster.id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| db_err(e.into()))?;
+            self.writes.mark();
+        }
         if read_offsets {
             for d in desired.iter().filter(|d| live.contains_key(&d.name)) {
                 if let Ok(offsets) = client.offsets(&d.name).await {
@@ -432,7 +518,7 @@ impl Reconciler {
         desired: &[Desired],
         stored: &HashMap<String, Stored>,
         plan: &Plan,
-    ) -> anyhow::Result<usize> {
+    ) -> anyhow::Result<Steps> {
         let by_id: BTreeMap<&str, &Desired> = desired.iter().map(|d| (d.id.as_str(), d)).collect();
         // Each connector's steps, in plan order, connectors in order of their first step.
         let mut groups: Vec<(&str, Vec<(usize, &Step)>)> = Vec::new();
@@ -462,6 +548,10 @@ impl Reconciler {
             .collect();
         done.sort_by_key(|d| d.index);
         let lease_lost = done.len() < plan.steps.len() - forget.len();
+        let steps = Steps {
+            sent: done.len() as i64,
+            failed: done.iter().filter(|d| d.result.is_err()).count() as i64,
+        };
         if lease_lost {
             tracing::warn!("lease lost mid-pass; stopped before the next change");
         }
@@ -469,6 +559,11 @@ impl Reconciler {
         let mut failed_steps: BTreeMap<&str, String> = BTreeMap::new();
         let now = crate::time::now();
         let mut tx = self.pool.begin().await?;
+        // Rows this transaction changes (SQLite counts per connection), so that a pass that
+        // wrote nothing does not end the lists' snapshots.
+        let changes_before: i64 = sqlx::query_scalar("SELECT total_changes()")
+            .fetch_one(&mut *tx)
+            .await?;
         for d in &done {
             let name = by_id.get(d.id).map(|d| d.name.as_str()).unwrap_or_default();
             let outcome = match &d.result {
@@ -527,7 +622,8 @@ impl Reconciler {
         }
         if lease_lost {
             tx.commit().await?;
-            return Ok(done.len());
+            self.writes.mark();
+            return Ok(steps);
         }
         for o in &plan.observations {
             let Some(d) = by_id.get(o.id.as_str()) else {
@@ -658,8 +754,14 @@ impl Reconciler {
             .execute(&mut *tx)
             .await?;
         }
+        let changes: i64 = sqlx::query_scalar("SELECT total_changes()")
+            .fetch_one(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(done.len())
+        if changes > changes_before {
+            self.writes.mark();
+        }
+        Ok(steps)
     }
 }
 
@@ -756,6 +858,26 @@ async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Do
         },
         Step::Forget { id } => done(id, "forget", Ok(()), None),
     }
+}
+
+/// How often a cluster's `observed_at` is written while nothing changes (a fraction of
+/// [`crate::connectors::STALE_AFTER_SECS`], after which observations show as UNKNOWN).
+const OBSERVED_REFRESH_SECS: i64 = 10;
+
+/// How often the reconciler looks at the lease, the desired-state version and its interval.
+const TICK: Duration = Duration::from_millis(500);
+
+/// A pass that changed something is followed by passes after pauses doubling from the first to
+/// the last of these (50, 100, … 800 ms), which observe what the changes did instead of waiting
+/// a whole interval: a new connector shows RUNNING as soon as Connect lists it, and one still
+/// starting is looked at again. Each is one list call.
+const FOLLOW_UPS: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(800)];
+
+/// What a pass (or one cluster's part of it) sent to Connect, and how much of it failed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Steps {
+    pub sent: i64,
+    pub failed: i64,
 }
 
 /// Renews `lease` every third of its lifetime; returns only when it could not be renewed.

@@ -396,9 +396,13 @@ pub async fn api_samples(
 #[handler]
 pub async fn metrics(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Response> {
     who.require(crate::auth::Role::Viewer, "read metrics")?;
-    let body = crate::monitor::metrics::render(&state.pool, &state.inner.http_metrics)
-        .await
-        .map_err(crate::error::Error::Unexpected)?;
+    let body = crate::monitor::metrics::render(
+        &state.pool,
+        &state.inner.http_metrics,
+        &state.inner.reconciler,
+    )
+    .await
+    .map_err(crate::error::Error::Unexpected)?;
     Ok(Response::builder()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(body))
