@@ -29,8 +29,25 @@ impl ConnectError {
 #[derive(Clone)]
 pub struct ConnectClient {
     base: String,
-    http: reqwest::Client,
     auth: Option<(String, String)>,
+    agent: String,
+}
+
+/// One HTTP client for every Connect call of the process: building one (TLS roots, a
+/// connection pool) cost more than the rest of an unchanged reconcile pass, and a shared pool
+/// keeps connections to each worker open between passes and requests.
+fn http() -> &'static reqwest::Client {
+    static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    HTTP.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(20))
+            // Below Jetty's 30 s idle timeout, so that an idle connection is dropped here
+            // before the worker closes it under a request.
+            .pool_idle_timeout(Duration::from_secs(20))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -136,16 +153,10 @@ impl ConnectClient {
 
     /// `agent` names the caller in Connect's request log (the reconciler adds its lease holder).
     pub fn with_agent(base: &str, auth: Option<(String, String)>, agent: &str) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(20))
-            .user_agent(agent)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         ConnectClient {
             base: base.trim_end_matches('/').to_string(),
-            http,
             auth,
+            agent: agent.to_string(),
         }
     }
 
@@ -161,9 +172,9 @@ impl ConnectClient {
     ) -> Result<(u16, String), ConnectError> {
         let mut delay = Duration::from_millis(250);
         for attempt in 0..5 {
-            let mut req = self
-                .http
-                .request(method.clone(), format!("{}{path}", self.base));
+            let mut req = http()
+                .request(method.clone(), format!("{}{path}", self.base))
+                .header(reqwest::header::USER_AGENT, &self.agent);
             if let Some((u, p)) = &self.auth {
                 req = req.basic_auth(u, Some(p));
             }
