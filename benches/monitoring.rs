@@ -59,7 +59,7 @@ async fn measure(dir: &std::path::Path, series_len: i64, repeats: u32) -> anyhow
         signals::trim_samples(&pool, now - series_len * INTERVAL_MS).await?;
         cycle += t.elapsed();
         let t = Instant::now();
-        let text = metrics::render(&pool, &http).await?;
+        let text = metrics::render(&pool, &http, &Default::default()).await?;
         render += t.elapsed();
         assert!(text.contains("cluecdc_delivery_lag_records{delivery=\"subject-39\"}"));
         let t = Instant::now();

@@ -1153,7 +1153,10 @@ async fn topics_page(
     form: TopicForm,
     errors: FieldErrors,
 ) -> Result<TopicsPage, Error> {
-    let clusters = kafka::list(&state.pool, who).await?;
+    who.require(Role::Viewer, "see Kafka clusters")?;
+    let clusters = (state.inner.snapshots)
+        .recent("kafka-clusters", || kafka::list(&state.pool, who))
+        .await?;
     let selected = Some(w.cluster.clone())
         .filter(|c| !c.is_empty())
         .or_else(|| clusters.first().map(|c| c.id.clone()));
@@ -1181,7 +1184,7 @@ async fn topics_page(
     nav.clusters.clear();
     Ok(TopicsPage {
         layout: Layout::new("Topics", paths::TOPICS, who, jar),
-        clusters,
+        clusters: Vec::clone(&clusters),
         selected,
         nav,
         topics: page.items,
