@@ -18,7 +18,9 @@
 //!   observation its reconciler committed ([`Writes`]): what a person just changed, and what
 //!   Connect did about it, shows on the next page; the monitor's samples may be a second late.
 //!   With 500 pipelines the background commits came several times a second, and every page
-//!   view paid for a fresh load.
+//!   view paid for a fresh load. When such an entry ages out with nothing written since, the
+//!   first caller loads it again while the others keep the previous value (so it can be up to
+//!   about twice [`MAX_AGE`] old).
 //! - Concurrent lookups of one key at one version share one load (no stampede after a commit).
 //! - Without a readable `-shm` (no WAL yet, another journal mode) nothing is cached.
 
@@ -51,6 +53,9 @@ struct Slot {
     writes: u64,
     at: Instant,
     cell: Arc<OnceCell<Value>>,
+    /// For a [`Snapshots::recent`] entry that aged out with nothing written since: the value
+    /// before, served while `cell` loads, so that one caller waits for the new one, not all.
+    stale: Option<Value>,
 }
 
 pub struct Snapshots {
@@ -176,6 +181,12 @@ impl Snapshots {
             return load().await.map(Arc::new);
         };
         let key = format!("{}\u{0}{key}", std::any::type_name::<T>());
+        // The key carries the type's name, so this cannot fail.
+        let typed = |v: Value| {
+            v.downcast::<T>().map_err(|_| {
+                crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
+            })
+        };
         let writes = self.writes.current();
         let current = |s: &Slot| {
             s.at.elapsed() < MAX_AGE
@@ -188,8 +199,14 @@ impl Snapshots {
         let cell = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             match slots.get(&key) {
-                Some(s) if current(s) => s.cell.clone(),
-                _ => {
+                Some(s) if current(s) => match s.cell.get().or(s.stale.as_ref()) {
+                    Some(v) => return typed(v.clone()),
+                    None => s.cell.clone(),
+                },
+                old => {
+                    let stale = old
+                        .filter(|s| relaxed && s.writes == writes)
+                        .and_then(|s| s.cell.get().cloned());
                     if slots.len() >= MAX_ENTRIES {
                         slots.retain(|_, s| current(s));
                         if slots.len() >= MAX_ENTRIES {
@@ -204,6 +221,7 @@ impl Snapshots {
                             writes,
                             at: Instant::now(),
                             cell: cell.clone(),
+                            stale,
                         },
                     );
                     cell
@@ -214,10 +232,7 @@ impl Snapshots {
             .get_or_try_init(|| async { load().await.map(|v| Arc::new(v) as Value) })
             .await?
             .clone();
-        // The key carries the type's name, so this cannot fail.
-        value.downcast::<T>().map_err(|_| {
-            crate::error::Error::Unexpected(anyhow::anyhow!("snapshot of another type"))
-        })
+        typed(value)
     }
 }
 
@@ -356,6 +371,46 @@ mod tests {
         tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
         let aged = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!(*aged, 2, "older than MAX_AGE: loaded again");
+    }
+
+    #[tokio::test]
+    async fn an_aged_out_recent_view_is_reloaded_by_one_caller_while_the_others_keep_it() {
+        let (_d, pool, snaps) = db().await;
+        let loads = AtomicUsize::new(0);
+        snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let reloading = snaps.recent("n", || async {
+            wait.await.ok();
+            count(&pool, &loads).await
+        });
+        let meanwhile = async {
+            tokio::task::yield_now().await;
+            let v = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
+            go.send(()).ok();
+            v
+        };
+        let (fresh, old) = tokio::join!(reloading, meanwhile);
+        assert_eq!(
+            (*old, *fresh.unwrap(), loads.load(Ordering::SeqCst)),
+            (0, 1, 2),
+            "the other caller got the previous value without loading"
+        );
+        // After a write request nobody gets the previous value.
+        tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
+        snaps.wrote();
+        sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            *snaps.recent("n", || count(&pool, &loads)).await.unwrap(),
+            2
+        );
     }
 
     #[tokio::test]
