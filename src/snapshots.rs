@@ -316,6 +316,14 @@ mod tests {
         (dir, pool, Snapshots::new(&path))
     }
 
+    async fn insert(pool: &sqlx::SqlitePool, v: i64) {
+        sqlx::query("INSERT INTO t VALUES (?)")
+            .bind(v)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+
     async fn count(pool: &sqlx::SqlitePool, loads: &AtomicUsize) -> Result<i64> {
         loads.fetch_add(1, Ordering::SeqCst);
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM t")
@@ -330,10 +338,7 @@ mod tests {
         let a = snaps.get("n", || count(&pool, &loads)).await.unwrap();
         let b = snaps.get("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!((*a, *b, loads.load(Ordering::SeqCst)), (0, 0, 1));
-        sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        insert(&pool, 1).await;
         let c = snaps.get("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!(
             (*c, loads.load(Ordering::SeqCst)),
@@ -347,10 +352,7 @@ mod tests {
         let (_d, pool, snaps) = db().await;
         let loads = AtomicUsize::new(0);
         snaps.recent("n", || count(&pool, &loads)).await.unwrap();
-        sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        insert(&pool, 1).await;
         let kept = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!(
             (*kept, loads.load(Ordering::SeqCst)),
@@ -364,10 +366,7 @@ mod tests {
             (1, 2),
             "after a write request the next view loads"
         );
-        sqlx::query("INSERT INTO t VALUES (2)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        insert(&pool, 2).await;
         tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
         let aged = snaps.recent("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!(*aged, 2, "older than MAX_AGE: loaded again");
@@ -378,10 +377,7 @@ mod tests {
         let (_d, pool, snaps) = db().await;
         let loads = AtomicUsize::new(0);
         snaps.recent("n", || count(&pool, &loads)).await.unwrap();
-        sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        insert(&pool, 1).await;
         tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
         let reloading = snaps.recent("n", || async {
@@ -403,10 +399,7 @@ mod tests {
         // After a write request nobody gets the previous value.
         tokio::time::sleep(MAX_AGE + Duration::from_millis(50)).await;
         snaps.wrote();
-        sqlx::query("INSERT INTO t VALUES (2)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        insert(&pool, 2).await;
         assert_eq!(
             *snaps.recent("n", || count(&pool, &loads)).await.unwrap(),
             2
@@ -420,10 +413,7 @@ mod tests {
         snaps.get("n", || count(&pool, &loads)).await.unwrap();
         // Another process's pool (as `cluecdc worker` or a CLI command has).
         let other = crate::db::open(&dir.path().join("t.db")).await.unwrap();
-        sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&other)
-            .await
-            .unwrap();
+        insert(&other, 1).await;
         let n = snaps.get("n", || count(&pool, &loads)).await.unwrap();
         assert_eq!(*n, 1);
     }
