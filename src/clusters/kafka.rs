@@ -496,7 +496,7 @@ pub async fn create_topic(
         ));
     }
     kafka::create_topic(&access, &spec).await.map_err(|e| {
-        if e.contains("TopicAlreadyExists") {
+        if crate::kafka::already_exists(&e) {
             Error::Conflict(format!("topic {} already exists", spec.name))
         } else {
             Error::Unavailable(e)

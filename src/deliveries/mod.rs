@@ -776,7 +776,7 @@ async fn ensure_dead_letter_topic(
             configs: [("cleanup.policy".to_string(), "delete".to_string())].into(),
         };
         if let Err(e) = crate::kafka::create_topic(&access, &spec).await {
-            if !e.contains("TopicAlreadyExists") {
+            if !crate::kafka::already_exists(&e) {
                 return Err(Error::Unavailable(format!(
                     "creating the dead-letter topic {dlq}: {e}"
                 )));

@@ -3,7 +3,8 @@
 //! they run on the blocking pool with timeouts.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -36,6 +37,26 @@ impl KafkaAccess {
             sasl_password: None,
             tls_ca_pem: None,
         }
+    }
+
+    /// A digest of every setting a client is built from (the password too, never kept).
+    fn fingerprint(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [
+            Some(self.bootstrap_servers.as_str()),
+            Some(self.security_protocol.as_str()),
+            self.sasl_mechanism.as_deref(),
+            self.sasl_username.as_deref(),
+            self.sasl_password.as_ref().map(|p| p.expose().as_str()),
+            self.tls_ca_pem.as_deref(),
+        ] {
+            // Length-prefixed, so that no two different settings hash alike.
+            let part = part.unwrap_or("\u{0}none");
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().into()
     }
 
     fn config(&self) -> ClientConfig {
@@ -132,6 +153,44 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| e.to_string())?
+}
+
+/// How long an admin client is kept after its last use (see [`admin`]).
+const ADMIN_IDLE: Duration = Duration::from_secs(60);
+
+type Admin = AdminClient<DefaultClientContext>;
+
+/// An admin client for this access, reused while requests keep coming. A new client costs its
+/// threads and a bootstrap (connection, API versions, metadata) before its first request, and
+/// joining its threads when dropped; a burst of pipeline creates paid both once per create.
+/// Clients are keyed by a digest of everything they were built from, the password included,
+/// so changed credentials or settings get a new client; one idle for [`ADMIN_IDLE`] is closed.
+fn admin(access: &KafkaAccess) -> Result<Arc<Admin>, String> {
+    type Clients = Mutex<HashMap<[u8; 32], (Arc<Admin>, Instant)>>;
+    static CLIENTS: OnceLock<Clients> = OnceLock::new();
+    let key = access.fingerprint();
+    let now = Instant::now();
+    let mut clients = CLIENTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let idle: Vec<[u8; 32]> = clients
+        .iter()
+        .filter(|(k, (_, used))| **k != key && now.duration_since(*used) > ADMIN_IDLE)
+        .map(|(k, _)| *k)
+        .collect();
+    let closed: Vec<_> = idle.iter().filter_map(|k| clients.remove(k)).collect();
+    if !closed.is_empty() {
+        // Dropping a client joins its threads: not on the caller's (async) thread.
+        std::thread::spawn(move || drop(closed));
+    }
+    if let Some((client, used)) = clients.get_mut(&key) {
+        *used = now;
+        return Ok(client.clone());
+    }
+    let client: Arc<Admin> = Arc::new(access.config().create().map_err(|e| e.to_string())?);
+    clients.insert(key, (client.clone(), now));
+    Ok(client)
 }
 
 fn consumer(access: &KafkaAccess) -> Result<BaseConsumer, String> {
@@ -240,8 +299,7 @@ pub async fn topic_configs(
     access: &KafkaAccess,
     name: &str,
 ) -> Result<BTreeMap<String, String>, String> {
-    let admin: AdminClient<DefaultClientContext> =
-        access.config().create().map_err(|e| e.to_string())?;
+    let admin = admin(access)?;
     let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
     let results = admin
         .describe_configs(&[ResourceSpecifier::Topic(name)], &opts)
@@ -261,33 +319,57 @@ pub async fn topic_configs(
     Ok(out)
 }
 
+/// Whether a create error says the topic is there already (librdkafka's text for
+/// `TopicAlreadyExists`, "Broker: Topic already exists"), which creating callers accept.
+pub fn already_exists(error: &str) -> bool {
+    error.to_lowercase().contains("already exists")
+}
+
 pub async fn create_topic(access: &KafkaAccess, spec: &TopicSpec) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> =
-        access.config().create().map_err(|e| e.to_string())?;
-    let mut t = NewTopic::new(
-        &spec.name,
-        spec.partitions,
-        TopicReplication::Fixed(spec.replication_factor),
-    );
-    for (k, v) in &spec.configs {
-        t = t.set(k, v);
-    }
+    create_topics(access, std::slice::from_ref(spec))
+        .await?
+        .into_iter()
+        .try_for_each(|(name, r)| r.map_err(|e| format!("creating topic {name}: {e}")))
+}
+
+/// Creates the topics with one client and one request; per topic, the broker's error if any
+/// (an existing topic is one: "Broker: Topic already exists"; callers decide).
+pub async fn create_topics(
+    access: &KafkaAccess,
+    specs: &[TopicSpec],
+) -> Result<Vec<(String, Result<(), String>)>, String> {
+    let admin = admin(access)?;
+    let topics: Vec<NewTopic> = specs
+        .iter()
+        .map(|spec| {
+            spec.configs.iter().fold(
+                NewTopic::new(
+                    &spec.name,
+                    spec.partitions,
+                    TopicReplication::Fixed(spec.replication_factor),
+                ),
+                |t, (k, v)| t.set(k, v),
+            )
+        })
+        .collect();
     let opts = AdminOptions::new()
         .request_timeout(Some(TIMEOUT))
         .operation_timeout(Some(TIMEOUT));
     let results = admin
-        .create_topics(&[t], &opts)
+        .create_topics(&topics, &opts)
         .await
         .map_err(|e| e.to_string())?;
-    for r in results {
-        r.map_err(|(name, code)| format!("creating topic {name}: {code}"))?;
-    }
-    Ok(())
+    Ok(results
+        .into_iter()
+        .map(|r| match r {
+            Ok(name) => (name, Ok(())),
+            Err((name, code)) => (name, Err(code.to_string())),
+        })
+        .collect())
 }
 
 pub async fn delete_topic(access: &KafkaAccess, name: &str) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> =
-        access.config().create().map_err(|e| e.to_string())?;
+    let admin = admin(access)?;
     let opts = AdminOptions::new()
         .request_timeout(Some(TIMEOUT))
         .operation_timeout(Some(TIMEOUT));
@@ -486,4 +568,47 @@ pub async fn record_times(
         Ok(out)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_clients_are_shared_only_by_identical_access() {
+        let plain = KafkaAccess::plain("127.0.0.1:1");
+        let scram = |password: &str| KafkaAccess {
+            security_protocol: "SASL_SSL".into(),
+            sasl_mechanism: Some("SCRAM-SHA-512".into()),
+            sasl_username: Some("cdc".into()),
+            sasl_password: Some(Secret::new(password.to_string())),
+            ..KafkaAccess::plain("127.0.0.1:1")
+        };
+        assert_eq!(
+            plain.fingerprint(),
+            KafkaAccess::plain("127.0.0.1:1").fingerprint()
+        );
+        assert_ne!(
+            plain.fingerprint(),
+            KafkaAccess::plain("127.0.0.1:2").fingerprint()
+        );
+        assert_eq!(scram("one").fingerprint(), scram("one").fingerprint());
+        assert_ne!(
+            scram("one").fingerprint(),
+            scram("two").fingerprint(),
+            "a new password, a new client"
+        );
+        // No setting may stand in for another: an empty CA is not a missing one.
+        let empty_ca = KafkaAccess {
+            tls_ca_pem: Some(String::new()),
+            ..plain.clone()
+        };
+        assert_ne!(plain.fingerprint(), empty_ca.fingerprint());
+
+        let a = admin(&plain).unwrap_or_else(|e| panic!("{e}"));
+        let b = admin(&plain).unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&a, &b), "the same access reuses its client");
+        let c = admin(&scram("one")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
 }
