@@ -104,7 +104,7 @@ async fn check(
     who: &Principal,
     input: &PipelineInput,
     existing_id: Option<&str>,
-) -> Result<Checked> {
+) -> Result<(Checked, source::Session)> {
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = connections::validate_name(&name) {
@@ -271,63 +271,62 @@ async fn check(
             );
         }
     }
-    // The tables must exist in the source (discovery, bounded).
+    // The tables must exist in the source: one query for just these names, on the session
+    // the create then runs its source statements on.
+    let mut session = None;
     if let (Some(src), true) = (
         &source,
         !errors.contains_key("tables") && !tables.is_empty(),
     ) {
-        match connections::discover(pool, store, who, &src.id).await {
-            Ok(found) => {
-                let known: BTreeSet<String> = found
-                    .items
-                    .iter()
-                    .map(|t| format!("{}.{}", t.schema, t.name))
-                    .collect();
-                let missing: Vec<&String> = tables.iter().filter(|t| !known.contains(*t)).collect();
+        let checked = async {
+            let mut s = source::Session::open(store, src).await?;
+            let missing = s.missing_tables(&tables).await?;
+            Ok::<_, Error>((s, missing))
+        };
+        match checked.await {
+            Ok((s, missing)) => {
                 if !missing.is_empty() {
                     errors.insert(
                         "tables".into(),
-                        format!(
-                            "not found in {}: {}",
-                            src.name,
-                            missing
-                                .iter()
-                                .map(|s| s.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
+                        format!("not found in {}: {}", src.name, missing.join(", ")),
                     );
                 }
+                session = Some(s);
             }
             Err(e) => {
                 errors.insert(
                     "source_connection_id".into(),
-                    format!("cannot list its tables: {e}"),
+                    format!("cannot check its tables: {e}"),
                 );
             }
         }
     }
     Error::check(errors)?;
-    let (Some(source), Some(kafka), Some(connect)) = (source, kafka, connect) else {
+    let (Some(source), Some(kafka), Some(connect), Some(session)) =
+        (source, kafka, connect, session)
+    else {
         return Err(Error::Unexpected(anyhow::anyhow!(
             "checked input lost a reference"
         )));
     };
-    Ok(Checked {
-        name,
-        source,
-        kafka,
-        connect,
-        tables,
-        prefix,
-        partitions: partitions as i32,
-        rf: rf as i32,
-        retention_ms,
-        snapshot_mode,
-        publication_mode,
-        options,
-        heartbeat: input.heartbeat.unwrap_or(false),
-    })
+    Ok((
+        Checked {
+            name,
+            source,
+            kafka,
+            connect,
+            tables,
+            prefix,
+            partitions: partitions as i32,
+            rf: rf as i32,
+            retention_ms,
+            snapshot_mode,
+            publication_mode,
+            options,
+            heartbeat: input.heartbeat.unwrap_or(false),
+        },
+        session,
+    ))
 }
 
 pub fn connector_name(prefix: &str) -> String {
@@ -458,7 +457,7 @@ pub async fn preview(
     input: &PipelineInput,
 ) -> Result<Preview> {
     who.require(Role::Operator, "create pipelines")?;
-    let c = check(pool, store, who, input, None).await?;
+    let (c, _) = check(pool, store, who, input, None).await?;
     preview_of(store, &c).await
 }
 
@@ -486,13 +485,13 @@ async fn create_topics(
     topics: &[TopicSpec],
 ) -> Result<()> {
     let access = kclusters::access(store, kafka).await?;
-    for t in topics {
-        if let Err(e) = crate::kafka::create_topic(&access, t).await {
-            if !e.contains("TopicAlreadyExists") && !e.to_lowercase().contains("already exists") {
-                return Err(Error::Unavailable(format!(
-                    "creating topic {}: {e}",
-                    t.name
-                )));
+    let answers = crate::kafka::create_topics(&access, topics)
+        .await
+        .map_err(|e| Error::Unavailable(format!("creating topics on {}: {e}", kafka.name)))?;
+    for (name, answer) in answers {
+        if let Err(e) = answer {
+            if !crate::kafka::already_exists(&e) {
+                return Err(Error::Unavailable(format!("creating topic {name}: {e}")));
             }
         }
     }
@@ -632,7 +631,7 @@ pub async fn create(
     input: &PipelineInput,
 ) -> Result<Pipeline> {
     who.require(Role::Operator, "create pipelines")?;
-    let c = check(pool, store, who, input, None).await?;
+    let (c, mut session) = check(pool, store, who, input, None).await?;
     if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?")
         .bind(&c.name)
         .fetch_one(pool)
@@ -644,47 +643,54 @@ pub async fn create(
             c.name
         )));
     }
-    let preview = preview_of(store, &c).await?;
-    if !preview.validation_errors.is_empty() {
-        return Err(plugin_errors(&preview.validation_errors));
-    }
     let d = c
         .source
         .database()
         .cloned()
         .ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
-    if let Some(sql) = &preview.publication_sql {
-        if !source::publication_exists(
-            store,
-            &c.source,
-            d.publication_name.as_deref().unwrap_or(""),
-        )
-        .await?
-        {
-            return Err(Error::field(
-                "publication_mode",
-                format!("the publication does not exist yet; a table owner must run: {sql}"),
-            ));
+    // The plugin's validation and the publication check are independent reads; the signal
+    // and heartbeat tables and the topics are created only once both passed, side by side.
+    let publication = async {
+        match c.source.provider == Provider::Postgresql && c.publication_mode == "disabled" {
+            true => session
+                .publication_exists(d.publication_name.as_deref().unwrap_or(""))
+                .await
+                .map(Some),
+            false => Ok(None),
         }
+    };
+    let (preview, published) = tokio::join!(preview_of(store, &c), publication);
+    let preview = preview?;
+    if !preview.validation_errors.is_empty() {
+        return Err(plugin_errors(&preview.validation_errors));
     }
-    source::ensure_signal_table(
-        store,
-        &c.source,
-        &signal_collection(c.source.provider, &d, &c.tables),
-    )
-    .await?;
-    if c.heartbeat {
-        source::ensure_heartbeat_table(
-            store,
-            &c.source,
-            &config::heartbeat_collection(c.source.provider, &d, &c.tables),
-        )
-        .await?;
+    if let (Some(sql), Some(false)) = (&preview.publication_sql, published?) {
+        return Err(Error::field(
+            "publication_mode",
+            format!("the publication does not exist yet; a table owner must run: {sql}"),
+        ));
     }
-    create_topics(store, &c.kafka, &topics_of(&c)).await?;
+    let tables = async {
+        session
+            .ensure_signal_table(&signal_collection(c.source.provider, &d, &c.tables))
+            .await?;
+        if c.heartbeat {
+            session
+                .ensure_heartbeat_table(&config::heartbeat_collection(
+                    c.source.provider,
+                    &d,
+                    &c.tables,
+                ))
+                .await?;
+        }
+        Ok(())
+    };
+    let topics = topics_of(&c);
+    tokio::try_join!(tables, create_topics(store, &c.kafka, &topics))?;
     let id = format!("pl_{}", uuid::Uuid::new_v4().simple());
     let connector_id = format!("cn_{}", uuid::Uuid::new_v4().simple());
     let now = crate::time::now();
+    let gate = crate::db::write_gate(pool).await;
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.create", target_kind: "pipeline", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "source": c.source.name, "tables": c.tables, "topic_prefix": c.prefix, "topics": preview.topics}) }).await?;
     connectors::insert(
@@ -719,8 +725,9 @@ pub async fn create(
         .bind(c.heartbeat)
         .execute(&mut *tx)
         .await?;
+    crate::reconcile::bump_desired_version(&mut *tx).await?;
     tx.commit().await?;
-    crate::reconcile::bump_desired_version(pool).await?;
+    drop(gate);
     wake.wake();
     load(pool, &id).await
 }
@@ -758,7 +765,7 @@ pub async fn set_tables(
         ),
         heartbeat: Some(p.heartbeat),
     };
-    let c = check(pool, store, who, &input, Some(&p.id)).await?;
+    let (c, _) = check(pool, store, who, &input, Some(&p.id)).await?;
     let added: Vec<String> = c
         .tables
         .iter()

@@ -52,7 +52,6 @@ fn sanitized(e: sqlx::Error, c: &Connection) -> Error {
     Error::Unavailable(format!("on the source {}: {e}", c.name))
 }
 
-/// Creates the signal table if missing (the DDL Debezium documents).
 /// PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not atomic: when two pipelines on one schema
 /// are created at the same moment, the second can fail although the table now exists, which
 /// is all we wanted: with a unique violation in the catalog (`pg_type_typname_nsp_index`),
@@ -71,40 +70,122 @@ fn created_meanwhile(e: sqlx::Error) -> std::result::Result<(), sqlx::Error> {
     }
 }
 
-pub async fn ensure_signal_table(
-    store: &SecretStore,
-    c: &Connection,
-    collection: &str,
-) -> Result<()> {
-    let ddl = |q: &str| {
-        format!("CREATE TABLE IF NOT EXISTS {q} (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)")
-    };
-    match open(store, c).await? {
-        Db::Pg(mut db) => {
-            sqlx::query(&ddl(collection))
-                .execute(&mut db)
-                .await
-                .map(|_| ())
-                .or_else(created_meanwhile)
-                .map_err(|e| {
-                    Error::Conflict(format!(
-                        "cannot create the signal table {collection} ({e}); run: {};",
-                        ddl(collection)
-                    ))
-                })?;
+/// One connection to a source for the statements a pipeline create or change runs in a row
+/// (table check, publication check, signal and heartbeat tables), so that it pays one connect
+/// and authentication instead of one per statement.
+pub struct Session {
+    db: Db,
+    c: Connection,
+}
+
+impl Session {
+    pub async fn open(store: &SecretStore, c: &Connection) -> Result<Session> {
+        Ok(Session {
+            db: open(store, c).await?,
+            c: c.clone(),
+        })
+    }
+
+    /// The named tables (`schema.table`; `database.table` for MySQL and MariaDB) the source
+    /// does not have as capturable base tables, in the order given. One catalog query for
+    /// just these names, with the same conditions as table discovery, so it neither depends
+    /// on discovery's row limit nor reads the whole catalog.
+    pub async fn missing_tables(&mut self, tables: &[String]) -> Result<Vec<String>> {
+        let found: Vec<String> = match &mut self.db {
+            Db::Pg(db) => sqlx::query_scalar(
+                "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+                   AND has_schema_privilege(n.oid, 'USAGE')
+                   AND n.nspname || '.' || c.relname = ANY($1)",
+            )
+            .bind(tables)
+            .fetch_all(db)
+            .await,
+            Db::My(db) => {
+                let marks = vec!["?"; tables.len()].join(", ");
+                let q = format!(
+                    "SELECT CAST(CONCAT(table_schema, '.', table_name) AS CHAR) FROM information_schema.tables
+                     WHERE table_type = 'BASE TABLE' AND CONCAT(table_schema, '.', table_name) IN ({marks})"
+                );
+                let mut q = sqlx::query_scalar(&q);
+                for t in tables {
+                    q = q.bind(t);
+                }
+                q.fetch_all(db).await
+            }
         }
-        Db::My(mut db) => {
-            let (schema, table) = collection.split_once('.').unwrap_or(("", SIGNAL_TABLE));
-            let q = format!("`{schema}`.`{table}`");
-            sqlx::query(&ddl(&q)).execute(&mut db).await.map_err(|e| {
-                Error::Conflict(format!(
-                    "cannot create the signal table {collection} ({e}); run: {};",
-                    ddl(&q)
-                ))
-            })?;
+        .map_err(|e| sanitized(e, &self.c))?;
+        Ok(tables
+            .iter()
+            .filter(|t| !found.contains(t))
+            .cloned()
+            .collect())
+    }
+
+    pub async fn publication_exists(&mut self, name: &str) -> Result<bool> {
+        match &mut self.db {
+            Db::Pg(db) => Ok(sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+            )
+            .bind(name)
+            .fetch_one(db)
+            .await
+            .map_err(|e| sanitized(e, &self.c))?),
+            Db::My(_) => Ok(true),
         }
     }
-    Ok(())
+
+    /// Creates the signal table if missing (the DDL Debezium documents).
+    pub async fn ensure_signal_table(&mut self, collection: &str) -> Result<()> {
+        self.ensure_table(
+            "signal",
+            collection,
+            SIGNAL_TABLE,
+            "(id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)",
+        )
+        .await
+    }
+
+    /// Creates the heartbeat table (the row the connector's heartbeat action updates).
+    pub async fn ensure_heartbeat_table(&mut self, collection: &str) -> Result<()> {
+        self.ensure_table(
+            "heartbeat",
+            collection,
+            super::config::HEARTBEAT_TABLE,
+            "(id INT PRIMARY KEY, ts_ms BIGINT NOT NULL)",
+        )
+        .await
+    }
+
+    async fn ensure_table(
+        &mut self,
+        what: &str,
+        collection: &str,
+        default_table: &str,
+        columns: &str,
+    ) -> Result<()> {
+        let q = match self.c.provider {
+            Provider::Postgresql => collection.to_string(),
+            _ => {
+                let (schema, table) = collection.split_once('.').unwrap_or(("", default_table));
+                format!("`{schema}`.`{table}`")
+            }
+        };
+        let ddl = format!("CREATE TABLE IF NOT EXISTS {q} {columns}");
+        let result = match &mut self.db {
+            Db::Pg(db) => sqlx::query(&ddl)
+                .execute(db)
+                .await
+                .map(|_| ())
+                .or_else(created_meanwhile),
+            Db::My(db) => sqlx::query(&ddl).execute(db).await.map(|_| ()),
+        };
+        result.map_err(|e| {
+            Error::Conflict(format!(
+                "cannot create the {what} table {collection} ({e}); run: {ddl};"
+            ))
+        })
+    }
 }
 
 /// The newest heartbeat (source clock, unix ms) a delivery wrote into its destination table,
@@ -141,39 +222,6 @@ pub async fn newest_heartbeat(
 }
 
 /// Creates the heartbeat table if missing: one row, the source clock in milliseconds.
-pub async fn ensure_heartbeat_table(
-    store: &SecretStore,
-    c: &Connection,
-    collection: &str,
-) -> Result<()> {
-    let ddl = |q: &str| {
-        format!("CREATE TABLE IF NOT EXISTS {q} (id INT PRIMARY KEY, ts_ms BIGINT NOT NULL)")
-    };
-    let q = match c.provider {
-        Provider::Postgresql => collection.to_string(),
-        _ => {
-            let (schema, table) = collection
-                .split_once('.')
-                .unwrap_or(("", super::config::HEARTBEAT_TABLE));
-            format!("`{schema}`.`{table}`")
-        }
-    };
-    let result = match open(store, c).await? {
-        Db::Pg(mut db) => sqlx::query(&ddl(&q))
-            .execute(&mut db)
-            .await
-            .map(|_| ())
-            .or_else(created_meanwhile),
-        Db::My(mut db) => sqlx::query(&ddl(&q)).execute(&mut db).await.map(|_| ()),
-    };
-    result.map_err(|e| {
-        Error::Conflict(format!(
-            "cannot create the heartbeat table {collection} ({e}); run: {};",
-            ddl(&q)
-        ))
-    })
-}
-
 /// Asks Debezium (through the signal table) for an incremental snapshot of these tables.
 pub async fn signal_incremental_snapshot(
     store: &SecretStore,
@@ -200,19 +248,6 @@ pub async fn signal_incremental_snapshot(
         }
     }
     Ok(id)
-}
-
-pub async fn publication_exists(store: &SecretStore, c: &Connection, name: &str) -> Result<bool> {
-    match open(store, c).await? {
-        Db::Pg(mut db) => Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
-        )
-        .bind(name)
-        .fetch_one(&mut db)
-        .await
-        .map_err(|e| sanitized(e, c))?),
-        Db::My(_) => Ok(true),
-    }
 }
 
 /// A PostgreSQL replication slot as the pipeline page shows it.

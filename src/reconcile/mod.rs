@@ -95,8 +95,8 @@ impl Handle {
 }
 
 /// Records a desired-state change so a reconciler in any process runs soon.
-pub async fn bump_desired_version(pool: &SqlitePool) -> anyhow::Result<()> {
-    sqlx::query("UPDATE instance_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'desired_version'").execute(pool).await?;
+pub async fn bump_desired_version<'e>(db: impl sqlx::SqliteExecutor<'e>) -> anyhow::Result<()> {
+    sqlx::query("UPDATE instance_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'desired_version'").execute(db).await?;
     Ok(())
 }
 
@@ -558,6 +558,7 @@ impl Reconciler {
         let mut applied_configs: BTreeMap<&str, &Config> = BTreeMap::new();
         let mut failed_steps: BTreeMap<&str, String> = BTreeMap::new();
         let now = crate::time::now();
+        let _gate = crate::db::write_gate(&self.pool).await;
         let mut tx = self.pool.begin().await?;
         // Rows this transaction changes (SQLite counts per connection), so that a pass that
         // wrote nothing does not end the lists' snapshots.

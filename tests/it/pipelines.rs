@@ -416,6 +416,18 @@ async fn a_mariadb_pipeline_snapshots_then_streams_inserts_updates_and_deletes()
             "secrets": {"password": s.mariadb_password}}))
         .await;
     let prefix = format!("ml-{}", tag.replace('_', "-"));
+    // The table check asks MariaDB for exactly these names: of one present and one missing
+    // table, the error names only the missing one, and nothing is created.
+    let (status, err) = api.post("/api/v1/pipelines", json!({"name": format!("maria {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect,
+        "tables": [format!("{}.{t1}", s.mariadb_db), format!("{}.no_{tag}", s.mariadb_db)], "topic_prefix": prefix})).await;
+    assert_eq!(status, 422, "{err}");
+    let why = err["error"]["fields"]["tables"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains(&format!("{}.no_{tag}", s.mariadb_db)) && !why.contains(&t1),
+        "{err}"
+    );
     let (status, pipeline) = api.post("/api/v1/pipelines", json!({"name": format!("maria {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect,
         "tables": [format!("{}.{t1}", s.mariadb_db), format!("{}.{t2}", s.mariadb_db)], "topic_prefix": prefix})).await;
     assert_eq!(status, 201, "{pipeline}");
