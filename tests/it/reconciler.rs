@@ -129,14 +129,21 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
             },
         )
         .await;
-        let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-        let drift = c["drift_events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["kind"] == "config_changed")
-            .cloned()
-            .expect("config drift recorded");
+        // Recorded when the pass commits, just after its calls to Connect.
+        let drift = eventually(
+            Duration::from_secs(10),
+            "the config drift recorded",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                c["drift_events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["kind"] == "config_changed")
+                    .cloned()
+            },
+        )
+        .await;
         assert_eq!(drift["action"], "repaired");
         assert_eq!(
             drift["diff"],
