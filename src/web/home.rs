@@ -232,7 +232,7 @@ pub async fn system_status(state: Data<&AppState>) -> poem::Result<Html<String>>
 async fn system_status_of(state: &AppState) -> SystemStatus {
     // At most one round trip a second however many views: at 64 clients, a `SELECT 1` per
     // view queued for the pool's connections and was the overview's slowest part. A failed
-    // check is not kept, so "unavailable" is never served from memory.
+    // check is not kept: the next view checks again, and an "ok" is a second or two old at most.
     let database_ok = state
         .inner
         .snapshots
