@@ -244,25 +244,27 @@ pub async fn api_topics(
 ) -> ApiResult<Json<Value>> {
     let w = q.window(TOPIC_STATES)?;
     let topics = kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?;
-    Ok(Json(
-        listing::page_in_memory(topics, &w, |t| &t.name, topic_state).json(),
-    ))
+    let list = listing::InMemory::new(topics, |t| &t.name, topic_state);
+    Ok(Json(list.page(&w).json()))
 }
 
 /// How old the topics page's broker metadata may be: topics created or deleted outside ClueCDC
 /// show within this, ClueCDC's own changes at once (their handlers forget it).
 const TOPICS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A Kafka cluster's topics for the topics page (see [`crate::snapshots::Snapshots::external`]):
-/// reading them costs a metadata and watermark round trip per topic, too slow for every view.
+/// A Kafka cluster's topics as the topics page lists them (Kafka's internal ones left out),
+/// kept for a moment (see [`crate::snapshots::Snapshots::external`]): reading them costs a
+/// metadata and a watermark round trip, too slow for every view.
 async fn cluster_topics(
     state: &AppState,
     who: &Principal,
     cluster: &str,
-) -> Result<std::sync::Arc<Vec<TopicInfo>>, Error> {
+) -> Result<std::sync::Arc<listing::InMemory<TopicInfo>>, Error> {
     (state.inner.snapshots)
-        .external(&format!("topics {cluster}"), TOPICS_MAX_AGE, || {
-            kafka::topics(&state.pool, &state.inner.secrets, who, cluster)
+        .external(&format!("topics {cluster}"), TOPICS_MAX_AGE, || async {
+            let mut topics = kafka::topics(&state.pool, &state.inner.secrets, who, cluster).await?;
+            topics.retain(|t| !t.internal);
+            Ok(listing::InMemory::new(topics, |t| &t.name, topic_state))
         })
         .await
 }
@@ -1163,13 +1165,13 @@ async fn topics_page(
     w.cluster = selected.clone().unwrap_or_default();
     let (topics, error) = match &selected {
         Some(id) => match cluster_topics(state, who, id).await {
-            Ok(t) => (t, None),
-            Err(e) => (Default::default(), Some(e.to_string())),
+            Ok(t) => (Some(t), None),
+            Err(e) => (None, Some(e.to_string())),
         },
-        None => (Default::default(), None),
+        None => (None, None),
     };
-    let mine: Vec<&TopicInfo> = topics.iter().filter(|t| !t.internal).collect();
-    let page = listing::page_in_memory(mine, &w, |t| &t.name, |t| topic_state(t));
+    let none = listing::InMemory::new(Vec::new(), |t: &TopicInfo| &t.name, topic_state);
+    let page = topics.as_deref().unwrap_or(&none).page(&w);
     let items = page.items.iter().map(|t| (*t).clone()).collect();
     let page = page.with_items(items);
     let mut nav = Nav::new(
