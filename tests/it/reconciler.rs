@@ -55,6 +55,23 @@ async fn phase_is(api: &Api, name: &str, phase: &str) -> Option<Value> {
     (c["phase"] == phase).then_some(c)
 }
 
+/// The first entry of one of a connector's recorded lists (`drift_events`, `restarts`) that
+/// `wanted` accepts, once the reconciler has committed it.
+async fn recorded(
+    api: &Api,
+    name: &str,
+    list: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+    c[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| wanted(e))
+        .cloned()
+}
+
 /// Connect's stored config for a connector; None when it does not exist. Retries while Connect
 /// answers 409 (a rebalance in progress) or 5xx.
 async fn connect_config(s: &Stack, name: &str) -> Option<Value> {
@@ -96,14 +113,10 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
         eventually(
             Duration::from_secs(60),
             "a 'deleted' drift event, repaired",
-            || async {
-                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-                c["drift_events"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|e| e["kind"] == "deleted" && e["action"] == "repaired")
-                    .then_some(())
+            || {
+                recorded(&api, &name, "drift_events", |e| {
+                    e["kind"] == "deleted" && e["action"] == "repaired"
+                })
             },
         )
         .await;
@@ -130,19 +143,11 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
         )
         .await;
         // Recorded when the pass commits, just after its calls to Connect.
-        let drift = eventually(
-            Duration::from_secs(10),
-            "the config drift recorded",
-            || async {
-                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-                c["drift_events"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|e| e["kind"] == "config_changed")
-                    .cloned()
-            },
-        )
+        let drift = eventually(Duration::from_secs(10), "the config drift recorded", || {
+            recorded(&api, &name, "drift_events", |e| {
+                e["kind"] == "config_changed"
+            })
+        })
         .await;
         assert_eq!(drift["action"], "repaired");
         assert_eq!(
@@ -284,15 +289,7 @@ async fn a_failing_task_is_restarted_with_growing_backoff_then_reported_with_its
         eventually(
             Duration::from_secs(30),
             "the requested restart recorded",
-            || async {
-                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
-                c["restarts"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|r| r["triggered_by"] == "user:ada")
-                    .then_some(())
-            },
+            || recorded(&api, &name, "restarts", |r| r["triggered_by"] == "user:ada"),
         )
         .await;
     };
