@@ -581,10 +581,10 @@ impl Reconciler {
                     Outcome::Failure
                 }
             };
-            if let Some((reason, by, attempt)) = &d.restart {
+            if let Some((reason, by, attempt, at)) = &d.restart {
                 sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
                     .bind(d.id)
-                    .bind(&now)
+                    .bind(at)
                     .bind(reason)
                     .bind(by)
                     .bind(i64::from(*attempt))
@@ -812,8 +812,10 @@ struct Done<'p> {
     result: Result<(), ConnectError>,
     /// The config Connect now has from us, when the step wrote one.
     applied: Option<&'p Config>,
-    /// A restart to record: (reason, triggered by, attempt).
-    restart: Option<(&'p str, &'p str, u32)>,
+    /// A restart to record: (reason, triggered by, attempt, when it was requested). The time
+    /// is the call's start: the backoff spaces restarts from when they were planned, and a call
+    /// Connect holds for a while (a rebalance) must not make the history show them closer.
+    restart: Option<(&'p str, &'p str, u32, String)>,
 }
 
 /// One Connect call for a step (never a database write: see [`Reconciler::apply`]).
@@ -849,14 +851,20 @@ async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Do
             name,
             attempt,
             reason,
-        } => Done {
-            restart: Some((reason.as_str(), "reconciler", *attempt)),
-            ..done(id, "restart", client.restart(name, true, true).await, None)
-        },
-        Step::RequestedRestart { id, name, by } => Done {
-            restart: Some(("requested", by.as_str(), 0)),
-            ..done(id, "restart", client.restart(name, true, false).await, None)
-        },
+        } => {
+            let at = crate::time::now();
+            Done {
+                restart: Some((reason.as_str(), "reconciler", *attempt, at)),
+                ..done(id, "restart", client.restart(name, true, true).await, None)
+            }
+        }
+        Step::RequestedRestart { id, name, by } => {
+            let at = crate::time::now();
+            Done {
+                restart: Some(("requested", by.as_str(), 0, at)),
+                ..done(id, "restart", client.restart(name, true, false).await, None)
+            }
+        }
         Step::Forget { id } => done(id, "forget", Ok(()), None),
     }
 }
