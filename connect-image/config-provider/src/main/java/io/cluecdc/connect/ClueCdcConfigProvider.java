@@ -1,6 +1,9 @@
 package io.cluecdc.connect;
 
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.Reader;
 import java.net.ConnectException;
 import java.net.URI;
@@ -11,17 +14,30 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.channels.UnresolvedAddressException;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.LinkOption;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.FileTime;
+import java.nio.file.attribute.PosixFilePermission;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -35,6 +51,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.regex.Pattern;
 
 import org.apache.kafka.common.config.ConfigData;
 import org.apache.kafka.common.config.ConfigException;
@@ -54,6 +71,7 @@ import org.apache.kafka.common.config.types.Password;
  * # config.providers.cluecdc.param.config.file=/path/cluecdc-provider.properties
  * config.providers.cluecdc.param.timeout.ms=5000   # optional
  * config.providers.cluecdc.param.ttl.ms=600000     # optional: TTL of the returned ConfigData
+ * config.providers.cluecdc.param.files.dir=/var/lib/cluecdc-provider   # optional: for the *_file fields
  * </pre>
  *
  * <p>{@code get(ref, fields)} sends {@code POST <url>/internal/v1/config-provider/resolve} with
@@ -62,8 +80,35 @@ import org.apache.kafka.common.config.types.Password;
  * names the secret reference, fields, URL and HTTP status as relevant, and never a value or the
  * token. Nothing is logged.
  *
+ * <p><b>Virtual fields: the CA certificate as a file.</b> The PostgreSQL JDBC driver and Debezium
+ * want a CA certificate as a file path ({@code database.sslrootcert=...}), the MySQL/MariaDB
+ * connectors a Java truststore. ClueCDC stores the CA certificate (PEM) as the field
+ * {@value #CA_CERTIFICATE_FIELD} of a connection. These fields are answered by the provider itself
+ * and are never sent to ClueCDC under their own names:
+ * <ul>
+ * <li>{@value #CA_CERT_FILE_FIELD}: the provider asks ClueCDC for {@value #CA_CERTIFICATE_FIELD}
+ *     instead (in the same single request as the other fields), checks that it is PEM (it must
+ *     contain {@code -----BEGIN CERTIFICATE-----}), writes it unchanged to
+ *     {@code <files.dir>/<secret_ref>-ca.pem} and returns that absolute path.</li>
+ * <li>{@value #CA_TRUSTSTORE_FILE_FIELD}: the same source field, parsed as X.509 certificates and
+ *     written as a PKCS12 truststore {@code <files.dir>/<secret_ref>-truststore.p12} with one trusted
+ *     certificate entry per certificate (aliases {@code ca-0}, {@code ca-1}, ...); returns that
+ *     absolute path.</li>
+ * <li>{@value #CA_TRUSTSTORE_PASSWORD_FIELD}: the truststore password, always the constant
+ *     {@value #TRUSTSTORE_PASSWORD}. It protects nothing secret: a truststore holds only public
+ *     certificates, and Java requires some password for the PKCS12 integrity check. Answered without
+ *     asking ClueCDC.</li>
+ * </ul>
+ * {@value #CA_CERTIFICATE_FIELD} is in the returned data only if it was itself asked for. Files are
+ * written with mode 0600 (POSIX) to a temporary file in {@code files.dir} that is then atomically
+ * renamed over the target, and only when the content differs (a PEM file byte for byte, a truststore
+ * by its certificates), so an unchanged certificate leaves the file and its mtime untouched.
+ * {@code files.dir} must be absolute; it is created with mode 0700 on first use if missing. For a file
+ * name the secret reference must match {@code [A-Za-z0-9_.-]+} without {@code ..}.
+ *
  * <p>Thread-safe: the configuration is an immutable snapshot published through a volatile field,
- * the JDK {@link HttpClient} is thread-safe, and the config-file cache is guarded by a lock.
+ * the JDK {@link HttpClient} is thread-safe, the config-file cache is guarded by a lock, and files
+ * are replaced by atomic renames, so concurrent writers of the same file never leave it partial.
  */
 public final class ClueCdcConfigProvider implements ConfigProvider {
 
@@ -72,13 +117,37 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
     public static final String CONFIG_FILE_CONFIG = "config.file";
     public static final String TIMEOUT_MS_CONFIG = "timeout.ms";
     public static final String TTL_MS_CONFIG = "ttl.ms";
+    public static final String FILES_DIR_CONFIG = "files.dir";
+
+    /** Virtual field: path of {@code <files.dir>/<secret_ref>-ca.pem}, the CA certificate as PEM. */
+    public static final String CA_CERT_FILE_FIELD = "ca_cert_file";
+    /** Virtual field: path of {@code <files.dir>/<secret_ref>-truststore.p12}, a PKCS12 truststore. */
+    public static final String CA_TRUSTSTORE_FILE_FIELD = "ca_truststore_file";
+    /** Virtual field: the (constant, not secret) password of the truststore. */
+    public static final String CA_TRUSTSTORE_PASSWORD_FIELD = "ca_truststore_password";
+    /** The ClueCDC field holding the CA certificate(s) in PEM, the source of the file fields. */
+    public static final String CA_CERTIFICATE_FIELD = "ca_certificate";
+    /**
+     * Password of every truststore this provider writes. Deliberately a constant: a truststore holds
+     * public certificates only, so the password guards nothing; PKCS12 just needs one for its MAC.
+     */
+    public static final String TRUSTSTORE_PASSWORD = "cluecdc-truststore";
 
     static final long DEFAULT_TIMEOUT_MS = 5_000;
     static final long MAX_TIMEOUT_MS = 600_000;
     static final String RESOLVE_PATH = "/internal/v1/config-provider/resolve";
 
-    private static final Set<String> KNOWN_PARAMS =
-        Set.of(URL_CONFIG, TOKEN_CONFIG, CONFIG_FILE_CONFIG, TIMEOUT_MS_CONFIG, TTL_MS_CONFIG);
+    static final String CA_PEM_SUFFIX = "-ca.pem";
+    static final String TRUSTSTORE_SUFFIX = "-truststore.p12";
+    static final String PEM_CERTIFICATE_MARKER = "-----BEGIN CERTIFICATE-----";
+
+    private static final Set<String> KNOWN_PARAMS = Set.of(URL_CONFIG, TOKEN_CONFIG, CONFIG_FILE_CONFIG,
+        TIMEOUT_MS_CONFIG, TTL_MS_CONFIG, FILES_DIR_CONFIG);
+    private static final Set<String> VIRTUAL_FIELDS =
+        Set.of(CA_CERT_FILE_FIELD, CA_TRUSTSTORE_FILE_FIELD, CA_TRUSTSTORE_PASSWORD_FIELD);
+    private static final Pattern FILE_SAFE_REF = Pattern.compile("[A-Za-z0-9_.-]+");
+    private static final Set<PosixFilePermission> DIR_MODE = PosixFilePermissions.fromString("rwx------");
+    private static final Set<PosixFilePermission> FILE_MODE = PosixFilePermissions.fromString("rw-------");
     private static final String USER_AGENT = "cluecdc-config-provider/0.1.0";
     private static final int MAX_MESSAGE_CHARS = 500;
 
@@ -106,6 +175,7 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
         long timeoutMs = positiveLong(params, TIMEOUT_MS_CONFIG, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS);
         long ttl = positiveLong(params, TTL_MS_CONFIG, -1, Long.MAX_VALUE);
         Long ttlMs = ttl < 0 ? null : ttl;
+        Path filesDir = filesDir(param(params, FILES_DIR_CONFIG));
 
         EndpointSource endpoints;
         if (configFile != null) {
@@ -131,7 +201,30 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
             .followRedirects(HttpClient.Redirect.NEVER)  // never carry the token elsewhere
             .connectTimeout(Duration.ofMillis(timeoutMs))
             .build();
-        this.settings = new Settings(client, endpoints, timeoutMs, ttlMs);
+        this.settings = new Settings(client, endpoints, timeoutMs, ttlMs, filesDir);
+    }
+
+    /** Validates {@code files.dir}: absolute, and a directory if it exists (created on first use). */
+    private static Path filesDir(String value) {
+        if (value == null) {
+            return null;
+        }
+        Path dir;
+        try {
+            dir = Path.of(value);
+        } catch (InvalidPathException e) {
+            throw new ConfigException("ClueCDC config provider: parameter '" + FILES_DIR_CONFIG
+                + "' is not a valid path: '" + clip(value, 200) + "'");
+        }
+        if (!dir.isAbsolute()) {
+            throw new ConfigException("ClueCDC config provider: parameter '" + FILES_DIR_CONFIG
+                + "' must be an absolute path, got '" + clip(value, 200) + "'");
+        }
+        if (Files.exists(dir) && !Files.isDirectory(dir)) {
+            throw new ConfigException("ClueCDC config provider: parameter '" + FILES_DIR_CONFIG + "' names '"
+                + clip(value, 200) + "', which exists but is not a directory");
+        }
+        return dir;
     }
 
     private static String param(Map<String, ?> params, String name) {
@@ -187,10 +280,48 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
         if (keys == null || keys.isEmpty()) {
             return new ConfigData(Collections.emptyMap());
         }
-        List<String> fields = new ArrayList<>(new TreeSet<>(keys)); // deterministic request body
-        Endpoint endpoint = s.endpoints.current();
-        HttpResponse<byte[]> response = send(s, endpoint, path, fields);
-        Map<String, String> values = handle(endpoint, path, fields, response);
+        Set<String> asked = new TreeSet<>(keys);
+        List<String> fileFields = new ArrayList<>();
+        for (String field : List.of(CA_CERT_FILE_FIELD, CA_TRUSTSTORE_FILE_FIELD)) {
+            if (asked.contains(field)) {
+                fileFields.add(field);
+            }
+        }
+        // Before any request: nothing is asked of ClueCDC for a file that could not be written.
+        if (!fileFields.isEmpty()) {
+            checkFileTarget(s, path, fileFields);
+        }
+
+        // Virtual fields are answered here; the file fields need ca_certificate from ClueCDC.
+        Set<String> wanted = new TreeSet<>(asked);
+        wanted.removeAll(VIRTUAL_FIELDS);
+        Map<String, String> notes = Map.of();
+        if (!fileFields.isEmpty()) {
+            wanted.add(CA_CERTIFICATE_FIELD);
+            if (!asked.contains(CA_CERTIFICATE_FIELD)) {
+                notes = Map.of(CA_CERTIFICATE_FIELD, " (needed for " + quotedList(fileFields) + ")");
+            }
+        }
+        Map<String, String> fetched = Map.of();
+        if (!wanted.isEmpty()) {
+            List<String> fields = new ArrayList<>(wanted); // sorted: deterministic request body
+            Endpoint endpoint = s.endpoints.current();
+            HttpResponse<byte[]> response = send(s, endpoint, path, fields);
+            fetched = handle(endpoint, path, fields, notes, response);
+        }
+        Map<String, String> files = fileFields.isEmpty() ? Map.of()
+            : materialize(s.filesDir, path, fileFields, fetched.get(CA_CERTIFICATE_FIELD));
+
+        Map<String, String> values = new LinkedHashMap<>();
+        for (String key : asked) {
+            if (key.equals(CA_TRUSTSTORE_PASSWORD_FIELD)) {
+                values.put(key, TRUSTSTORE_PASSWORD);
+            } else if (files.containsKey(key)) {
+                values.put(key, files.get(key));
+            } else {
+                values.put(key, fetched.get(key));
+            }
+        }
         return new ConfigData(values, s.ttlMs);
     }
 
@@ -275,8 +406,9 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
         return t.getClass().getSimpleName();
     }
 
+    /** {@code notes} adds context to a field named in an error, e.g. " (needed for 'ca_cert_file')". */
     private static Map<String, String> handle(Endpoint endpoint, String path, List<String> fields,
-                                              HttpResponse<byte[]> response) {
+                                              Map<String, String> notes, HttpResponse<byte[]> response) {
         int status = response.statusCode();
         String ref = quoteForMessage(path, endpoint);
         if (status != 200) {
@@ -303,9 +435,9 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
             if (v instanceof String) {
                 result.put(field, (String) v);
             } else if (v == null) {
-                missing.add(quoteForMessage(field, endpoint));
+                missing.add(quoteForMessage(field, endpoint) + notes.getOrDefault(field, ""));
             } else {
-                notStrings.add(quoteForMessage(field, endpoint));
+                notStrings.add(quoteForMessage(field, endpoint) + notes.getOrDefault(field, ""));
             }
         }
         if (!missing.isEmpty()) {
@@ -387,6 +519,202 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
         return sanitize(s.length() > max ? s.substring(0, max) + "..." : s, null);
     }
 
+    private static String quotedList(List<String> names) {
+        StringBuilder b = new StringBuilder();
+        for (String name : names) {
+            b.append(b.length() == 0 ? "" : ", ").append(quoteForMessage(name, null));
+        }
+        return b.toString();
+    }
+
+    // ------------------------------------------------------------------ files (ca_cert_file, ca_truststore_file)
+
+    /** files.dir is set and the secret reference can safely be part of a file name. */
+    private static void checkFileTarget(Settings s, String ref, List<String> fileFields) {
+        String what = "field" + (fileFields.size() > 1 ? "s " : " ") + quotedList(fileFields);
+        if (s.filesDir == null) {
+            throw new ConfigException("ClueCDC config provider: " + what + " of secret reference "
+                + quoteForMessage(ref, null) + " must write a file, but no directory is configured; set "
+                + "config.providers.<alias>.param." + FILES_DIR_CONFIG + " to the absolute path of a directory "
+                + "the worker can write");
+        }
+        if (!FILE_SAFE_REF.matcher(ref).matches() || ref.contains("..")) {
+            throw new ConfigException("ClueCDC config provider: secret reference " + quoteForMessage(ref, null)
+                + " cannot be used in a file name (for " + what + "): it may contain only letters, digits, "
+                + "'_', '.' and '-', and not '..'");
+        }
+    }
+
+    /** Writes the requested files from the PEM (if they differ) and returns field -> absolute path. */
+    private static Map<String, String> materialize(Path dir, String ref, List<String> fileFields, String pem) {
+        String quotedRef = quoteForMessage(ref, null);
+        String neededFor = "needed for " + quotedList(fileFields);
+        if (pem == null || !pem.contains(PEM_CERTIFICATE_MARKER)) {
+            throw new ConfigException("ClueCDC returned a value for field '" + CA_CERTIFICATE_FIELD
+                + "' of secret reference " + quotedRef + " that is not a PEM certificate (it has no "
+                + PEM_CERTIFICATE_MARKER + " line), " + neededFor);
+        }
+        byte[] pemBytes = pem.getBytes(StandardCharsets.UTF_8);
+        // Parsed before anything is written, so a bad certificate leaves every file as it was.
+        List<Certificate> certificates =
+            fileFields.contains(CA_TRUSTSTORE_FILE_FIELD) ? parseCertificates(quotedRef, pemBytes) : null;
+
+        Map<String, String> paths = new LinkedHashMap<>();
+        for (String field : fileFields) {
+            boolean pemFile = field.equals(CA_CERT_FILE_FIELD);
+            Path target = dir.resolve(ref + (pemFile ? CA_PEM_SUFFIX : TRUSTSTORE_SUFFIX));
+            try {
+                ensureDirectory(dir);
+                if (pemFile) {
+                    if (!sameBytes(target, pemBytes)) {
+                        writeAtomically(dir, target, pemBytes);
+                    }
+                } else if (!sameTruststore(target, certificates)) {
+                    writeAtomically(dir, target, truststore(certificates));
+                }
+            } catch (IOException | GeneralSecurityException e) {
+                String why = e.getMessage() == null || e.getMessage().isBlank() ? ""
+                    : ": " + sanitize(e.getMessage(), null);
+                throw new ConfigException("ClueCDC config provider: cannot write '" + target.getFileName()
+                    + "' for field '" + field + "' of secret reference " + quotedRef + " in directory '" + dir
+                    + "' (parameter '" + FILES_DIR_CONFIG + "'): " + e.getClass().getSimpleName() + why);
+            }
+            paths.put(field, target.toAbsolutePath().toString());
+        }
+        return paths;
+    }
+
+    private static List<Certificate> parseCertificates(String quotedRef, byte[] pem) {
+        Collection<? extends Certificate> certificates;
+        try {
+            certificates = CertificateFactory.getInstance("X.509")
+                .generateCertificates(new ByteArrayInputStream(pem));
+        } catch (GeneralSecurityException | RuntimeException e) {
+            // The type only: the parser's message is not needed and the PEM is never quoted.
+            throw new ConfigException("ClueCDC returned a value for field '" + CA_CERTIFICATE_FIELD
+                + "' of secret reference " + quotedRef + " that cannot be read as X.509 certificates ("
+                + e.getClass().getSimpleName() + "), needed for '" + CA_TRUSTSTORE_FILE_FIELD + "'");
+        }
+        if (certificates.isEmpty()) {
+            throw new ConfigException("ClueCDC returned a value for field '" + CA_CERTIFICATE_FIELD
+                + "' of secret reference " + quotedRef + " that holds no X.509 certificate, needed for '"
+                + CA_TRUSTSTORE_FILE_FIELD + "'");
+        }
+        return new ArrayList<>(certificates);
+    }
+
+    /** A PKCS12 truststore with one trusted-certificate entry per certificate: aliases ca-0, ca-1, ... */
+    private static byte[] truststore(List<Certificate> certificates) throws IOException, GeneralSecurityException {
+        KeyStore store = KeyStore.getInstance("PKCS12");
+        store.load(null, null);
+        for (int i = 0; i < certificates.size(); i++) {
+            store.setCertificateEntry(truststoreAlias(i), certificates.get(i));
+        }
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        store.store(out, TRUSTSTORE_PASSWORD.toCharArray());
+        return out.toByteArray();
+    }
+
+    private static String truststoreAlias(int i) {
+        return "ca-" + i;
+    }
+
+    private static boolean posix(Path path) {
+        return path.getFileSystem().supportedFileAttributeViews().contains("posix");
+    }
+
+    /** Creates a missing files.dir (and missing parents) with mode 0700; an existing one is left as is. */
+    private static void ensureDirectory(Path dir) throws IOException {
+        if (Files.isDirectory(dir)) {
+            return;
+        }
+        if (posix(dir)) {
+            Files.createDirectories(dir, PosixFilePermissions.asFileAttribute(DIR_MODE));
+        } else {
+            Files.createDirectories(dir);
+        }
+    }
+
+    /** True if target is a regular file (not a symlink) with mode 0600 (on POSIX). */
+    private static boolean isOwnFile(Path target, BasicFileAttributes attrs) throws IOException {
+        return attrs.isRegularFile()
+            && (!posix(target) || Files.getPosixFilePermissions(target, LinkOption.NOFOLLOW_LINKS).equals(FILE_MODE));
+    }
+
+    /** True if target already holds exactly these bytes (and is a 0600 regular file); false if missing. */
+    private static boolean sameBytes(Path target, byte[] content) {
+        try {
+            BasicFileAttributes attrs = Files.readAttributes(target, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+            return isOwnFile(target, attrs) && attrs.size() == content.length
+                && Arrays.equals(Files.readAllBytes(target), content);
+        } catch (IOException e) {
+            return false; // missing or unreadable: write it
+        }
+    }
+
+    /** True if target is a truststore of ours holding exactly these certificates, in order. */
+    private static boolean sameTruststore(Path target, List<Certificate> certificates) {
+        try {
+            BasicFileAttributes attrs = Files.readAttributes(target, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+            if (!isOwnFile(target, attrs)) {
+                return false;
+            }
+            KeyStore store = KeyStore.getInstance("PKCS12");
+            try (InputStream in = Files.newInputStream(target)) {
+                store.load(in, TRUSTSTORE_PASSWORD.toCharArray());
+            }
+            if (store.size() != certificates.size()) {
+                return false;
+            }
+            for (int i = 0; i < certificates.size(); i++) {
+                String alias = truststoreAlias(i);
+                Certificate stored = store.isCertificateEntry(alias) ? store.getCertificate(alias) : null;
+                if (stored == null || !Arrays.equals(stored.getEncoded(), certificates.get(i).getEncoded())) {
+                    return false;
+                }
+            }
+            return true;
+        } catch (IOException | GeneralSecurityException | RuntimeException e) {
+            return false; // missing, corrupt or not ours: write it
+        }
+    }
+
+    /**
+     * Writes content to a 0600 temporary file in dir, flushes it to disk and renames it over target
+     * (atomic: readers see the old file or the new one, never a partial one).
+     */
+    private static void writeAtomically(Path dir, Path target, byte[] content) throws IOException {
+        boolean posix = posix(dir);
+        String prefix = "." + target.getFileName() + ".";
+        Path tmp = posix
+            ? Files.createTempFile(dir, prefix, ".tmp", PosixFilePermissions.asFileAttribute(FILE_MODE))
+            : Files.createTempFile(dir, prefix, ".tmp");
+        boolean moved = false;
+        try {
+            if (posix) {
+                Files.setPosixFilePermissions(tmp, FILE_MODE); // exactly 0600, whatever the umask
+            }
+            try (FileChannel channel = FileChannel.open(tmp, StandardOpenOption.WRITE,
+                                                        StandardOpenOption.TRUNCATE_EXISTING)) {
+                ByteBuffer buffer = ByteBuffer.wrap(content);
+                while (buffer.hasRemaining()) {
+                    channel.write(buffer);
+                }
+                channel.force(true);
+            }
+            Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+            moved = true;
+        } finally {
+            if (!moved) {
+                try {
+                    Files.deleteIfExists(tmp);
+                } catch (IOException suppressed) {
+                    // The original failure is the one worth reporting.
+                }
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ endpoint (url + token)
 
     private static final class Settings {
@@ -394,12 +722,14 @@ public final class ClueCdcConfigProvider implements ConfigProvider {
         final EndpointSource endpoints;
         final long timeoutMs;
         final Long ttlMs;
+        final Path filesDir; // null: files.dir not set
 
-        Settings(HttpClient client, EndpointSource endpoints, long timeoutMs, Long ttlMs) {
+        Settings(HttpClient client, EndpointSource endpoints, long timeoutMs, Long ttlMs, Path filesDir) {
             this.client = client;
             this.endpoints = endpoints;
             this.timeoutMs = timeoutMs;
             this.ttlMs = ttlMs;
+            this.filesDir = filesDir;
         }
     }
 

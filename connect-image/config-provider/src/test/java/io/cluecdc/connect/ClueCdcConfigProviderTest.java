@@ -15,7 +15,13 @@ import java.net.URL;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.FileTime;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
+import java.security.cert.X509Certificate;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
@@ -31,6 +37,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.stream.Collectors;
+import java.util.stream.Stream;
 
 import org.apache.kafka.common.config.ConfigData;
 import org.apache.kafka.common.config.ConfigException;
@@ -518,13 +525,352 @@ class ClueCdcConfigProviderTest {
         typo.put("timeout", "5000");
         ConfigException e = configureFails(typo);
         assertTrue(e.getMessage().contains("unknown parameter(s) [timeout]"), e.getMessage());
+        assertTrue(e.getMessage().contains(
+            "known parameters are [config.file, files.dir, timeout.ms, token, ttl.ms, url]"), e.getMessage());
         assertNoSecrets(e);
+    }
+
+    @Test
+    void configureRejectsAFilesDirThatIsRelativeOrNotADirectory() throws Exception {
+        Map<String, String> base = Map.of("url", "http://127.0.0.1:8080", "token", TOKEN);
+        Map<String, String> params = new HashMap<>(base);
+        params.put("files.dir", "relative/dir");
+        ConfigException e = configureFails(params);
+        assertTrue(e.getMessage().contains("'files.dir' must be an absolute path, got 'relative/dir'"),
+            e.getMessage());
+        assertNoSecrets(e);
+
+        Path file = Files.writeString(tmp.resolve("a-file"), "x");
+        params.put("files.dir", file.toString());
+        e = configureFails(params);
+        assertTrue(e.getMessage().contains("'files.dir'") && e.getMessage().contains("not a directory"),
+            e.getMessage());
+
+        // A directory that does not exist yet is fine: it is created on first use.
+        params.put("files.dir", tmp.resolve("later").toString());
+        new ClueCdcConfigProvider().configure(params);
+        assertFalse(Files.exists(tmp.resolve("later")));
+        params.put("files.dir", "  ");
+        new ClueCdcConfigProvider().configure(params); // blank = not set
     }
 
     @Test
     void endpointToStringNeverShowsTheToken() {
         String s = ClueCdcConfigProvider.Endpoint.of("http://127.0.0.1:8080", TOKEN, "parameter").toString();
         assertFalse(s.contains(TOKEN), s);
+    }
+
+    // ------------------------------------------------------------------ files (ca_cert_file, ca_truststore_file)
+
+    /** A throwaway self-signed test certificate under src/test/resources (with a comment header). */
+    private static String pem(String resource) throws IOException {
+        try (InputStream in = ClueCdcConfigProviderTest.class.getResourceAsStream("/" + resource)) {
+            assertNotNull(in, resource);
+            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    private static List<Certificate> certificates(String pem) throws Exception {
+        return new ArrayList<>(CertificateFactory.getInstance("X.509")
+            .generateCertificates(new java.io.ByteArrayInputStream(pem.getBytes(StandardCharsets.UTF_8))));
+    }
+
+    private ClueCdcConfigProvider provider(StubClueCdc stub, Path filesDir) {
+        return provider(Map.of("url", stub.url(), "token", TOKEN, "files.dir", filesDir.toString()));
+    }
+
+    private static String mode(Path path) throws IOException {
+        return PosixFilePermissions.toString(Files.getPosixFilePermissions(path));
+    }
+
+    private static Object inode(Path path) throws IOException {
+        return Files.readAttributes(path, BasicFileAttributes.class).fileKey();
+    }
+
+    private static List<String> fileNames(Path dir) throws IOException {
+        try (Stream<Path> s = Files.list(dir)) {
+            return s.map(f -> f.getFileName().toString()).sorted().collect(Collectors.toList());
+        }
+    }
+
+    /** Every regular file under dir (to show that nothing was written anywhere). */
+    private static List<Path> allFiles(Path dir) throws IOException {
+        try (Stream<Path> s = Files.walk(dir)) {
+            return s.filter(Files::isRegularFile).collect(Collectors.toList());
+        }
+    }
+
+    private static KeyStore loadTruststore(Path file, String password) throws Exception {
+        KeyStore store = KeyStore.getInstance("PKCS12");
+        try (InputStream in = Files.newInputStream(file)) {
+            store.load(in, password.toCharArray());
+        }
+        return store;
+    }
+
+    @Test
+    void caCertFileWritesThePemWithMode0600AndReturnsItsPathInTheSameRequestAsOtherFields() throws Exception {
+        String ca = pem("test-ca-1.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca, "password", PASSWORD)));
+        Path dir = tmp.resolve("provider-files").resolve("nested"); // missing: created on first use
+
+        ConfigData data = provider(stub, dir).get("sec_pg-1.a", Set.of("ca_cert_file", "password"));
+
+        Path file = dir.resolve("sec_pg-1.a-ca.pem");
+        // ca_certificate itself is not returned: it was not asked for.
+        assertEquals(Map.of("ca_cert_file", file.toString(), "password", PASSWORD), data.data());
+        assertTrue(Path.of(data.data().get("ca_cert_file")).isAbsolute());
+        assertEquals(ca, Files.readString(file, StandardCharsets.UTF_8));
+        assertEquals("rw-------", mode(file));
+        assertEquals("rwx------", mode(dir));
+        assertEquals(List.of("sec_pg-1.a-ca.pem"), fileNames(dir)); // no temporary file left behind
+        // One request, asking for ca_certificate in place of ca_cert_file, fields sorted.
+        assertEquals(1, stub.requests.size());
+        assertEquals("{\"secret_ref\":\"sec_pg-1.a\",\"fields\":[\"ca_certificate\",\"password\"]}",
+            stub.lastRequest().body);
+    }
+
+    @Test
+    void caCertificateIsReturnedAlongsideCaCertFileWhenItIsAskedForToo() throws Exception {
+        String ca = pem("test-ca-1.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca)));
+
+        ConfigData data = provider(stub, tmp).get("sec_1", Set.of("ca_certificate", "ca_cert_file"));
+
+        assertEquals(Map.of("ca_certificate", ca, "ca_cert_file", tmp.resolve("sec_1-ca.pem").toString()),
+            data.data());
+        assertEquals("{\"secret_ref\":\"sec_1\",\"fields\":[\"ca_certificate\"]}", stub.lastRequest().body);
+    }
+
+    @Test
+    void anUnchangedCertificateLeavesTheFileAloneAndAChangedOneReplacesIt() throws Exception {
+        String ca1 = pem("test-ca-1.pem");
+        String ca2 = pem("test-ca-2.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca1)));
+        ClueCdcConfigProvider p = provider(stub, tmp);
+        Path file = Path.of(p.get("sec_1", Set.of("ca_cert_file")).data().get("ca_cert_file"));
+        FileTime old = FileTime.from(Instant.now().minus(3, ChronoUnit.DAYS).truncatedTo(ChronoUnit.SECONDS));
+        Files.setLastModifiedTime(file, old);
+        Object inode = inode(file);
+
+        assertEquals(file.toString(), p.get("sec_1", Set.of("ca_cert_file")).data().get("ca_cert_file"));
+        assertEquals(old, Files.getLastModifiedTime(file));
+        assertEquals(inode, inode(file));
+        assertEquals(2, stub.requests.size());
+
+        // ClueCDC now holds another certificate: the file is replaced (atomically: a new inode).
+        stub.respondWith(r -> StubClueCdc.values(Map.of("ca_certificate", ca2)));
+        assertEquals(file.toString(), p.get("sec_1", Set.of("ca_cert_file")).data().get("ca_cert_file"));
+        assertEquals(ca2, Files.readString(file, StandardCharsets.UTF_8));
+        assertEquals("rw-------", mode(file));
+        assertFalse(old.equals(Files.getLastModifiedTime(file)));
+        assertFalse(inode.equals(inode(file)));
+        assertEquals(List.of("sec_1-ca.pem"), fileNames(tmp));
+    }
+
+    @Test
+    void aFileWithTheRightContentButAnotherModeIsRewrittenWithMode0600() throws Exception {
+        String ca = pem("test-ca-1.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca)));
+        Path file = Files.writeString(tmp.resolve("sec_1-ca.pem"), ca, StandardCharsets.UTF_8);
+        Files.setPosixFilePermissions(file, PosixFilePermissions.fromString("rw-r--r--"));
+
+        provider(stub, tmp).get("sec_1", Set.of("ca_cert_file"));
+
+        assertEquals("rw-------", mode(file));
+        assertEquals(ca, Files.readString(file, StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void caCertFileWithoutFilesDirSaysWhichParameterToSet() throws Exception {
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", pem("test-ca-1.pem"))));
+        ClueCdcConfigProvider p = provider(stub);
+
+        for (String field : List.of("ca_cert_file", "ca_truststore_file")) {
+            ConfigException e = assertThrows(ConfigException.class,
+                () -> p.get("sec_1", Set.of(field, "password")));
+            String m = e.getMessage();
+            assertTrue(m.contains("set config.providers.<alias>.param.files.dir to the absolute path of a directory "
+                + "the worker can write"), m);
+            assertTrue(m.contains("'" + field + "'") && m.contains("'sec_1'"), m);
+        }
+        assertTrue(stub.requests.isEmpty());
+        // Fields that write no file still work without files.dir.
+        assertEquals(Map.of("ca_truststore_password", "cluecdc-truststore"),
+            p.get("sec_1", Set.of("ca_truststore_password")).data());
+    }
+
+    @Test
+    void aValueThatIsNotPemIsRejectedWithoutShowingItAndNothingIsWritten() throws Exception {
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", "hunter2-not-a-certificate")));
+        ClueCdcConfigProvider p = provider(stub, tmp);
+
+        for (String field : List.of("ca_cert_file", "ca_truststore_file")) {
+            ConfigException e = assertThrows(ConfigException.class, () -> p.get("sec_1", Set.of(field)));
+            String m = e.getMessage();
+            assertTrue(m.contains("field 'ca_certificate' of secret reference 'sec_1' that is not a PEM certificate"),
+                m);
+            assertTrue(m.contains("needed for '" + field + "'"), m);
+            assertNoSecrets(e);
+        }
+
+        // PEM armour around something that is not a certificate: the truststore cannot be built.
+        String fake = "-----BEGIN CERTIFICATE-----\naHVudGVyMi1ub3QtREVS\n-----END CERTIFICATE-----\n";
+        stub.respondWith(r -> StubClueCdc.values(Map.of("ca_certificate", fake)));
+        ConfigException e = assertThrows(ConfigException.class,
+            () -> p.get("sec_1", Set.of("ca_truststore_file", "ca_cert_file")));
+        assertTrue(e.getMessage().contains("cannot be read as X.509 certificates"), e.getMessage());
+        assertFalse(e.getMessage().contains("aHVudGVy"), e.getMessage());
+        assertTrue(allFiles(tmp).isEmpty(), allFiles(tmp).toString());
+    }
+
+    @Test
+    void aMissingCaCertificateIsNamedWithTheFieldThatNeedsIt() throws Exception {
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("password", PASSWORD)));
+        ConfigException e = assertThrows(ConfigException.class,
+            () -> provider(stub, tmp).get("sec_1", Set.of("ca_cert_file", "password")));
+        assertTrue(e.getMessage().contains("no value for field 'ca_certificate' (needed for 'ca_cert_file') "
+            + "of secret reference 'sec_1'"), e.getMessage());
+        assertNoSecrets(e);
+        assertTrue(allFiles(tmp).isEmpty());
+    }
+
+    @Test
+    void aSecretReferenceThatIsNotASafeFileNameIsRefusedBeforeAnythingHappens() throws Exception {
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", pem("test-ca-1.pem"))));
+        Path dir = tmp.resolve("files");
+        ClueCdcConfigProvider p = provider(stub, dir);
+
+        for (String ref : List.of("../x", "..", "x..y", "a/b", "/etc/passwd", "a\\b", "sec 1", "sec\n1", "s\u00e9c")) {
+            for (String field : List.of("ca_cert_file", "ca_truststore_file")) {
+                ConfigException e = assertThrows(ConfigException.class, () -> p.get(ref, Set.of(field)), ref);
+                assertTrue(e.getMessage().contains("cannot be used in a file name"), e.getMessage());
+                assertTrue(e.getMessage().contains("'" + field + "'"), e.getMessage());
+            }
+        }
+        assertTrue(stub.requests.isEmpty());
+        assertTrue(allFiles(tmp).isEmpty(), allFiles(tmp).toString());
+        // Refs are only checked for the file fields.
+        stub.respondWith(r -> StubClueCdc.values(Map.of("password", PASSWORD)));
+        assertEquals(PASSWORD, p.get("../x", Set.of("password")).data().get("password"));
+    }
+
+    @Test
+    void aDirectoryThatCannotBeCreatedIsReportedWithTheDirectoryAndTheReference() throws Exception {
+        String ca = pem("test-ca-1.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca)));
+        Files.writeString(tmp.resolve("a-file"), "x");
+        Path dir = tmp.resolve("a-file").resolve("sub"); // its parent is a regular file
+
+        ConfigException e = assertThrows(ConfigException.class,
+            () -> provider(stub, dir).get("sec_1", Set.of("ca_cert_file")));
+
+        String m = e.getMessage();
+        assertTrue(m.contains("cannot write 'sec_1-ca.pem' for field 'ca_cert_file' of secret reference 'sec_1' in "
+            + "directory '" + dir + "' (parameter 'files.dir')"), m);
+        assertFalse(m.contains("MII"), m); // nothing of the certificate
+    }
+
+    @Test
+    void caTruststoreFileIsAPkcs12TruststoreWithEveryCertificateOfThePem() throws Exception {
+        String bundle = pem("test-ca-1.pem") + pem("test-ca-2.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", bundle, "user", "cdc")));
+        ClueCdcConfigProvider p = provider(stub, tmp);
+
+        ConfigData data = p.get("sec_my", Set.of("ca_truststore_file", "ca_truststore_password", "user"));
+
+        Path file = tmp.resolve("sec_my-truststore.p12");
+        assertEquals(Map.of("ca_truststore_file", file.toString(), "ca_truststore_password", "cluecdc-truststore",
+            "user", "cdc"), data.data());
+        assertEquals("{\"secret_ref\":\"sec_my\",\"fields\":[\"ca_certificate\",\"user\"]}", stub.lastRequest().body);
+        assertEquals("rw-------", mode(file));
+        assertEquals(List.of("sec_my-truststore.p12"), fileNames(tmp));
+
+        KeyStore store = loadTruststore(file, data.data().get("ca_truststore_password"));
+        List<Certificate> expected = certificates(bundle);
+        assertEquals(2, expected.size());
+        assertEquals(List.of("ca-0", "ca-1"), Collections.list(store.aliases()).stream().sorted()
+            .collect(Collectors.toList()));
+        for (int i = 0; i < expected.size(); i++) {
+            assertTrue(store.isCertificateEntry("ca-" + i));
+            assertEquals(expected.get(i), store.getCertificate("ca-" + i));
+        }
+        assertEquals("CN=ClueCDC throwaway test CA 1",
+            ((X509Certificate) store.getCertificate("ca-0")).getSubjectX500Principal().getName());
+
+        // Same certificates: untouched. Other certificates: replaced.
+        FileTime old = FileTime.from(Instant.now().minus(3, ChronoUnit.DAYS).truncatedTo(ChronoUnit.SECONDS));
+        Files.setLastModifiedTime(file, old);
+        Object inode = inode(file);
+        p.get("sec_my", Set.of("ca_truststore_file"));
+        assertEquals(old, Files.getLastModifiedTime(file));
+        assertEquals(inode, inode(file));
+
+        String ca2 = pem("test-ca-2.pem");
+        stub.respondWith(r -> StubClueCdc.values(Map.of("ca_certificate", ca2)));
+        p.get("sec_my", Set.of("ca_truststore_file"));
+        assertFalse(inode.equals(inode(file)));
+        store = loadTruststore(file, "cluecdc-truststore");
+        assertEquals(1, store.size());
+        assertEquals(certificates(ca2).get(0), store.getCertificate("ca-0"));
+        assertEquals("rw-------", mode(file));
+    }
+
+    @Test
+    void caTruststorePasswordAloneNeedsNoRequest() throws Exception {
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of()));
+        ConfigData data = provider(stub, tmp).get("sec_1", Set.of("ca_truststore_password"));
+        assertEquals(Map.of("ca_truststore_password", "cluecdc-truststore"), data.data());
+        assertTrue(stub.requests.isEmpty());
+    }
+
+    @Test
+    void bothFilesAndASecretResolveThroughKafkasConfigTransformerInOneRequest() throws Exception {
+        String ca = pem("test-ca-1.pem");
+        StubClueCdc stub = closeLater(StubClueCdc.returning(Map.of("ca_certificate", ca, "password", PASSWORD)));
+        Map<String, ConfigProvider> providers = Map.of("cluecdc", provider(stub, tmp));
+
+        Map<String, String> connectorConfig = new HashMap<>();
+        connectorConfig.put("database.password", "${cluecdc:sec_42:password}");
+        connectorConfig.put("database.sslrootcert", "${cluecdc:sec_42:ca_cert_file}");
+        connectorConfig.put("database.ssl.truststore", "${cluecdc:sec_42:ca_truststore_file}");
+        connectorConfig.put("database.ssl.truststore.password", "${cluecdc:sec_42:ca_truststore_password}");
+        Map<String, String> resolved = new ConfigTransformer(providers).transform(connectorConfig).data();
+
+        assertEquals(PASSWORD, resolved.get("database.password"));
+        assertEquals(tmp.resolve("sec_42-ca.pem").toString(), resolved.get("database.sslrootcert"));
+        assertEquals(tmp.resolve("sec_42-truststore.p12").toString(), resolved.get("database.ssl.truststore"));
+        assertEquals("cluecdc-truststore", resolved.get("database.ssl.truststore.password"));
+        assertEquals(1, stub.requests.size());
+        assertEquals(List.of("ca_certificate", "password"),
+            ((Map<?, ?>) Json.parse(stub.lastRequest().body)).get("fields"));
+        assertEquals(ca, Files.readString(tmp.resolve("sec_42-ca.pem"), StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void concurrentGetsOfTheSameFilesAllSucceedAndLeaveCompleteFiles() throws Exception {
+        String ca1 = pem("test-ca-1.pem");
+        String ca2 = pem("test-ca-2.pem");
+        // Alternate between two certificates so that writers really race.
+        java.util.concurrent.atomic.AtomicInteger n = new java.util.concurrent.atomic.AtomicInteger();
+        StubClueCdc stub = closeLater(new StubClueCdc(r ->
+            StubClueCdc.values(Map.of("ca_certificate", n.getAndIncrement() % 2 == 0 ? ca1 : ca2))));
+        ClueCdcConfigProvider p = provider(stub, tmp);
+        ExecutorService pool = Executors.newFixedThreadPool(8);
+        try {
+            List<Callable<Map<String, String>>> calls = new ArrayList<>();
+            for (int i = 0; i < 40; i++) {
+                calls.add(() -> p.get("sec_1", Set.of("ca_cert_file", "ca_truststore_file")).data());
+            }
+            for (Future<Map<String, String>> f : pool.invokeAll(calls)) {
+                assertEquals(2, f.get().size());
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+        assertTrue(List.of(ca1, ca2).contains(Files.readString(tmp.resolve("sec_1-ca.pem"), StandardCharsets.UTF_8)));
+        assertEquals(1, loadTruststore(tmp.resolve("sec_1-truststore.p12"), "cluecdc-truststore").size());
+        assertEquals(List.of("sec_1-ca.pem", "sec_1-truststore.p12"), fileNames(tmp));
     }
 
     // ------------------------------------------------------------------ discovery

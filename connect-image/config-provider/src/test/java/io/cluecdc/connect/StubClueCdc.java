@@ -94,6 +94,12 @@ final class StubClueCdc implements AutoCloseable {
 
     /** Answers 200 {"values":{...}} with the given fields. */
     static StubClueCdc returning(Map<String, String> values) throws IOException {
+        Response response = values(values);
+        return new StubClueCdc(r -> response);
+    }
+
+    /** A 200 {"values":{...}} answer with the given fields (plus keys the provider must ignore). */
+    static Response values(Map<String, String> values) {
         StringBuilder b = new StringBuilder("{\"request_id\":\"r-1\",\"values\":{");
         String sep = "";
         for (Map.Entry<String, String> e : values.entrySet()) {
@@ -101,7 +107,7 @@ final class StubClueCdc implements AutoCloseable {
             sep = ",";
         }
         String body = b.append("},\"meta\":{\"nested\":{\"ignored\":[1,2.5e3,true,null]}}}").toString();
-        return new StubClueCdc(r -> new Response(200, body));
+        return new Response(200, body);
     }
 
     void respondWith(Function<Request, Response> responder) {
