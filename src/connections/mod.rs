@@ -850,6 +850,38 @@ pub async fn discover(
     })
 }
 
+/// What a TLS failure means, in the words of the settings that fix it, read from a client's
+/// error text (rustls, OpenSSL through librdkafka, the JDK in connector traces).
+pub fn tls_problem(message: &str) -> Option<&'static str> {
+    let m = message.to_lowercase();
+    let any = |needles: &[&str]| needles.iter().any(|n| m.contains(n));
+    if any(&[
+        "unknownissuer",
+        "certificate verify failed",
+        "unable to get local issuer",
+        "self-signed certificate",
+        "self signed certificate",
+        "pkix path building failed",
+        "unable to find valid certification path",
+        "badsignature",
+    ]) {
+        Some("the server's certificate is not signed by the CA in the connection's CA certificate (without one, by a CA this machine trusts): paste the PEM of the CA that signed it")
+    } else if any(&[
+        "notvalidforname",
+        "hostname mismatch",
+        "no subject alternative",
+        "could not be verified by hostnameverifier",
+    ]) {
+        Some("the server's certificate does not name this host: connect by a name the certificate lists, or use tls_mode verify-ca")
+    } else if any(&["expired", "notvalidyet", "certificate has expired"])
+        && any(&["certificate", "cert"])
+    {
+        Some("the server's certificate has expired or is not valid yet: renew it on the server")
+    } else {
+        None
+    }
+}
+
 /// Makes a provider's error text safe to show and store: secret values and URL credentials
 /// replaced, length bounded.
 pub fn sanitize(message: &str, secrets: &BTreeMap<String, Secret<String>>) -> String {

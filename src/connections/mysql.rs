@@ -70,6 +70,8 @@ fn connect_hint(message: &str) -> String {
         "check the database name".into()
     } else if m.contains("refused") || m.contains("no answer") || m.contains("timed out") {
         "check host and port, bind-address on the server, and firewalls between ClueCDC and the server".into()
+    } else if let Some(why) = super::tls_problem(&m) {
+        why.into()
     } else if m.contains("ssl") || m.contains("tls") || m.contains("certificate") {
         "check tls_mode and the CA certificate against the server's TLS setup".into()
     } else {

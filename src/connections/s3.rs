@@ -19,11 +19,12 @@ pub struct ObjectStorage;
 pub const PROBE_DIR: &str = ".cluecdc/connection-tests/";
 
 /// An S3 client for a connection: the regional AWS endpoint, or the MinIO endpoint with
-/// path-style addressing. TLS verification is always on (the SDK offers no way off here).
+/// path-style addressing. TLS verification is always on (the SDK offers no way off here); with
+/// a private CA, that CA is the only root this client trusts.
 pub fn client(
     s: &ObjectStorageSettings,
     secrets: &BTreeMap<String, Secret<String>>,
-) -> aws_sdk_s3::Client {
+) -> std::result::Result<aws_sdk_s3::Client, String> {
     let get = |k: &str| secrets.get(k).map(|v| v.expose().clone());
     let creds = Credentials::new(
         get("access_key_id").unwrap_or_default(),
@@ -47,7 +48,31 @@ pub fn client(
     if let Some(endpoint) = &s.endpoint {
         b = b.endpoint_url(endpoint);
     }
-    aws_sdk_s3::Client::from_conf(b.build())
+    if let Some(pem) = &s.ca_certificate {
+        b = b.http_client(private_ca_client(pem)?);
+    }
+    Ok(aws_sdk_s3::Client::from_conf(b.build()))
+}
+
+/// The SDK's own HTTPS client (rustls with aws-lc, as its default), trusting `pem` only. An
+/// unparsable PEM fails the handshake with a certificate error, never falls back to more roots.
+fn private_ca_client(
+    pem: &str,
+) -> std::result::Result<aws_sdk_s3::config::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls;
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(false)
+        .with_pem_certificate(pem.as_bytes());
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| format!("the CA certificate cannot be used: {e}"))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https())
 }
 
 /// (error code, sanitized message) of an SDK error: never a secret, never a raw response.
@@ -92,7 +117,10 @@ pub fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::f
     )
 }
 
-fn hint_for(code: &str, bucket: &str) -> String {
+fn hint_for(code: &str, message: &str, bucket: &str) -> String {
+    if let Some(why) = super::tls_problem(message) {
+        return why.into();
+    }
     match code {
         "NoSuchBucket" | "HTTP 404" | "NotFound" => format!("bucket {bucket} does not exist: create it yourself (ClueCDC never creates buckets) or fix the bucket name and region"),
         "InvalidAccessKeyId" => "the access key id is unknown to the server: rotate the connection's credentials".into(),
@@ -114,8 +142,18 @@ impl Adapter for ObjectStorage {
             let Some(s) = conn.object_storage() else {
                 return vec![];
             };
-            let client = client(s, secrets);
             let mut checks = Vec::new();
+            let client = match client(s, secrets) {
+                Ok(c) => c,
+                Err(why) => {
+                    checks.push(Check::fail(
+                        "bucket",
+                        why,
+                        "paste the PEM of the CA that signed the server's certificate",
+                    ));
+                    return checks;
+                }
+            };
             match client.head_bucket().bucket(&s.bucket).send().await {
                 Ok(_) => checks.push(Check::pass(
                     "bucket",
@@ -136,7 +174,8 @@ impl Adapter for ObjectStorage {
                             (code, msg) = describe(&e, secrets);
                         }
                     }
-                    checks.push(Check::fail("bucket", msg, hint_for(&code, &s.bucket)));
+                    let hint = hint_for(&code, &msg, &s.bucket);
+                    checks.push(Check::fail("bucket", msg, hint));
                     return checks;
                 }
             }
@@ -154,7 +193,8 @@ impl Adapter for ObjectStorage {
                 .await
             {
                 let (code, msg) = describe(&e, secrets);
-                checks.push(Check::fail("write probe", msg, hint_for(&code, &s.bucket)));
+                let hint = hint_for(&code, &msg, &s.bucket);
+                checks.push(Check::fail("write probe", msg, hint));
                 return checks;
             }
             checks.push(Check::pass(
@@ -181,7 +221,8 @@ impl Adapter for ObjectStorage {
                 },
                 Err(e) => {
                     let (code, msg) = describe(&e, secrets);
-                    checks.push(Check::fail("read back", msg, hint_for(&code, &s.bucket)));
+                    let hint = hint_for(&code, &msg, &s.bucket);
+                    checks.push(Check::fail("read back", msg, hint));
                 }
             }
             // The finally step: whatever happened to the read, the probe is removed.

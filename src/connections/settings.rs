@@ -59,6 +59,15 @@ pub struct DatabaseSettings {
     pub server_id: Option<u32>,
 }
 
+impl DatabaseSettings {
+    /// Whether clients check the server's certificate against the connection's CA (the CA is
+    /// required with these modes, so it is there).
+    pub fn verifies_ca(&self) -> bool {
+        matches!(self.tls_mode, TlsMode::VerifyCa | TlsMode::VerifyFull)
+            && self.ca_certificate.is_some()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectStorageSettings {
     pub bucket: String,
@@ -70,6 +79,10 @@ pub struct ObjectStorageSettings {
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub use_ssl: bool,
+    /// A private CA for an https endpoint: ClueCDC trusts only it for this connection (the
+    /// Connect workers trust it through their JVM truststore; see the README).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificate: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -551,6 +564,13 @@ pub fn parse_object_storage(
         (true, _) => true,
         (false, p) => p.unwrap_or(false),
     };
+    let ca_certificate = raw.string("ca_certificate");
+    match &ca_certificate {
+        Some(_) if provider == Provider::AwsS3 => raw.err("ca_certificate", "AWS S3 is signed by public CAs; remove the CA certificate (a private CA is for an S3-compatible server: provider MINIO)"),
+        Some(_) if !use_ssl => raw.err("ca_certificate", "a CA certificate is for an https:// endpoint; use https or remove the CA certificate"),
+        Some(pem) if !pem.contains("-----BEGIN CERTIFICATE-----") => raw.err("ca_certificate", "paste a PEM certificate (it starts with -----BEGIN CERTIFICATE-----)"),
+        _ => {}
+    }
     raw.finish();
     ObjectStorageSettings {
         bucket,
@@ -559,6 +579,7 @@ pub fn parse_object_storage(
         endpoint,
         path_style,
         use_ssl,
+        ca_certificate,
     }
 }
 
@@ -688,6 +709,29 @@ mod tests {
         let (_, e) =
             minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "path_style": false}));
         assert!(e["settings.path_style"].contains("path-style"));
+    }
+
+    #[test]
+    fn a_private_ca_is_for_an_https_minio_endpoint_and_must_be_pem() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let (s, e) =
+            minio(json!({"bucket": "cdc", "endpoint": "https://m:9000", "ca_certificate": pem}));
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(s.ca_certificate.as_deref(), Some(pem.trim()));
+        let (_, e) =
+            minio(json!({"bucket": "cdc", "endpoint": "http://m:9000", "ca_certificate": pem}));
+        assert!(e["settings.ca_certificate"].contains("https://"));
+        let (_, e) = minio(
+            json!({"bucket": "cdc", "endpoint": "https://m:9000", "ca_certificate": "not a cert"}),
+        );
+        assert!(e["settings.ca_certificate"].contains("PEM"));
+        let mut e = FieldErrors::new();
+        parse_object_storage(
+            Provider::AwsS3,
+            &obj(json!({"bucket": "cdc", "region": "us-east-1", "ca_certificate": pem})),
+            &mut e,
+        );
+        assert!(e["settings.ca_certificate"].contains("public CAs"));
     }
 
     #[test]

@@ -376,20 +376,31 @@ fn set_sink_common(c: &mut Config, policy: &str, dead_letter_topic: Option<&str>
 }
 
 /// The JDBC URL of a database connection (no credentials in it: those are separate keys).
+/// With verify-ca/verify-full the driver gets the connection's CA as a file on the worker,
+/// through the config provider: PostgreSQL and MariaDB read the PEM, MySQL's driver a PKCS12
+/// truststore.
 pub fn jdbc_url(c: &Connection) -> String {
     let Some(d) = c.database() else {
         return String::new();
     };
+    let ca = |param: &str| match d.verifies_ca() {
+        true => format!(
+            "&{param}={}",
+            crate::pipelines::config::reference(c, "ca_cert_file")
+        ),
+        false => String::new(),
+    };
     match c.provider {
         Provider::Postgresql => format!(
-            "jdbc:postgresql://{}:{}/{}?sslmode={}",
+            "jdbc:postgresql://{}:{}/{}?sslmode={}{}",
             d.host,
             d.port,
             d.database,
-            d.tls_mode.as_str()
+            d.tls_mode.as_str(),
+            ca("sslrootcert")
         ),
         Provider::Mariadb => format!(
-            "jdbc:mariadb://{}:{}/{}?sslMode={}",
+            "jdbc:mariadb://{}:{}/{}?sslMode={}{}",
             d.host,
             d.port,
             d.database,
@@ -398,10 +409,11 @@ pub fn jdbc_url(c: &Connection) -> String {
                 TlsMode::Require => "trust",
                 TlsMode::VerifyCa => "verify-ca",
                 TlsMode::VerifyFull => "verify-full",
-            }
+            },
+            ca("serverSslCert")
         ),
         _ => format!(
-            "jdbc:mysql://{}:{}/{}?sslMode={}",
+            "jdbc:mysql://{}:{}/{}?sslMode={}{}",
             d.host,
             d.port,
             d.database,
@@ -410,6 +422,14 @@ pub fn jdbc_url(c: &Connection) -> String {
                 TlsMode::Require => "REQUIRED",
                 TlsMode::VerifyCa => "VERIFY_CA",
                 TlsMode::VerifyFull => "VERIFY_IDENTITY",
+            },
+            match d.verifies_ca() {
+                true => format!(
+                    "&trustCertificateKeyStoreType=PKCS12&trustCertificateKeyStoreUrl=file:{}&trustCertificateKeyStorePassword={}",
+                    crate::pipelines::config::reference(c, "ca_truststore_file"),
+                    crate::pipelines::config::reference(c, "ca_truststore_password")
+                ),
+                false => String::new(),
             }
         ),
     }
@@ -499,6 +519,30 @@ mod tests {
         assert!(jdbc_url(&dest(Provider::Mysql)).ends_with("sslMode=VERIFY_IDENTITY"));
     }
 
+    #[test]
+    fn a_verifying_destination_gets_its_ca_as_a_file_reference_never_the_pem() {
+        let with_ca = |p: Provider| {
+            let mut c = dest(p);
+            if let Settings::Database(d) = &mut c.settings {
+                d.ca_certificate =
+                    Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+            }
+            jdbc_url(&c)
+        };
+        assert_eq!(
+            with_ca(Provider::Postgresql),
+            "jdbc:postgresql://replica.internal:5432/analytics?sslmode=verify-full&sslrootcert=${cluecdc:sec_dest:ca_cert_file}"
+        );
+        assert!(with_ca(Provider::Mariadb)
+            .ends_with("?sslMode=verify-full&serverSslCert=${cluecdc:sec_dest:ca_cert_file}"));
+        assert!(with_ca(Provider::Mysql).ends_with(
+            "&trustCertificateKeyStoreUrl=file:${cluecdc:sec_dest:ca_truststore_file}&trustCertificateKeyStorePassword=${cluecdc:sec_dest:ca_truststore_password}"
+        ));
+        for p in [Provider::Postgresql, Provider::Mariadb, Provider::Mysql] {
+            assert!(!with_ca(p).contains("BEGIN"), "{p:?}");
+        }
+    }
+
     fn storage(prefix: &str) -> Connection {
         Connection {
             id: "con_3".into(),
@@ -513,6 +557,7 @@ mod tests {
                     endpoint: Some("http://minio:9000".into()),
                     path_style: true,
                     use_ssl: false,
+                    ca_certificate: None,
                 },
             ),
             secret_ref: "sec_lake".into(),

@@ -60,7 +60,7 @@ pub async fn newest(
         )));
     };
     let secrets = secrets(store, dest).await?;
-    let s3 = client(s, &secrets);
+    let s3 = client(s, &secrets).map_err(Error::Unavailable)?;
     let mut items = Vec::new();
     let mut truncated = false;
     for prefix in prefixes {
@@ -135,7 +135,7 @@ pub async fn newest_heartbeat(
     };
     let list = newest(store, dest, &[prefix.to_string()], HEARTBEAT_OBJECTS).await?;
     let secrets = secrets(store, dest).await?;
-    let s3 = client(s, &secrets);
+    let s3 = client(s, &secrets).map_err(Error::Unavailable)?;
     let mut newest_ms: Option<i64> = None;
     for o in list
         .items

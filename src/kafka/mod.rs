@@ -193,12 +193,71 @@ fn admin(access: &KafkaAccess) -> Result<Arc<Admin>, String> {
     Ok(client)
 }
 
-fn consumer(access: &KafkaAccess) -> Result<BaseConsumer, String> {
+/// Keeps the last connection-level error librdkafka reported beside a call: a refused SASL
+/// login or a failed TLS handshake reaches the call itself only as "BrokerTransportFailure".
+#[derive(Default)]
+pub struct Errors(Mutex<Option<String>>);
+
+impl rdkafka::ClientContext for Errors {
+    fn error(&self, _error: rdkafka::error::KafkaError, reason: &str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+    }
+
+    /// librdkafka reports a refused login or handshake as an error-level log line ("FAIL").
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        if matches!(level, L::Emerg | L::Alert | L::Critical | L::Error) {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.to_string());
+        }
+        tracing::debug!(target: "rdkafka", fac, message);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Errors {}
+
+impl Errors {
+    /// The call's error, with the connection error that caused it and what fixes that.
+    fn explain(&self, e: &rdkafka::error::KafkaError) -> String {
+        let call = e.to_string();
+        match self.0.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            Some(reason) => explain(&format!("{call}: {reason}")),
+            None => explain(&call),
+        }
+    }
+}
+
+/// A Kafka client error in the words of the cluster's settings (never a credential: librdkafka
+/// does not put one in its messages).
+pub fn explain(message: &str) -> String {
+    let m = message.to_lowercase();
+    if m.contains("sasl authentication error") || m.contains("authentication failed") {
+        format!("SASL authentication failed: the broker refused the user name or password; check sasl_username, sasl_password and sasl_mechanism ({message})")
+    } else if m.contains("certificate verify failed") || m.contains("ssl handshake failed") {
+        let why = crate::connections::tls_problem(&m).unwrap_or(
+            "the TLS handshake failed: check security_protocol and tls_ca_certificate against the listener",
+        );
+        format!(
+            "TLS: {} ({message})",
+            why.replace("the connection's CA certificate", "tls_ca_certificate")
+        )
+    } else {
+        message.to_string()
+    }
+}
+
+/// A failed call's error, explained: polling once hands the client's queued error events
+/// (where librdkafka puts the SASL or TLS reason) to [`Errors`].
+fn explained(c: &BaseConsumer<Errors>, e: &rdkafka::error::KafkaError) -> String {
+    let _ = c.poll(Duration::ZERO);
+    c.context().explain(e)
+}
+
+fn consumer(access: &KafkaAccess) -> Result<BaseConsumer<Errors>, String> {
     access
         .config()
         .set("group.id", "cluecdc-metadata")
         .set("enable.auto.commit", "false")
-        .create()
+        .create_with_context(Errors::default())
         .map_err(|e| e.to_string())
 }
 
@@ -206,7 +265,9 @@ pub async fn health(access: &KafkaAccess) -> Health {
     let access = access.clone();
     match blocking(move || {
         let c = consumer(&access)?;
-        let md = c.fetch_metadata(None, TIMEOUT).map_err(|e| e.to_string())?;
+        let md = c
+            .fetch_metadata(None, TIMEOUT)
+            .map_err(|e| explained(&c, &e))?;
         Ok(Health {
             reachable: true,
             brokers: md
@@ -242,7 +303,7 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
         let c = consumer(&a)?;
         let md = c
             .fetch_metadata(single.as_deref(), TIMEOUT)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| explained(&c, &e))?;
         let wanted: Vec<(String, i32)> = md
             .topics()
             .iter()
@@ -413,7 +474,10 @@ pub struct PartitionLag {
 /// latest, one request per leader) instead of two round trips per partition, which on a
 /// cluster of a thousand topics took both cores for half a second. A partition whose leader
 /// did not answer is missing from the map.
-fn watermarks(c: &BaseConsumer, wanted: &[(String, i32)]) -> HashMap<(String, i32), (i64, i64)> {
+fn watermarks<C: rdkafka::consumer::ConsumerContext>(
+    c: &BaseConsumer<C>,
+    wanted: &[(String, i32)],
+) -> HashMap<(String, i32), (i64, i64)> {
     use rdkafka::{Offset, TopicPartitionList};
     let read = |at: Offset| -> HashMap<(String, i32), i64> {
         let mut tpl = TopicPartitionList::new();

@@ -122,6 +122,12 @@ pub fn managed_keys() -> &'static [&'static str] {
         "snapshot.mode",
         "publication.autocreate.mode",
         "heartbeat.action.query",
+        // TLS: from the connection, never loosened by an option.
+        "database.sslmode",
+        "database.sslrootcert",
+        "database.ssl.mode",
+        "database.ssl.truststore",
+        "database.ssl.truststore.password",
     ]
 }
 
@@ -188,6 +194,10 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
             );
             set("publication.autocreate.mode", spec.publication_mode.clone());
             set("database.sslmode", d.tls_mode.as_str().into());
+            // The CA as a file on the worker, written there by the config provider.
+            if d.verifies_ca() {
+                set("database.sslrootcert", reference(conn, "ca_cert_file"));
+            }
         }
         _ => {
             set("database.server.id", d.server_id.unwrap_or(0).to_string());
@@ -213,6 +223,18 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
                 (_, TlsMode::VerifyFull) => "verify_identity",
             };
             set("database.ssl.mode", ssl.into());
+            // The binlog client and the JDBC driver read a Java truststore: the provider
+            // builds one from the connection's CA (its password guards public certificates).
+            if d.verifies_ca() {
+                set(
+                    "database.ssl.truststore",
+                    reference(conn, "ca_truststore_file"),
+                );
+                set(
+                    "database.ssl.truststore.password",
+                    reference(conn, "ca_truststore_password"),
+                );
+            }
         }
     }
     for (k, v) in &spec.options {
@@ -363,6 +385,45 @@ mod tests {
         assert!(!c
             .values()
             .any(|v| v.contains("secret") && !v.starts_with("${cluecdc:")));
+    }
+
+    #[test]
+    fn a_verifying_source_reads_its_ca_from_a_provider_file_and_options_cannot_loosen_tls() {
+        let with_ca = |p: Provider| {
+            let mut c = conn(p);
+            if let Settings::Database(d) = &mut c.settings {
+                d.ca_certificate =
+                    Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+            }
+            c
+        };
+        let mut sp = spec(&["public.orders"]);
+        sp.options
+            .insert("database.sslmode".into(), "disable".into());
+        sp.options
+            .insert("database.ssl.mode".into(), "disabled".into());
+        let pg = build(&with_ca(Provider::Postgresql), &sp);
+        assert_eq!(pg["database.sslmode"], "verify-full");
+        assert_eq!(
+            pg["database.sslrootcert"],
+            "${cluecdc:sec_abc:ca_cert_file}"
+        );
+        let my = build(&with_ca(Provider::Mariadb), &sp);
+        assert_eq!(my["database.ssl.mode"], "verify-full");
+        assert_eq!(
+            my["database.ssl.truststore"],
+            "${cluecdc:sec_abc:ca_truststore_file}"
+        );
+        assert_eq!(
+            my["database.ssl.truststore.password"],
+            "${cluecdc:sec_abc:ca_truststore_password}"
+        );
+        for c in [&pg, &my] {
+            assert!(!c.values().any(|v| v.contains("BEGIN CERTIFICATE")));
+        }
+        // Without a CA (require) there is no file to point at.
+        let plain = build(&conn(Provider::Postgresql), &spec(&["public.orders"]));
+        assert!(!plain.contains_key("database.sslrootcert"));
     }
 
     #[test]

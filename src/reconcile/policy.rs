@@ -51,6 +51,12 @@ pub enum Failure {
 
 /// (needle, reason, what to do). Needles are matched case-insensitively against the trace.
 const PERMANENT: &[(&str, &str, &str)] = &[
+    // TLS: a certificate the connection's CA did not sign, or one for another name, stays so.
+    ("pkix path building failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
+    ("unable to find valid certification path", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
+    ("certificate verify failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
+    ("could not be verified by hostnameverifier", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
+    ("no subject alternative", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
     ("password authentication failed", "authentication failed", "the database rejected the password: rotate the connection's credentials, then restart the connector"),
     ("access denied for user", "authentication failed", "the database rejected the user or password: check the grants and rotate the connection's credentials"),
     ("signaturedoesnotmatch", "authentication failed", "the object store rejected the secret key: rotate the connection's credentials"),
@@ -167,6 +173,8 @@ mod tests {
             "org.apache.kafka.common.config.ConfigException: Missing required configuration \"topic.prefix\"",
             "bucket: SignatureDoesNotMatch: The request signature we calculated does not match",
             "bucket: AccessDenied: Access Denied",
+            "org.postgresql.util.PSQLException: SSL error: PKIX path building failed: sun.security.provider.certpath.SunCertPathBuilderException: unable to find valid certification path to requested target",
+            "org.postgresql.util.PSQLException: The hostname db.internal could not be verified by hostnameverifier PgjdbcHostnameVerifier.",
         ] {
             assert!(matches!(classify(t), Failure::Permanent { .. }), "{t}");
         }

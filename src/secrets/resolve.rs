@@ -1,5 +1,9 @@
 //! Answers the Connect config provider: a Connect cluster, identified by its provider token,
 //! asks for fields of a secret reference. Every resolution is audited, without the value.
+//!
+//! One field is not a secret: `ca_certificate`, the connection's CA (a setting), which the
+//! provider writes to a file on the worker (`${cluecdc:<ref>:ca_cert_file}`) for connectors
+//! that take a certificate path (PostgreSQL `sslrootcert`, JDBC URLs).
 
 use std::collections::BTreeMap;
 
@@ -17,6 +21,9 @@ pub struct Resolved {
     pub values: BTreeMap<String, String>,
 }
 
+/// The connection setting the provider may read beside the secrets.
+pub const CA_CERTIFICATE: &str = "ca_certificate";
+
 pub async fn resolve(
     pool: &SqlitePool,
     store: &SecretStore,
@@ -28,13 +35,14 @@ pub async fn resolve(
         name: format!("connect:{}", who.cluster_name),
         kind: "connect",
     };
-    let connection: Option<(String, String)> =
-        sqlx::query_as("SELECT id, name FROM connections WHERE secret_ref = ?")
+    let connection: Option<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, name, json_extract(settings, '$.ca_certificate') FROM connections WHERE secret_ref = ?",
+    )
             .bind(secret_ref)
             .fetch_optional(pool)
             .await?;
     let outcome = async {
-        let Some((_, _)) = &connection else {
+        let Some((_, _, ca_certificate)) = &connection else {
             return Err(Error::NotFound(format!("secret reference {secret_ref}")));
         };
         if !in_scope(pool, who, secret_ref).await? {
@@ -48,6 +56,15 @@ pub async fn resolve(
         }
         let mut values = BTreeMap::new();
         for field in fields {
+            if field == CA_CERTIFICATE {
+                let pem = ca_certificate.clone().ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "field {field} of secret reference {secret_ref}: the connection has no CA certificate"
+                    ))
+                })?;
+                values.insert(field.clone(), pem);
+                continue;
+            }
             match store.get(secret_ref, field).await? {
                 Some(v) => {
                     values.insert(field.clone(), v.expose().clone());

@@ -178,6 +178,7 @@ fn settings_fields(
         ];
         if provider == Provider::Minio {
             f.push(("endpoint", "Endpoint", "url", "Reachable from ClueCDC and Kafka Connect, e.g. http://minio:9000. Plain http is for isolated local fixtures only.", vec![]));
+            f.push(("ca_certificate", "CA certificate (PEM)", "textarea", "Only for an https endpoint signed by a private CA. The Connect workers must trust it too (their JVM truststore).", vec![]));
         }
         f
     } else {

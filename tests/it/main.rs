@@ -16,3 +16,4 @@ mod pipelines;
 mod reconciler;
 mod secrets;
 mod stack_smoke;
+mod tls;
