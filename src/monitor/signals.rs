@@ -122,6 +122,15 @@ fn stall_cause(report: &crate::connections::TestReport) -> String {
     }
 }
 
+/// Why a pipeline's source fails ClueCDC's own read, read like a task trace: the connector uses
+/// the same connection and, in Debezium, retries it without end while its task stays RUNNING.
+fn source_cause(pipeline: &str, error: &str) -> String {
+    match crate::reconcile::policy::classify(error) {
+        crate::reconcile::policy::Failure::Permanent { reason, what_to_do } => format!("permanent ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}); {what_to_do}. Its connector retries the same connection without end, although Connect may report it RUNNING: restarting will not help"),
+        crate::reconcile::policy::Failure::Transient { reason } => format!("transient ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}); its connector retries and resumes once the source answers"),
+    }
+}
+
 /// The signals kept as history (charts, `/api/v1/samples`, `/metrics`), with what they mean.
 /// A sampled kind that is also a rule kind is alerted on with the same value.
 pub const SAMPLED: [(&str, &str); 7] = [
@@ -373,6 +382,20 @@ impl Monitor {
                     });
                 }
             }
+            let running = detail
+                .connector
+                .as_ref()
+                .is_some_and(|c| c.desired_state == "running");
+            seen.push(Observation {
+                kind: "pipeline_source_unreachable",
+                subject: p.name.clone(),
+                value: if running && detail.source_error.is_some() {
+                    1.0
+                } else {
+                    0.0
+                },
+                message: source_cause(&p.name, detail.source_error.as_deref().unwrap_or("")),
+            });
             // A slot that does not exist (yet, or any more) retains nothing and is not idle.
             if let Some(slot) = detail.slot {
                 let bytes = slot.retained_wal_bytes.unwrap_or(0);
@@ -588,6 +611,7 @@ impl Monitor {
                     "slot_retained_wal_bytes"
                         | "connector_failed"
                         | "delivery_stalled_seconds"
+                        | "pipeline_source_unreachable"
                         | "kafka_unreachable"
                         | "binlog_position_lost"
                 ) {

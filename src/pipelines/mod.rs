@@ -979,6 +979,9 @@ pub struct Detail {
     pub newest_record_age_secs: Option<f64>,
     /// From the connector's offsets: an incremental snapshot in progress, and for which tables.
     pub snapshot: Option<String>,
+    /// Why ClueCDC could not read the source (slots or binlogs) just now: the connector uses
+    /// the same connection, so it is most likely failing the same way.
+    pub source_error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1007,7 +1010,7 @@ pub async fn detail(
 #[derive(Default)]
 pub struct TopicsMemo {
     topics: HashMap<String, Option<std::sync::Arc<Vec<crate::kafka::TopicInfo>>>>,
-    slots: HashMap<String, Option<std::sync::Arc<Vec<source::SlotInfo>>>>,
+    slots: HashMap<String, std::result::Result<std::sync::Arc<Vec<source::SlotInfo>>, String>>,
 }
 
 /// [`detail`], reading each Kafka cluster's topics through `memo`.
@@ -1022,6 +1025,7 @@ pub async fn detail_with(
     let p = load(pool, id).await?;
     let connector = connectors::get(pool, who, &p.connector_id).await.ok();
     let source = connections::load(pool, &p.source_connection_id).await?;
+    let mut source_error = None;
     let slot = match (
         source.provider,
         source.database().and_then(|d| d.slot_name.clone()),
@@ -1032,12 +1036,13 @@ pub async fn detail_with(
                 None => {
                     let all = source::slots(store, &source)
                         .await
-                        .ok()
-                        .map(std::sync::Arc::new);
+                        .map(std::sync::Arc::new)
+                        .map_err(|e| e.to_string());
                     memo.slots.insert(source.id.clone(), all.clone());
                     all
                 }
             };
+            let all = all.map_err(|e| source_error = Some(e)).ok();
             all.map(|all| {
                 all.iter()
                     .find(|s| s.name == name)
@@ -1056,7 +1061,11 @@ pub async fn detail_with(
                 .as_ref()
                 .and_then(|c| c.offsets.as_ref())
                 .and_then(source::binlog_position);
-            source::binlogs(store, &source).await.ok().map(|files| {
+            let files = source::binlogs(store, &source)
+                .await
+                .map_err(|e| source_error = Some(e.to_string()))
+                .ok();
+            files.map(|files| {
                 source::binlog_distance(&files, position.as_ref().map(|(f, p)| (f.as_str(), *p)))
             })
         }
@@ -1146,6 +1155,7 @@ pub async fn detail_with(
         end_offsets,
         newest_record_age_secs,
         snapshot,
+        source_error,
     })
 }
 

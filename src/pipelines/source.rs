@@ -22,7 +22,12 @@ async fn open(store: &SecretStore, c: &Connection) -> Result<Db> {
         .await?
         .map(|p| p.expose().clone())
         .unwrap_or_default();
-    let fail = |e: String| Error::Unavailable(format!("cannot reach the source {}: {}", c.name, e));
+    let fail = |e: String| {
+        let why = crate::connections::tls_problem(&e)
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default();
+        Error::Unavailable(format!("cannot reach the source {}: {e}{why}", c.name))
+    };
     let connect = async {
         match c.provider {
             Provider::Postgresql => {

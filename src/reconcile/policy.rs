@@ -54,6 +54,8 @@ const PERMANENT: &[(&str, &str, &str)] = &[
     // TLS: a certificate the connection's CA did not sign, or one for another name, stays so.
     ("pkix path building failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
     ("unable to find valid certification path", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
+    ("unknownissuer", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
+    ("notvalidforname", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
     ("certificate verify failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
     ("could not be verified by hostnameverifier", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
     ("no subject alternative", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),

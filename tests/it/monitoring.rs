@@ -554,6 +554,7 @@ async fn rules_and_webhooks_validate_their_input() {
             "kafka_unreachable",
             "orphan_slot",
             "pipeline_no_new_data_seconds",
+            "pipeline_source_unreachable",
             "slot_inactive",
             "slot_retained_wal_bytes"
         ]

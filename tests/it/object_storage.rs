@@ -43,7 +43,7 @@ struct Line {
 }
 
 /// Every object under `prefix`, read back through the S3 API: (object key, its lines).
-async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
+pub async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
     let s3 = s.s3_client(&s.s3_secret_key);
     let mut out = Vec::new();
     let mut token = None;

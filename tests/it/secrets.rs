@@ -102,7 +102,10 @@ fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) 
         "publication.name": f.slot,
         "publication.autocreate.mode": "filtered",
         "table.include.list": format!("public\\.{}", f.table),
-        "snapshot.mode": "no_data"
+        "snapshot.mode": "no_data",
+        // TLS with the stack's CA, as a file the provider writes on the worker.
+        "database.sslmode": "verify-full",
+        "database.sslrootcert": format!("${{cluecdc:{secret_ref}:ca_cert_file}}")
     })
 }
 
@@ -355,10 +358,11 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
     let tag = suffix();
     let canary = |field: &str| format!("CANARY-{field}-{tag}");
     let pg_pw = canary("pgpw");
+    let t = crate::tls::tls();
     let f = CaptureFixture::new(&s, &format!("can_{tag}"), &pg_pw).await;
     let pg = api
         .connection(json!({"name": format!("canary pg {tag}"), "provider": "POSTGRESQL", "capabilities": ["SOURCE", "DESTINATION"],
-            "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": f.role, "tls_mode": "disable", "slot_name": f.slot, "publication_name": f.slot},
+            "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": f.role, "tls_mode": "verify-full", "ca_certificate": t.ca, "slot_name": f.slot, "publication_name": f.slot},
             "secrets": {"password": pg_pw}}))
         .await;
     let maria = api
@@ -371,14 +375,22 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             "settings": {"bucket": s.s3_bucket, "endpoint": s.s3_endpoint},
             "secrets": {"access_key_id": canary("ak"), "secret_access_key": canary("sk"), "session_token": canary("st")}}))
         .await;
-    let canaries = [
+    // The TLS + SCRAM Kafka listener with its real password (so health and topics are read).
+    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "canary tls kafka", "bootstrap_servers": t.kafka_bootstrap,
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
+        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
+    assert_eq!(status, 201, "{kafka}");
+    let mut canaries = vec![
         pg_pw.clone(),
         canary("mariapw"),
         canary("ak"),
         canary("sk"),
         canary("st"),
         canary("rotated"),
+        t.scram_password.clone(),
     ];
+    // The test CA's private key never goes anywhere near ClueCDC; nothing may show it.
+    canaries.extend(crate::tls::key_lines(&t.ca_key));
     let name = format!("cdc-canary-{tag}");
     manage_connector(
         &api,
@@ -436,6 +448,10 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             let paths: Vec<String> =
                 if route.path.contains(":id") && route.path.contains("connections") {
                     ids.iter().map(|id| route.path.replace(":id", id)).collect()
+                } else if route.path.ends_with("kafka-clusters/:id")
+                    || route.path.ends_with("kafka-clusters/:id/topics")
+                {
+                    vec![route.path.replace(":id", kafka["id"].as_str().unwrap())]
                 } else if route.path.contains(':') {
                     continue;
                 } else {
@@ -524,6 +540,20 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
                 .unwrap();
         look("connections table".into(), rows.join("\n"));
         look("server log".into(), api.app.log());
+        // What the config provider wrote on the worker: the CA file, named by reference.
+        let dir = std::env::var("CLUECDC_PROVIDER_FILES").unwrap();
+        let ca_file = format!("{}-ca.pem", pg["secret_ref"].as_str().unwrap());
+        let mut listing = String::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            listing.push_str(&format!("{}\n", e.file_name().to_string_lossy()));
+            listing.push_str(&String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()));
+        }
+        assert!(
+            listing.contains(&ca_file),
+            "the provider wrote {ca_file} in {dir}: {listing}"
+        );
+        look("provider files".into(), listing);
 
         for (what, text) in &seen {
             for c in &canaries {

@@ -217,3 +217,272 @@ async fn a_tls_scram_kafka_cluster_shows_health_and_topics_and_a_wrong_password_
         .await;
     assert!(status < 300, "topic deleted");
 }
+
+fn tag() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
+    format!("{}", n % 100_000_000)
+}
+
+async fn dest_names(url: &str, table: &str) -> Vec<String> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(&format!("SELECT name FROM {table} ORDER BY id"))
+        .fetch_all(&mut c)
+        .await
+        .unwrap_or_default()
+}
+
+/// The ids of the rows captured into objects under `prefix` (every JSON line's `after.id`).
+async fn object_ids(s: &Stack, prefix: &str) -> Vec<i64> {
+    let mut ids: Vec<i64> = crate::object_storage::objects(s, prefix)
+        .await
+        .iter()
+        .flat_map(|(_, lines)| {
+            lines
+                .iter()
+                .filter_map(|v| v["value"]["after"]["id"].as_i64())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[tokio::test]
+async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_https_destinations_and_a_wrong_ca_is_permanent(
+) {
+    use sqlx::Connection;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+    let s = stack();
+    let t = tls();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api_with(&[("CLUECDC_MONITOR_INTERVAL", "1s")]);
+    let connect = point_connect_provider_at(&api).await;
+    // The pipeline's Kafka is the TLS + SCRAM listener: ClueCDC creates its topics there.
+    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "tls kafka", "bootstrap_servers": t.kafka_bootstrap,
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
+        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
+    assert_eq!(status, 201, "{kafka}");
+    let tag = tag();
+    let schema = format!("tl_{tag}");
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
+        .await
+        .unwrap();
+    for sql in [
+        format!("CREATE SCHEMA {schema}"),
+        format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name text NOT NULL)"),
+        format!("INSERT INTO {schema}.items VALUES (1, 'apple'), (2, 'pear')"),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api
+        .connection(pg_tls_body(
+            &s,
+            &format!("tls src {tag}"),
+            &t.ca,
+            json!({"slot_name": format!("tl_{tag}"), "publication_name": format!("tl_{tag}")}),
+        ))
+        .await;
+    let dest = api
+        .connection(json!({"name": "tls dest", "provider": "POSTGRESQL", "capabilities": ["DESTINATION"],
+            "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_dest_db, "user": s.pg_user, "tls_mode": "verify-full", "ca_certificate": t.ca},
+            "secrets": {"password": s.pg_password}}))
+        .await;
+    let lake_prefix = format!("tl{tag}/");
+    let lake = api
+        .connection(json!({"name": "tls lake", "provider": "MINIO", "capabilities": ["DESTINATION"],
+            "settings": {"bucket": s.s3_bucket, "region": s.s3_region, "endpoint": t.s3_endpoint, "prefix": lake_prefix, "ca_certificate": t.ca},
+            "secrets": {"access_key_id": s.s3_access_key, "secret_access_key": s.s3_secret_key}}))
+        .await;
+    let prefix = format!("tl{tag}");
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": format!("tls {tag}"), "source_connection_id": src["id"],
+        "kafka_cluster_id": kafka["id"], "connect_cluster_id": connect["id"], "tables": [format!("{schema}.items")], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{p}");
+    let pid = p["id"].as_str().unwrap().to_string();
+    let table = format!("tl_{tag}_items");
+    let mut deliveries = Vec::new();
+    for body in [
+        json!({"name": "tls jdbc", "pipeline_id": pid, "destination_connection_id": dest["id"], "table_name_format": format!("tl_{tag}_${{source.table}}")}),
+        // A short key: s3s-fs names a multipart upload's metadata file after the key in base64.
+        json!({"name": "tls lake", "pipeline_id": pid, "destination_connection_id": lake["id"], "records_per_file": 1,
+            "compression": "none", "key_template": "{{topic}}/{{partition}}-{{start_offset}}"}),
+    ] {
+        let (status, d) = api.post("/api/v1/deliveries", body).await;
+        assert_eq!(status, 201, "{d}");
+        deliveries.push(d["id"].as_str().unwrap().to_string());
+    }
+    let dest_url = s.pg_url(&s.pg_dest_db);
+    let result = async {
+        let (_, detail) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
+        let (_, topics) = api
+            .get(&format!(
+                "/api/v1/kafka-clusters/{}/topics?q={prefix}.",
+                kafka["id"].as_str().unwrap()
+            ))
+            .await;
+        assert!(
+            topics["total"].as_u64().unwrap() >= 1,
+            "the pipeline's topics, read through SASL_SSL: {topics} {detail}"
+        );
+        eventually(
+            Duration::from_secs(120),
+            "the verify-full pipeline RUNNING",
+            || async {
+                let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
+                (d["connector"]["phase"] == "RUNNING").then_some(())
+            },
+        )
+        .await;
+        sqlx::query(&format!("INSERT INTO {schema}.items VALUES (3, 'fig')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        let want = vec!["apple".to_string(), "pear".into(), "fig".into()];
+        eventually(
+            Duration::from_secs(120),
+            "the verify-full JDBC destination holds every row",
+            || async { (dest_names(&dest_url, &table).await == want).then_some(()) },
+        )
+        .await;
+        eventually(
+            Duration::from_secs(120),
+            "objects written through https with the private CA",
+            || async { (object_ids(&s, &lake_prefix).await == vec![1, 2, 3]).then_some(()) },
+        )
+        .await;
+
+        // The CA files the provider wrote on the worker: one per verifying connection, 0600,
+        // the certificate and nothing else.
+        let dir = std::env::var("CLUECDC_PROVIDER_FILES").unwrap();
+        for c in [&src, &dest] {
+            let file = std::path::Path::new(&dir)
+                .join(format!("{}-ca.pem", c["secret_ref"].as_str().unwrap()));
+            let meta =
+                std::fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert_eq!(
+                meta.permissions().mode() & 0o777,
+                0o600,
+                "{}",
+                file.display()
+            );
+            assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), t.ca.trim());
+        }
+        let live = reqwest::get(format!(
+            "{}/connectors/cluecdc-capture-{prefix}/config",
+            s.connect_url
+        ))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+        assert!(
+            live.contains("${cluecdc:") && live.contains(":ca_cert_file}"),
+            "{live}"
+        );
+        assert!(
+            !live.contains("BEGIN CERTIFICATE"),
+            "Connect stores the reference, not the PEM: {live}"
+        );
+
+        // Now the source's CA is the wrong one. Debezium retries a failing source connection
+        // without end and keeps its task RUNNING (errors.max.retries does not bound a failing
+        // start in 3.5), so Connect shows no trace: ClueCDC's own read of the source fails the
+        // same way, and its alert says the cause is permanent.
+        let (status, _) = api
+            .patch(
+                "/api/v1/alert-rules/pipeline_source_unreachable",
+                json!({"for_secs": 0}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        let (status, patched) = api
+            .patch(
+                &format!("/api/v1/connections/{}", src["id"].as_str().unwrap()),
+                json!({"settings": {"ca_certificate": t.other_ca}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{patched}");
+        let (status, r) = api
+            .post(&format!("/api/v1/pipelines/{pid}/restart"), json!({}))
+            .await;
+        assert!(status < 300, "{r}");
+        let name = p["name"].as_str().unwrap();
+        let fired = eventually(
+            Duration::from_secs(90),
+            "the source alert with its cause",
+            || async { alert(&api, "pipeline_source_unreachable", name, "firing").await },
+        )
+        .await;
+        let message = fired["message"].as_str().unwrap();
+        assert!(
+            message.contains("permanent (TLS certificate not trusted)")
+                && message.contains("restarting will not help"),
+            "{fired}"
+        );
+        let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
+        assert!(
+            d["source_error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not signed by the CA"),
+            "{d}"
+        );
+        assert_eq!(
+            d["connector"]["restart_attempts"], 0,
+            "no restart loop of ClueCDC's own: {d}"
+        );
+        let page = sign_in(&api.app, "ada", PASSWORD)
+            .await
+            .client
+            .get(format!("{}/pipelines/{pid}", api.app.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("cannot reach the source either"),
+            "the pipeline page says so"
+        );
+        // The right CA again: the alert resolves once the source answers.
+        let (status, _) = api
+            .patch(
+                &format!("/api/v1/connections/{}", src["id"].as_str().unwrap()),
+                json!({"settings": {"ca_certificate": t.ca}}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        eventually(
+            Duration::from_secs(60),
+            "the source alert resolved",
+            || async { alert(&api, "pipeline_source_unreachable", name, "resolved").await },
+        )
+        .await;
+    };
+    with_cleanup(result, async {
+        for id in &deliveries {
+            let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
+        }
+        let _ = api
+            .delete(&format!("/api/v1/pipelines/{pid}?drop_slot=true"))
+            .await;
+        drop_capture_fixture(&s, &format!("tl_{tag}"), &schema).await;
+        if let Ok(mut d) = sqlx::PgConnection::connect(&dest_url).await {
+            let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+                .execute(&mut d)
+                .await;
+        }
+        let dir = std::path::Path::new(&std::env::var("S3_DATA_DIR").unwrap())
+            .join(&s.s3_bucket)
+            .join(lake_prefix.trim_end_matches('/'));
+        let _ = std::fs::remove_dir_all(dir);
+    })
+    .await;
+}
