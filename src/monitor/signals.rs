@@ -85,6 +85,8 @@ pub struct Monitor {
     /// Per delivery: when its committed offsets last moved (kept in memory: a new lease
     /// holder starts counting afresh, which only delays a stall alert).
     pub progress: std::sync::Mutex<std::collections::HashMap<String, Progress>>,
+    /// Per pipeline whose source ClueCDC cannot reach: (when, the connector plugin's verdict).
+    pub verdicts: std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -124,10 +126,11 @@ fn stall_cause(report: &crate::connections::TestReport) -> String {
 
 /// Why a pipeline's source fails ClueCDC's own read, read like a task trace: the connector uses
 /// the same connection and, in Debezium, retries it without end while its task stays RUNNING.
-fn source_cause(pipeline: &str, error: &str) -> String {
-    match crate::reconcile::policy::classify(error) {
-        crate::reconcile::policy::Failure::Permanent { reason, what_to_do } => format!("permanent ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}); {what_to_do}. Its connector retries the same connection without end, although Connect may report it RUNNING: restarting will not help"),
-        crate::reconcile::policy::Failure::Transient { reason } => format!("transient ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}); its connector retries and resumes once the source answers"),
+/// `verdict`: what the connector's plugin says of its config on the worker (both are read).
+fn source_cause(pipeline: &str, error: &str, verdict: &str) -> String {
+    match crate::reconcile::policy::classify(&format!("{error}\n{verdict}")) {
+        crate::reconcile::policy::Failure::Permanent { reason, what_to_do } => format!("permanent ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}), and {verdict}; {what_to_do}. Its connector retries the same connection without end, although Connect may report it RUNNING: restarting will not help"),
+        crate::reconcile::policy::Failure::Transient { reason } => format!("transient ({reason}): ClueCDC cannot reach the source of pipeline {pipeline} ({error}), and {verdict}; its connector retries and resumes once the source answers"),
     }
 }
 
@@ -266,6 +269,46 @@ impl Monitor {
         cause
     }
 
+    /// The connector plugin's own words on a pipeline whose source ClueCDC cannot reach:
+    /// Connect's validate connects with the connector's driver and the worker's view of the
+    /// config (the CA file the provider wrote, for one), where the task itself only retries.
+    /// Asked once the source fails, then at most once a minute.
+    async fn plugin_verdict(&self, c: &crate::connectors::ConnectorView, now: i64) -> String {
+        let cached = self
+            .verdicts
+            .lock()
+            .ok()
+            .and_then(|all| all.get(&c.name).cloned());
+        if let Some((at, verdict)) = cached {
+            if now - at < STALL_CHECK_EVERY_MS {
+                return verdict;
+            }
+        }
+        let verdict = match crate::connectors::check_with_plugin(
+            &self.pool,
+            &self.store,
+            &Principal::cli(),
+            &c.connect_cluster_id,
+            &c.name,
+            &c.config,
+        )
+        .await
+        {
+            Ok(errors) if errors.is_empty() => {
+                "the connector's plugin accepts its config on the worker now".to_string()
+            }
+            Ok(errors) => format!(
+                "the connector's plugin says: {}",
+                errors.into_values().collect::<Vec<_>>().join("; ")
+            ),
+            Err(e) => format!("the connector's plugin could not be asked: {e}"),
+        };
+        if let Ok(mut all) = self.verdicts.lock() {
+            all.insert(c.name.clone(), (now, verdict.clone()));
+        }
+        verdict
+    }
+
     async fn cycle(&self) -> anyhow::Result<()> {
         let now = now_ms();
         let mut seen: Vec<Observation> = Vec::new();
@@ -385,16 +428,24 @@ impl Monitor {
             let running = detail
                 .connector
                 .as_ref()
-                .is_some_and(|c| c.desired_state == "running");
+                .filter(|c| c.desired_state == "running");
+            let failing = running.is_some() && detail.source_error.is_some();
+            let message = match (failing, running) {
+                (true, Some(c)) => {
+                    let verdict = self.plugin_verdict(c, now).await;
+                    source_cause(
+                        &p.name,
+                        detail.source_error.as_deref().unwrap_or(""),
+                        &verdict,
+                    )
+                }
+                _ => String::new(),
+            };
             seen.push(Observation {
                 kind: "pipeline_source_unreachable",
                 subject: p.name.clone(),
-                value: if running && detail.source_error.is_some() {
-                    1.0
-                } else {
-                    0.0
-                },
-                message: source_cause(&p.name, detail.source_error.as_deref().unwrap_or("")),
+                value: if failing { 1.0 } else { 0.0 },
+                message,
             });
             // A slot that does not exist (yet, or any more) retains nothing and is not idle.
             if let Some(slot) = detail.slot {

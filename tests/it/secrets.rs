@@ -102,10 +102,7 @@ fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) 
         "publication.name": f.slot,
         "publication.autocreate.mode": "filtered",
         "table.include.list": format!("public\\.{}", f.table),
-        "snapshot.mode": "no_data",
-        // TLS with the stack's CA, as a file the provider writes on the worker.
-        "database.sslmode": "verify-full",
-        "database.sslrootcert": format!("${{cluecdc:{secret_ref}:ca_cert_file}}")
+        "snapshot.mode": "no_data"
     })
 }
 
@@ -392,13 +389,14 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
     // The test CA's private key never goes anywhere near ClueCDC; nothing may show it.
     canaries.extend(crate::tls::key_lines(&t.ca_key));
     let name = format!("cdc-canary-{tag}");
-    manage_connector(
-        &api,
-        &cluster,
-        &name,
-        &debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap()),
-    )
-    .await;
+    // TLS with the stack's CA, as a file the provider writes on the worker.
+    let mut config = debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap());
+    config["database.sslmode"] = json!("verify-full");
+    config["database.sslrootcert"] = json!(format!(
+        "${{cluecdc:{}:ca_cert_file}}",
+        pg["secret_ref"].as_str().unwrap()
+    ));
+    manage_connector(&api, &cluster, &name, &config).await;
 
     let result = async {
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;

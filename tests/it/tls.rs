@@ -425,6 +425,12 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
                 && message.contains("restarting will not help"),
             "{fired}"
         );
+        // And the connector's own driver, asked through Connect's validate on the worker.
+        assert!(
+            message.contains("the connector's plugin says")
+                && message.to_lowercase().contains("pkix"),
+            "{fired}"
+        );
         let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
         assert!(
             d["source_error"]
