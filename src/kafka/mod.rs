@@ -216,6 +216,19 @@ impl rdkafka::ClientContext for Errors {
 impl rdkafka::consumer::ConsumerContext for Errors {}
 
 impl Errors {
+    /// Whether the broker refused the login or the TLS handshake failed: waiting longer will
+    /// not change the answer.
+    fn refused(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+            .is_some_and(|m| {
+                let m = m.to_lowercase();
+                m.contains("sasl authentication error") || m.contains("ssl handshake failed")
+            })
+    }
+
     /// The call's error, with the connection error that caused it and what fixes that.
     fn explain(&self, e: &rdkafka::error::KafkaError) -> String {
         let call = e.to_string();
@@ -245,11 +258,27 @@ pub fn explain(message: &str) -> String {
     }
 }
 
-/// A failed call's error, explained: polling once hands the client's queued error events
-/// (where librdkafka puts the SASL or TLS reason) to [`Errors`].
-fn explained(c: &BaseConsumer<Errors>, e: &rdkafka::error::KafkaError) -> String {
-    let _ = c.poll(Duration::ZERO);
-    c.context().explain(e)
+/// Cluster (or one topic's) metadata. librdkafka retries a refused login or handshake until
+/// the call's timeout; asking in one-second steps lets a known cause answer at once instead of
+/// after [`TIMEOUT`]. Polling hands the client's queued error events to [`Errors`].
+fn metadata(
+    c: &BaseConsumer<Errors>,
+    topic: Option<&str>,
+) -> Result<rdkafka::metadata::Metadata, String> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let step = left.min(Duration::from_secs(1));
+        match c.fetch_metadata(topic, step) {
+            Ok(md) => return Ok(md),
+            Err(e) => {
+                let _ = c.poll(Duration::ZERO);
+                if left <= step || c.context().refused() {
+                    return Err(c.context().explain(&e));
+                }
+            }
+        }
+    }
 }
 
 fn consumer(access: &KafkaAccess) -> Result<BaseConsumer<Errors>, String> {
@@ -265,9 +294,7 @@ pub async fn health(access: &KafkaAccess) -> Health {
     let access = access.clone();
     match blocking(move || {
         let c = consumer(&access)?;
-        let md = c
-            .fetch_metadata(None, TIMEOUT)
-            .map_err(|e| explained(&c, &e))?;
+        let md = metadata(&c, None)?;
         Ok(Health {
             reachable: true,
             brokers: md
@@ -301,9 +328,7 @@ pub async fn topics(access: &KafkaAccess, only: Option<String>) -> Result<Vec<To
     let single = only.clone();
     let mut topics = blocking(move || {
         let c = consumer(&a)?;
-        let md = c
-            .fetch_metadata(single.as_deref(), TIMEOUT)
-            .map_err(|e| explained(&c, &e))?;
+        let md = metadata(&c, single.as_deref())?;
         let wanted: Vec<(String, i32)> = md
             .topics()
             .iter()
