@@ -30,6 +30,40 @@ pub struct KafkaCluster {
     pub updated_at: String,
 }
 
+impl KafkaCluster {
+    /// Java client settings for a connector's own clients of this cluster (Debezium's schema
+    /// history for MySQL/MariaDB): the password and the CA only as `${cluecdc:…}` references,
+    /// resolved on the worker (the CA as a file). Empty for a plain-text cluster.
+    pub fn java_client_settings(&self) -> BTreeMap<String, String> {
+        let mut c = BTreeMap::new();
+        if self.security_protocol == "PLAINTEXT" {
+            return c;
+        }
+        let reference = |field: &str| format!("${{cluecdc:{}:{field}}}", self.secret_ref);
+        c.insert("security.protocol".into(), self.security_protocol.clone());
+        if let (Some(m), Some(u)) = (&self.sasl_mechanism, &self.sasl_username) {
+            let module = match m.as_str() {
+                "PLAIN" => "org.apache.kafka.common.security.plain.PlainLoginModule",
+                _ => "org.apache.kafka.common.security.scram.ScramLoginModule",
+            };
+            c.insert("sasl.mechanism".into(), m.clone());
+            c.insert(
+                "sasl.jaas.config".into(),
+                format!(
+                    "{module} required username=\"{}\" password=\"{}\";",
+                    u.replace('\\', "\\\\").replace('"', "\\\""),
+                    reference("sasl_password")
+                ),
+            );
+        }
+        if self.security_protocol.ends_with("SSL") && self.tls_ca_certificate.is_some() {
+            c.insert("ssl.truststore.type".into(), "PEM".into());
+            c.insert("ssl.truststore.location".into(), reference("ca_cert_file"));
+        }
+        c
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct KafkaClusterInput {
     pub name: Option<String>,
@@ -558,6 +592,46 @@ fn unknown_topic(e: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cluster(protocol: &str, mechanism: Option<&str>, ca: bool) -> KafkaCluster {
+        KafkaCluster {
+            id: "kc_1".into(),
+            name: "k".into(),
+            bootstrap_servers: "k:9094".into(),
+            security_protocol: protocol.into(),
+            sasl_mechanism: mechanism.map(str::to_string),
+            sasl_username: mechanism.map(|_| "cdc \"user\"".to_string()),
+            tls_ca_certificate: ca.then(|| "-----BEGIN CERTIFICATE-----".to_string()),
+            secret_ref: "sec_k".into(),
+            health: None,
+            health_at: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn java_client_settings_carry_references_never_the_password_or_the_pem() {
+        assert!(cluster("PLAINTEXT", None, false)
+            .java_client_settings()
+            .is_empty());
+        let c = cluster("SASL_SSL", Some("SCRAM-SHA-512"), true).java_client_settings();
+        assert_eq!(c["security.protocol"], "SASL_SSL");
+        assert_eq!(c["sasl.mechanism"], "SCRAM-SHA-512");
+        assert_eq!(
+            c["sasl.jaas.config"],
+            "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"cdc \\\"user\\\"\" password=\"${cluecdc:sec_k:sasl_password}\";"
+        );
+        assert_eq!(c["ssl.truststore.type"], "PEM");
+        assert_eq!(
+            c["ssl.truststore.location"],
+            "${cluecdc:sec_k:ca_cert_file}"
+        );
+        let plain = cluster("SASL_PLAINTEXT", Some("PLAIN"), false).java_client_settings();
+        assert!(plain["sasl.jaas.config"]
+            .starts_with("org.apache.kafka.common.security.plain.PlainLoginModule"));
+        assert!(!plain.contains_key("ssl.truststore.location"));
+    }
 
     #[test]
     fn bootstrap_servers_are_host_port_pairs() {

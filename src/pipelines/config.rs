@@ -18,6 +18,9 @@ pub struct CaptureSpec {
     pub snapshot_mode: String,
     pub publication_mode: String,
     pub kafka_bootstrap: String,
+    /// The Kafka cluster's client settings (SASL, TLS) as references, for the connector's own
+    /// Kafka clients (MySQL/MariaDB schema history).
+    pub kafka_client: Config,
     /// Extra Debezium keys chosen by the user; they cannot replace the keys ClueCDC manages.
     pub options: Config,
     /// Opt-in: Debezium writes the time into `cluecdc_heartbeat` in the source, captured like a
@@ -242,6 +245,14 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
             c.insert(k.clone(), v.clone());
         }
     }
+    // After the options: the schema history reaches the pipeline's Kafka as ClueCDC does.
+    if conn.provider != Provider::Postgresql {
+        for (k, v) in &spec.kafka_client {
+            for client in ["producer", "consumer"] {
+                c.insert(format!("schema.history.internal.{client}.{k}"), v.clone());
+            }
+        }
+    }
     c
 }
 
@@ -319,6 +330,7 @@ mod tests {
             snapshot_mode: "initial".into(),
             publication_mode: "filtered".into(),
             kafka_bootstrap: "kafka:9092".into(),
+            kafka_client: Config::new(),
             options: [
                 ("max.batch.size".to_string(), "4096".to_string()),
                 ("connector.class".to_string(), "evil".to_string()),
@@ -424,6 +436,40 @@ mod tests {
         // Without a CA (require) there is no file to point at.
         let plain = build(&conn(Provider::Postgresql), &spec(&["public.orders"]));
         assert!(!plain.contains_key("database.sslrootcert"));
+    }
+
+    #[test]
+    fn the_schema_history_reaches_a_secured_kafka_like_cluecdc_and_options_cannot_replace_it() {
+        let mut sp = spec(&["orders.t"]);
+        sp.kafka_client = [
+            ("security.protocol".to_string(), "SASL_SSL".to_string()),
+            (
+                "sasl.jaas.config".to_string(),
+                "x required password=\"${cluecdc:sec_k:sasl_password}\";".to_string(),
+            ),
+        ]
+        .into();
+        sp.options.insert(
+            "schema.history.internal.producer.security.protocol".into(),
+            "PLAINTEXT".into(),
+        );
+        let my = build(&conn(Provider::Mariadb), &sp);
+        for client in ["producer", "consumer"] {
+            assert_eq!(
+                my[&format!("schema.history.internal.{client}.security.protocol")],
+                "SASL_SSL"
+            );
+            assert!(
+                my[&format!("schema.history.internal.{client}.sasl.jaas.config")]
+                    .contains("${cluecdc:sec_k:sasl_password}")
+            );
+        }
+        let pg = build(&conn(Provider::Postgresql), &sp);
+        assert!(
+            !pg.keys()
+                .any(|k| k.starts_with("schema.history.internal.consumer")),
+            "PostgreSQL keeps no schema history"
+        );
     }
 
     #[test]

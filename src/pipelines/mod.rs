@@ -340,6 +340,7 @@ fn spec_of(c: &Checked) -> CaptureSpec {
         snapshot_mode: c.snapshot_mode.clone(),
         publication_mode: c.publication_mode.clone(),
         kafka_bootstrap: c.kafka.bootstrap_servers.clone(),
+        kafka_client: c.kafka.java_client_settings(),
         options: c.options.clone(),
         heartbeat: c.heartbeat,
     }

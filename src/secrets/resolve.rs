@@ -35,8 +35,11 @@ pub async fn resolve(
         name: format!("connect:{}", who.cluster_name),
         kind: "connect",
     };
+    // A connection's secrets, or a Kafka cluster's (its SASL password, for connectors' own
+    // Kafka clients), with the CA each keeps as a setting.
     let connection: Option<(String, String, Option<String>)> = sqlx::query_as(
-        "SELECT id, name, json_extract(settings, '$.ca_certificate') FROM connections WHERE secret_ref = ?",
+        "SELECT id, name, json_extract(settings, '$.ca_certificate') FROM connections WHERE secret_ref = ?1
+         UNION ALL SELECT id, name, tls_ca_certificate FROM kafka_clusters WHERE secret_ref = ?1",
     )
             .bind(secret_ref)
             .fetch_optional(pool)

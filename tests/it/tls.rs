@@ -492,3 +492,112 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scram_kafka() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let s = stack();
+    let t = tls();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api();
+    let connect = point_connect_provider_at(&api).await;
+    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "tls kafka", "bootstrap_servers": t.kafka_bootstrap,
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
+        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
+    assert_eq!(status, 201, "{kafka}");
+    let kid = kafka["id"].as_str().unwrap().to_string();
+    let tag = tag();
+    let table = format!("tm_{tag}_items");
+    let mut db = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db))
+        .await
+        .unwrap();
+    for sql in [
+        format!("CREATE TABLE {table} (id INT PRIMARY KEY, name VARCHAR(50) NOT NULL)"),
+        format!("INSERT INTO {table} VALUES (1, 'apple'), (2, 'pear')"),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api
+        .connection(json!({"name": format!("tls maria {tag}"), "provider": "MARIADB", "capabilities": ["SOURCE"],
+            "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "verify-full", "ca_certificate": t.ca},
+            "secrets": {"password": s.mariadb_password}}))
+        .await;
+    let prefix = format!("tm{tag}");
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": format!("tls maria {tag}"), "source_connection_id": src["id"],
+        "kafka_cluster_id": kid, "connect_cluster_id": connect["id"], "tables": [format!("{}.{table}", s.mariadb_db)], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{p}");
+    let pid = p["id"].as_str().unwrap().to_string();
+    let topic = format!("{prefix}.{}.{table}", s.mariadb_db);
+    let result = async {
+        eventually(
+            Duration::from_secs(120),
+            "the MariaDB pipeline RUNNING",
+            || async {
+                let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
+                (d["connector"]["phase"] == "RUNNING").then_some(())
+            },
+        )
+        .await;
+        // The connector's own Kafka clients (schema history) log in like ClueCDC: references only.
+        let live: Value = reqwest::get(format!(
+            "{}/connectors/cluecdc-capture-{prefix}/config",
+            s.connect_url
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        assert!(
+            live["schema.history.internal.producer.sasl.jaas.config"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("${cluecdc:"),
+            "{live}"
+        );
+        assert_eq!(
+            live["schema.history.internal.consumer.security.protocol"], "SASL_SSL",
+            "{live}"
+        );
+        assert!(
+            !live.to_string().contains(&t.scram_password)
+                && !live.to_string().contains("BEGIN CERTIFICATE")
+        );
+        sqlx::query(&format!("INSERT INTO {table} VALUES (3, 'fig')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        // Two snapshot reads and the insert, counted through the SASL_SSL listener.
+        eventually(
+            Duration::from_secs(120),
+            "3 records in the table's topic",
+            || async {
+                let (_, t) = api
+                    .get(&format!("/api/v1/kafka-clusters/{kid}/topics/{topic}"))
+                    .await;
+                (t["partitions"][0]["high_watermark"].as_i64() >= Some(3)).then_some(())
+            },
+        )
+        .await;
+        let (_, history) = api
+            .get(&format!(
+                "/api/v1/kafka-clusters/{kid}/topics/{prefix}.schema-history"
+            ))
+            .await;
+        assert!(
+            history["partitions"][0]["high_watermark"].as_i64() > Some(0),
+            "the schema history was written: {history}"
+        );
+    };
+    with_cleanup(result, async {
+        let _ = api.delete(&format!("/api/v1/pipelines/{pid}")).await;
+        if let Ok(mut db) = sqlx::MySqlConnection::connect(&s.mariadb_url(&s.mariadb_db)).await {
+            let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+                .execute(&mut db)
+                .await;
+        }
+    })
+    .await;
+}
