@@ -373,10 +373,7 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             "secrets": {"access_key_id": canary("ak"), "secret_access_key": canary("sk"), "session_token": canary("st")}}))
         .await;
     // The TLS + SCRAM Kafka listener with its real password (so health and topics are read).
-    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "canary tls kafka", "bootstrap_servers": t.kafka_bootstrap,
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
-        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
-    assert_eq!(status, 201, "{kafka}");
+    let kafka = t.kafka_cluster(&api, "canary tls kafka").await;
     let mut canaries = vec![
         pg_pw.clone(),
         canary("mariapw"),

@@ -35,6 +35,27 @@ pub fn tls() -> Tls {
     }
 }
 
+impl Tls {
+    /// A Kafka cluster body for the stack's SASL_SSL listener.
+    pub fn kafka_body(&self, name: &str, password: &str, ca: &str) -> Value {
+        json!({"name": name, "bootstrap_servers": self.kafka_bootstrap, "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": self.scram_user, "sasl_password": password,
+            "tls_ca_certificate": ca})
+    }
+
+    /// The stack's SASL_SSL listener registered in `api` with the right password and CA.
+    pub async fn kafka_cluster(&self, api: &Api, name: &str) -> Value {
+        let (status, kafka) = api
+            .post(
+                "/api/v1/kafka-clusters",
+                self.kafka_body(name, &self.scram_password, &self.ca),
+            )
+            .await;
+        assert_eq!(status, 201, "{kafka}");
+        kafka
+    }
+}
+
 /// The body lines of a PEM private key (what would show if it leaked anywhere).
 pub fn key_lines(pem: &str) -> Vec<String> {
     pem.lines()
@@ -149,11 +170,7 @@ async fn a_tls_scram_kafka_cluster_shows_health_and_topics_and_a_wrong_password_
 ) {
     let t = tls();
     let api = admin_api();
-    let body = |name: &str, password: &str, ca: &str| {
-        json!({"name": name, "bootstrap_servers": t.kafka_bootstrap,
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
-        "sasl_password": password, "tls_ca_certificate": ca})
-    };
+    let body = |name: &str, password: &str, ca: &str| t.kafka_body(name, password, ca);
     let (status, k) = api
         .post(
             "/api/v1/kafka-clusters",
@@ -264,10 +281,7 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
     let api = admin_api_with(&[("CLUECDC_MONITOR_INTERVAL", "1s")]);
     let connect = point_connect_provider_at(&api).await;
     // The pipeline's Kafka is the TLS + SCRAM listener: ClueCDC creates its topics there.
-    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "tls kafka", "bootstrap_servers": t.kafka_bootstrap,
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
-        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
-    assert_eq!(status, 201, "{kafka}");
+    let kafka = t.kafka_cluster(&api, "tls kafka").await;
     let tag = tag();
     let schema = format!("tl_{tag}");
     let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
@@ -503,10 +517,7 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
     let _p = provider_lock().await;
     let api = admin_api();
     let connect = point_connect_provider_at(&api).await;
-    let (status, kafka) = api.post("/api/v1/kafka-clusters", json!({"name": "tls kafka", "bootstrap_servers": t.kafka_bootstrap,
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": t.scram_user,
-        "sasl_password": t.scram_password, "tls_ca_certificate": t.ca})).await;
-    assert_eq!(status, 201, "{kafka}");
+    let kafka = t.kafka_cluster(&api, "tls kafka").await;
     let kid = kafka["id"].as_str().unwrap().to_string();
     let tag = tag();
     let table = format!("tm_{tag}_items");
