@@ -49,16 +49,20 @@ pub enum Failure {
     },
 }
 
+/// What fixes a certificate the client does not trust, or one issued for another name.
+const UNTRUSTED: &str = "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector";
+const NAME_MISMATCH: &str = "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca";
+
 /// (needle, reason, what to do). Needles are matched case-insensitively against the trace.
 const PERMANENT: &[(&str, &str, &str)] = &[
     // TLS: a certificate the connection's CA did not sign, or one for another name, stays so.
-    ("pkix path building failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
-    ("unable to find valid certification path", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
-    ("unknownissuer", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
-    ("notvalidforname", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
-    ("certificate verify failed", "TLS certificate not trusted", "the server's certificate is not signed by the connection's CA: put the CA that signed it in the connection's ca_certificate, then restart the connector"),
-    ("could not be verified by hostnameverifier", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
-    ("no subject alternative", "TLS host name mismatch", "the server's certificate does not name the host the connection uses: use a host name the certificate lists, or tls_mode verify-ca"),
+    ("pkix path building failed", "TLS certificate not trusted", UNTRUSTED),
+    ("unable to find valid certification path", "TLS certificate not trusted", UNTRUSTED),
+    ("unknownissuer", "TLS certificate not trusted", UNTRUSTED),
+    ("notvalidforname", "TLS host name mismatch", NAME_MISMATCH),
+    ("certificate verify failed", "TLS certificate not trusted", UNTRUSTED),
+    ("could not be verified by hostnameverifier", "TLS host name mismatch", NAME_MISMATCH),
+    ("no subject alternative", "TLS host name mismatch", NAME_MISMATCH),
     ("password authentication failed", "authentication failed", "the database rejected the password: rotate the connection's credentials, then restart the connector"),
     ("access denied for user", "authentication failed", "the database rejected the user or password: check the grants and rotate the connection's credentials"),
     ("signaturedoesnotmatch", "authentication failed", "the object store rejected the secret key: rotate the connection's credentials"),

@@ -150,7 +150,8 @@ pub struct Stack {
     pub s3_secret_key: String,
 }
 
-fn var(name: &str) -> String {
+/// A variable `scripts/stack env` exports (the test command sets them all).
+pub fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: the tests need the native stack's endpoints; run `eval \"$(scripts/stack env)\"` (the test command does this)")
     })

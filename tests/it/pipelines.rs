@@ -99,7 +99,7 @@ async fn pg_source(api: &Api, s: &Stack, tag: &str) -> Value {
     .await
 }
 
-async fn wait_pipeline_running(api: &Api, id: &str) -> Value {
+pub async fn wait_pipeline_running(api: &Api, id: &str) -> Value {
     eventually(
         Duration::from_secs(120),
         "the pipeline's connector RUNNING",

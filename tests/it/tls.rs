@@ -17,11 +17,6 @@ pub struct Tls {
     pub s3_endpoint: String,
 }
 
-fn var(name: &str) -> String {
-    std::env::var(name)
-        .unwrap_or_else(|_| panic!("{name} is not set: run `eval \"$(scripts/stack env)\"`"))
-}
-
 pub fn tls() -> Tls {
     let read = |v: &str| std::fs::read_to_string(var(v)).unwrap_or_else(|e| panic!("{v}: {e}"));
     Tls {
@@ -181,7 +176,7 @@ async fn a_tls_scram_kafka_cluster_shows_health_and_topics_and_a_wrong_password_
     let id = k["id"].as_str().unwrap();
     let (_, got) = api.get(&format!("/api/v1/kafka-clusters/{id}")).await;
     assert_eq!(got["health"]["reachable"], true, "{got}");
-    let topic = format!("cluecdc-tls-{}", std::process::id());
+    let topic = format!("cluecdc-tls-{}", tag());
     let (status, made) = api
         .post(
             &format!("/api/v1/kafka-clusters/{id}/topics"),
@@ -343,15 +338,7 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             topics["total"].as_u64().unwrap() >= 1,
             "the pipeline's topics, read through SASL_SSL: {topics} {detail}"
         );
-        eventually(
-            Duration::from_secs(120),
-            "the verify-full pipeline RUNNING",
-            || async {
-                let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
-                (d["connector"]["phase"] == "RUNNING").then_some(())
-            },
-        )
-        .await;
+        crate::pipelines::wait_pipeline_running(&api, &pid).await;
         sqlx::query(&format!("INSERT INTO {schema}.items VALUES (3, 'fig')"))
             .execute(&mut db)
             .await
@@ -542,15 +529,7 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
     let pid = p["id"].as_str().unwrap().to_string();
     let topic = format!("{prefix}.{}.{table}", s.mariadb_db);
     let result = async {
-        eventually(
-            Duration::from_secs(120),
-            "the MariaDB pipeline RUNNING",
-            || async {
-                let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
-                (d["connector"]["phase"] == "RUNNING").then_some(())
-            },
-        )
-        .await;
+        crate::pipelines::wait_pipeline_running(&api, &pid).await;
         // The connector's own Kafka clients (schema history) log in like ClueCDC: references only.
         let live: Value = reqwest::get(format!(
             "{}/connectors/cluecdc-capture-{prefix}/config",
