@@ -565,3 +565,127 @@ async fn a_config_the_plugin_refuses_is_refused_with_its_own_error_before_anythi
         .execute(&su)
         .await;
 }
+
+/// The source session a pipeline create opens is kept for the next one (no new login per
+/// create), a kept connection the server has closed is replaced rather than reported, and a
+/// rotated password is never served by a connection opened with the old one. Its own role, so
+/// that the backends counted and terminated are this test's alone.
+#[tokio::test]
+async fn source_sessions_are_reused_replaced_when_the_server_closed_them_and_never_outlive_a_rotation(
+) {
+    let s = stack();
+    let api = admin_api();
+    let tag = tag();
+    let role = format!("pool_{tag}");
+    let su = pg_superuser(&s).await;
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN PASSWORD 'first_{tag}'"),
+        format!("GRANT CONNECT ON DATABASE {} TO {role}", s.pg_source_db),
+    ] {
+        sqlx::query(&sql).execute(&su).await.unwrap();
+    }
+    let backends = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT pid FROM pg_stat_activity WHERE usename = $1 ORDER BY pid",
+        )
+        .bind(&role)
+        .fetch_all(&su)
+        .await
+        .unwrap()
+    };
+    let src = api.connection(json!({"name": format!("pool {tag}"), "provider": "POSTGRESQL", "capabilities": ["SOURCE"],
+        "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": role, "tls_mode": "disable", "slot_name": format!("pool_{tag}"), "publication_name": format!("pool_{tag}")},
+        "secrets": {"password": format!("first_{tag}")}})).await;
+    let src_id = src["id"].as_str().unwrap().to_string();
+    // A create refused for a table the source does not have still ran its catalog query on a
+    // session: the answer proves the session worked, the backends show what was kept.
+    let refused = || async {
+        let (status, err) = api
+            .post("/api/v1/pipelines", json!({"name": "pool", "source_connection_id": src_id, "kafka_cluster_id": "kc_none", "connect_cluster_id": "cc_none", "tables": ["public.missing_here"]}))
+            .await;
+        assert_eq!(status, 422, "{err}");
+        let why = err["error"]["fields"]["tables"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            why.contains("not found in"),
+            "the table check ran on the source: {err}"
+        );
+        assert!(
+            err["error"]["fields"].get("source_connection_id").is_none(),
+            "{err}"
+        );
+    };
+    refused().await;
+    let kept = backends().await;
+    assert_eq!(
+        kept.len(),
+        1,
+        "one session kept idle after the create: {kept:?}"
+    );
+    refused().await;
+    assert_eq!(
+        backends().await,
+        kept,
+        "the next create reused it: no second login"
+    );
+
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
+        .bind(&role)
+        .execute(&su)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "the kept backend gone", || async {
+        backends().await.is_empty().then_some(())
+    })
+    .await;
+    refused().await;
+    let replaced = backends().await;
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_ne!(
+        replaced, kept,
+        "a new connection replaced the one the server closed"
+    );
+
+    // Rotation: the role's password changes and so does the stored secret; the connection
+    // kept from before is not used again (it would still work: PostgreSQL checks passwords
+    // only at login), a new login with the new password is.
+    sqlx::query(&format!("ALTER ROLE {role} PASSWORD 'second_{tag}'"))
+        .execute(&su)
+        .await
+        .unwrap();
+    let (status, v) = api
+        .post(
+            &format!("/api/v1/connections/{src_id}/rotate"),
+            json!({"secrets": {"password": format!("second_{tag}")}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    refused().await;
+    let after = backends().await;
+    assert!(
+        after.iter().any(|pid| !replaced.contains(pid)),
+        "a login after the rotation: before {replaced:?}, after {after:?}"
+    );
+
+    let (status, v) = api.delete(&format!("/api/v1/connections/{src_id}")).await;
+    assert_eq!(status, 204, "{v}");
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
+        .bind(&role)
+        .execute(&su)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the role's backends gone",
+        || async { backends().await.is_empty().then_some(()) },
+    )
+    .await;
+    for sql in [
+        format!("REVOKE CONNECT ON DATABASE {} FROM {role}", s.pg_source_db),
+        format!("DROP ROLE {role}"),
+    ] {
+        sqlx::query(&sql).execute(&su).await.unwrap();
+    }
+}
