@@ -213,6 +213,8 @@ pub async fn create(
             )
             .await?;
     }
+    // A pass soon (in any process) lists the new cluster's connectors.
+    crate::reconcile::bump_desired_version(&mut *tx).await?;
     tx.commit().await?;
     let cluster = get(pool, who, &id).await?;
     Ok(WithToken {
@@ -312,6 +314,8 @@ pub async fn update(
         (None, _, Some(old)) => store.remove(&mut tx, old, "basic_auth_password").await?,
         _ => {}
     }
+    // A changed URL or login is tried at once, not at the next interval.
+    crate::reconcile::bump_desired_version(&mut *tx).await?;
     tx.commit().await?;
     get(pool, who, id).await
 }

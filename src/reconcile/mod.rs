@@ -116,6 +116,11 @@ pub struct Reconciler {
     lease: Lease,
     handle: Arc<Handle>,
     last_offsets: std::sync::Mutex<Option<Instant>>,
+    /// Every connector (id → generation) as of the start of this process's last full pass, plus
+    /// those created since by creates-only passes: a wake-up whose only change is new connectors
+    /// against this is served without listing every connector again (see [`Reconciler::new_only`]).
+    /// None until the first full pass, and whenever the lease was not ours.
+    known: std::sync::Mutex<Option<HashMap<String, i64>>>,
     /// Marked after a pass commits a change the lists show (see [`crate::snapshots`]).
     writes: crate::snapshots::Writes,
 }
@@ -153,14 +158,17 @@ impl Reconciler {
             lease,
             handle,
             last_offsets: std::sync::Mutex::new(None),
+            known: std::sync::Mutex::new(None),
             writes,
         }
     }
 
     pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut last_pass: Option<Instant> = None;
+            let mut last_full: Option<Instant> = None;
             let mut seen_version = -1;
+            // A wake-up from this process (it may come without a version change).
+            let mut woken = false;
             // After a pass that changed something: the pause before the next follow-up pass
             // (see FOLLOW_UPS), and when it is due.
             let mut follow_up: Option<(Duration, Instant)> = None;
@@ -177,14 +185,33 @@ impl Reconciler {
                             false
                         }
                     };
+                if !held {
+                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
                 let version = desired_version(&self.pool).await;
-                let due = last_pass.is_none_or(|t| t.elapsed() >= self.settings.interval)
-                    || version != seen_version
+                let changed = version != seen_version || woken;
+                let full_due = last_full.is_none_or(|t| t.elapsed() >= self.settings.interval)
                     || follow_up.is_some_and(|(_, at)| Instant::now() >= at);
-                if held && due {
+                if held && (full_due || changed) {
                     seen_version = version;
-                    last_pass = Some(Instant::now());
-                    let steps = self.guarded_pass().await;
+                    woken = false;
+                    let new_only = match full_due {
+                        true => None,
+                        false => self.new_only().await.unwrap_or_else(|e| {
+                            tracing::warn!(
+                                error = format!("{e:#}"),
+                                "cannot read the desired connectors"
+                            );
+                            None
+                        }),
+                    };
+                    let steps = match new_only {
+                        Some(new) => self.guarded(self.creates_pass(new)).await,
+                        None => {
+                            last_full = Some(Instant::now());
+                            self.guarded(self.pass()).await
+                        }
+                    };
                     let pause = if steps.failed > 0 {
                         // Retried at the next tick, not in a tight loop.
                         Some(TICK)
@@ -202,7 +229,7 @@ impl Reconciler {
                 });
                 tokio::select! {
                     _ = tokio::time::sleep(tick) => {}
-                    _ = self.handle.wake.notified() => { last_pass = None; }
+                    _ = self.handle.wake.notified() => { woken = true; }
                     _ = shutdown.changed() => break,
                 }
             }
@@ -214,9 +241,12 @@ impl Reconciler {
     /// A pass that keeps renewing the lease while it runs, and stops at once if the lease is
     /// lost: a slow Connect must not let the lease lapse under a pass still making changes.
     /// Returns the steps the pass sent to Connect.
-    async fn guarded_pass(&self) -> Steps {
+    async fn guarded(
+        &self,
+        pass: impl std::future::Future<Output = anyhow::Result<Steps>>,
+    ) -> Steps {
         tokio::select! {
-            result = self.pass() => match result {
+            result = pass => match result {
                 Ok(steps) => steps,
                 Err(e) => {
                     tracing::warn!(error = format!("{e:#}"), "reconcile pass failed");
@@ -252,6 +282,13 @@ impl Reconciler {
     pub async fn pass(&self) -> anyhow::Result<Steps> {
         let started = Instant::now();
         let started_at = crate::time::now();
+        // Read before any cluster's desired connectors: whatever it holds, this pass handles.
+        let known: HashMap<String, i64> = self
+            .summary()
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r.generation))
+            .collect();
         let clusters = crate::clusters::all(&self.pool).await?;
         let read_offsets = {
             let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
@@ -277,6 +314,131 @@ impl Reconciler {
                 }
             }
         }
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
+        self.record(started, started_at, clusters.len(), steps, errors)
+            .await?;
+        Ok(steps)
+    }
+
+    /// Every connector's id, generation, desired state and restart request: what a wake-up
+    /// is compared with (no configs, so cheap at thousands of connectors).
+    async fn summary(&self) -> anyhow::Result<Vec<SummaryRow>> {
+        Ok(sqlx::query_as(
+            "SELECT id, connect_cluster_id, generation, desired_state, restart_requested_by IS NOT NULL AS restart FROM connectors",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// When the only change since the last full pass is new connectors that no pass has acted
+    /// on (no status row, not deleted), on clusters that answer and are ClueCDC's to change:
+    /// their ids. Anything else (a changed generation, a delete, a restart request, a connector
+    /// gone, a wake-up with nothing new, a new one on a cluster backing off) is None: a full
+    /// pass. A burst of creates (a pipeline per request) then costs one create call each
+    /// instead of one list of every connector each, and the follow-up pass that observes them
+    /// runs once the burst pauses (or at the interval).
+    async fn new_only(&self) -> anyhow::Result<Option<Vec<(ConnectCluster, Vec<Desired>)>>> {
+        let Some(known) = self.known.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Ok(None);
+        };
+        let rows = self.summary().await?;
+        let mut new: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for r in &rows {
+            match known.get(&r.id) {
+                Some(g) if *g == r.generation && !r.restart => {}
+                Some(_) => return Ok(None),
+                None if r.desired_state == "deleted" || r.restart => return Ok(None),
+                None => new
+                    .entry(r.connect_cluster_id.clone())
+                    .or_default()
+                    .push(r.id.clone()),
+            }
+        }
+        let added: usize = new.values().map(Vec::len).sum();
+        if added == 0 || rows.len() != known.len() + added {
+            return Ok(None);
+        }
+        let clusters = crate::clusters::all(&self.pool).await?;
+        let mut batches = Vec::new();
+        for (cluster_id, ids) in new {
+            let Some(cluster) = clusters.iter().find(|c| c.id == cluster_id) else {
+                return Ok(None);
+            };
+            let backing_off = cluster.next_attempt_at.is_some_and(|t| now_ms() < t);
+            if backing_off || cluster.managed_by == "strimzi" {
+                return Ok(None);
+            }
+            let (desired, _) = self
+                .load_desired(DesiredOf::NeverActedOn(&cluster_id, &ids))
+                .await?;
+            if desired.len() != ids.len() {
+                return Ok(None);
+            }
+            batches.push((cluster.clone(), desired));
+        }
+        Ok(Some(batches))
+    }
+
+    /// Creates connectors no pass has acted on, without listing the cluster first (see
+    /// [`Reconciler::new_only`]): the plan for each is its create, as a full pass would make
+    /// it for a connector Connect does not list; the follow-up full pass observes the result.
+    /// A create Connect refuses (a name it already has) is a failed step, and the pass after
+    /// it is a full one.
+    async fn creates_pass(
+        &self,
+        batches: Vec<(ConnectCluster, Vec<Desired>)>,
+    ) -> anyhow::Result<Steps> {
+        let started = Instant::now();
+        let started_at = crate::time::now();
+        let mut steps = Steps::default();
+        for (cluster, desired) in &batches {
+            let client = self.client(cluster).await;
+            let plan = plan::compute(
+                desired,
+                &BTreeMap::new(),
+                now_ms(),
+                &self.settings.policy,
+                false,
+                &mut || 1.0,
+            );
+            let n = self
+                .apply(
+                    &client,
+                    cluster,
+                    desired,
+                    &HashMap::new(),
+                    &plan,
+                    Scope::NewOnly,
+                )
+                .await?;
+            steps.sent += n.sent;
+            steps.failed += n.failed;
+        }
+        if let Some(known) = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            for d in batches.iter().flat_map(|(_, d)| d) {
+                known.insert(d.id.clone(), d.generation);
+            }
+        }
+        self.record(started, started_at, batches.len(), steps, 0)
+            .await?;
+        Ok(steps)
+    }
+
+    /// Writes a pass's record (with the unchanged passes before it) when it acted, failed, or
+    /// [`RECORD_EVERY`] has passed; counts it in this process either way.
+    async fn record(
+        &self,
+        started: Instant,
+        started_at: String,
+        clusters: usize,
+        steps: Steps,
+        errors: i64,
+    ) -> anyhow::Result<()> {
         let actions = steps.sent;
         self.handle.passes.fetch_add(1, Ordering::Relaxed);
         self.handle
@@ -295,7 +457,7 @@ impl Reconciler {
                 || errors > 0
                 || u.recorded_at.is_none_or(|t| t.elapsed() >= RECORD_EVERY);
             if !due {
-                return Ok(steps);
+                return Ok(());
             }
             let totals = (u.passes, u.actions, u.errors);
             *u = Unrecorded {
@@ -310,7 +472,7 @@ impl Reconciler {
             .bind(&self.lease.holder)
             .bind(started_at)
             .bind(started.elapsed().as_millis() as i64)
-            .bind(clusters.len() as i64)
+            .bind(clusters as i64)
             .bind(actions)
             .bind(errors)
             .execute(&mut *tx)
@@ -324,7 +486,7 @@ impl Reconciler {
         }
         sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(steps)
+        Ok(())
     }
 
     /// Connect did not answer: keep the last observation, back off (capped, jittered).
@@ -359,18 +521,27 @@ impl Reconciler {
     /// (by id), so that an unchanged observation is not written again.
     async fn load_desired(
         &self,
-        cluster_id: &str,
+        of: DesiredOf<'_>,
     ) -> anyhow::Result<(Vec<Desired>, HashMap<String, Stored>)> {
-        let rows: Vec<DesiredRow> = sqlx::query_as(
-            "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
+        const SELECT: &str = "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
                     s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at,
                     s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config
-             FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id
-             WHERE c.connect_cluster_id = ? ORDER BY c.name",
-        )
-        .bind(cluster_id)
-        .fetch_all(&self.pool)
-        .await?;
+             FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id";
+        let rows: Vec<DesiredRow> = match of {
+            DesiredOf::Cluster(cluster_id) => {
+                sqlx::query_as(&format!("{SELECT} WHERE c.connect_cluster_id = ? ORDER BY c.name"))
+                    .bind(cluster_id)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            DesiredOf::NeverActedOn(cluster_id, ids) => {
+                sqlx::query_as(&format!("{SELECT} WHERE c.connect_cluster_id = ? AND s.connector_id IS NULL AND c.desired_state <> 'deleted' AND c.id IN (SELECT value FROM json_each(?)) ORDER BY c.name"))
+                    .bind(cluster_id)
+                    .bind(json!(ids).to_string())
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
         let mut stored = HashMap::new();
         let mut desired = Vec::with_capacity(rows.len());
         for r in rows {
@@ -417,7 +588,10 @@ impl Reconciler {
         read_offsets: bool,
     ) -> Result<Steps, ConnectError> {
         let client = self.client(cluster).await;
-        let (desired, stored) = self.load_desired(&cluster.id).await.map_err(db_err)?;
+        let (desired, stored) = self
+            .load_desired(DesiredOf::Cluster(&cluster.id))
+            .await
+            .map_err(db_err)?;
         // The one list call of this pass for this cluster.
         let expanded = client.list_expanded().await?;
         let live: BTreeMap<String, Live> = expanded
@@ -458,7 +632,7 @@ impl Reconciler {
             )
         };
         let applied = self
-            .apply(&client, cluster, &desired, &stored, &plan)
+            .apply(&client, cluster, &desired, &stored, &plan, Scope::Cluster)
             .await
             .map_err(db_err)?;
         // Connect answered. Confirming that every pass would be a commit a second for nothing:
@@ -518,6 +692,7 @@ impl Reconciler {
         desired: &[Desired],
         stored: &HashMap<String, Stored>,
         plan: &Plan,
+        scope: Scope,
     ) -> anyhow::Result<Steps> {
         let by_id: BTreeMap<&str, &Desired> = desired.iter().map(|d| (d.id.as_str(), d)).collect();
         // Each connector's steps, in plan order, connectors in order of their first step.
@@ -717,6 +892,12 @@ impl Reconciler {
                 .execute(&mut *tx)
                 .await?;
         }
+        if scope == Scope::NewOnly {
+            // Nothing was listed: what Connect holds beside ClueCDC's is left as last seen.
+            tx.commit().await?;
+            self.writes.mark();
+            return Ok(steps);
+        }
         let names: Vec<String> = plan.unknown.iter().map(|u| u.0.clone()).collect();
         for (name, state, config) in &plan.unknown {
             let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?)").bind(&cluster.id).bind(name).fetch_one(&mut *tx).await?;
@@ -769,6 +950,33 @@ impl Reconciler {
 /// Connect calls of one pass in flight at once (different connectors): enough to hide the
 /// per-call latency, few enough not to swamp a worker that is also rebalancing.
 pub const STEP_CONCURRENCY: usize = 8;
+
+/// Which desired connectors a pass loads.
+#[derive(Clone, Copy)]
+enum DesiredOf<'a> {
+    /// All of a cluster's (a full pass).
+    Cluster(&'a str),
+    /// These, of this cluster, if no pass has acted on them yet (no status row) and they are
+    /// not deleted (a creates-only pass).
+    NeverActedOn(&'a str, &'a [String]),
+}
+
+/// What a pass saw of a cluster: everything (a full pass, from the list call), or only the
+/// connectors it created (a creates-only pass, no list call).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Cluster,
+    NewOnly,
+}
+
+#[derive(sqlx::FromRow)]
+struct SummaryRow {
+    id: String,
+    connect_cluster_id: String,
+    generation: i64,
+    desired_state: String,
+    restart: bool,
+}
 
 /// A connector's status row as the last pass left it.
 struct Stored {

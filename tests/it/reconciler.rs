@@ -1007,3 +1007,104 @@ async fn clusters_change_with_patch_and_a_refused_change_keeps_everything() {
     })
     .await;
 }
+
+/// A burst of new connectors is created without listing every connector once per create: the
+/// wake-ups whose only change is new connectors are served by creates-only passes, and the
+/// full pass after the burst observes them (all RUNNING) and still knows the connectors
+/// ClueCDC does not manage.
+#[tokio::test]
+async fn a_burst_of_new_connectors_is_created_with_few_list_calls_and_observed_after() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let proxy = ConnectProxy::start(&s.connect_url).await;
+    // No interval passes during the test: every list call is one the burst caused.
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1h"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+        ("CLUECDC_OFFSETS_INTERVAL", "1h"),
+        ("CLUECDC_MONITOR_INTERVAL", "1h"),
+    ]);
+    let tag = tag();
+    let stranger = format!("burst-stranger-{tag}");
+    let res = reqwest::Client::new()
+        .put(format!("{}/connectors/{stranger}/config", s.connect_url))
+        .json(&source_config(&stranger))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+    let cluster = register(&api, &proxy.url).await;
+    async fn unmanaged_listed(api: &Api, name: &str) -> bool {
+        let (_, list) = api.get("/api/v1/connectors").await;
+        list["unmanaged"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["name"] == name)
+    }
+    let names: Vec<String> = (0..20).map(|i| format!("burst-{tag}-{i:02}")).collect();
+    let result = async {
+        eventually(Duration::from_secs(30), "the first full pass", || async {
+            unmanaged_listed(&api, &stranger).await.then_some(())
+        })
+        .await;
+        let c0 = proxy.snapshot().len();
+        // One after another, 60 ms apart, as pipeline creates (each checks its source and
+        // makes topics first) or a script arrive: longer than a list pass takes here, so each
+        // wake-up would have its own list call, and shorter than the first look after a
+        // creates-only pass (200 ms). All at once, the wake-ups would coalesce anyway.
+        for n in &names {
+            desire(&api, &cluster, n, source_config(n)).await;
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        eventually(Duration::from_secs(120), "all 20 RUNNING", || async {
+            let mut running = 0;
+            for n in &names {
+                running += usize::from(phase_is(&api, n, "RUNNING").await.is_some());
+            }
+            (running == names.len()).then_some(())
+        })
+        .await;
+        let calls: Vec<ProxiedCall> = proxy.snapshot()[c0..].to_vec();
+        let creates = calls
+            .iter()
+            .filter(|c| c.method == "POST" && c.path == "/connectors")
+            .count();
+        let lists = calls
+            .iter()
+            .filter(|c| c.method == "GET" && c.path.starts_with("/connectors?expand="))
+            .count();
+        assert_eq!(
+            creates,
+            names.len(),
+            "one create call per connector: {calls:?}"
+        );
+        assert!(
+            lists * 2 <= names.len(),
+            "{lists} list calls for {} creates: {calls:?}",
+            names.len()
+        );
+        assert!(
+            unmanaged_listed(&api, &stranger).await,
+            "the unmanaged connector is still known after the creates-only passes"
+        );
+        let (_, audit) = api
+            .get("/api/v1/audit?action=connector.create&limit=100")
+            .await;
+        let failed: Vec<&Value> = audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["outcome"] != "success")
+            .collect();
+        assert!(failed.is_empty(), "no create failed: {failed:?}");
+    };
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
+    drop(api);
+    for n in names.iter().chain([&stranger]) {
+        delete_connector(&s.connect_url, n).await;
+    }
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
