@@ -205,18 +205,21 @@ impl Reconciler {
                             None
                         }),
                     };
-                    let steps = match new_only {
-                        Some(new) => self.guarded(self.creates_pass(new)).await,
+                    let (steps, first_look) = match new_only {
+                        Some(new) => (
+                            self.guarded(self.creates_pass(new)).await,
+                            CREATES_FOLLOW_UP,
+                        ),
                         None => {
                             last_full = Some(Instant::now());
-                            self.guarded(self.pass()).await
+                            (self.guarded(self.pass()).await, FOLLOW_UPS[0])
                         }
                     };
                     let pause = if steps.failed > 0 {
                         // Retried at the next tick, not in a tight loop.
                         Some(TICK)
                     } else if steps.sent > 0 {
-                        Some(FOLLOW_UPS[0])
+                        Some(first_look)
                     } else {
                         follow_up
                             .map(|(d, _)| d * 2)
@@ -1089,6 +1092,11 @@ const TICK: Duration = Duration::from_millis(500);
 /// a whole interval: a new connector shows RUNNING as soon as Connect lists it, and one still
 /// starting is looked at again. Each is one list call.
 const FOLLOW_UPS: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(800)];
+
+/// The first follow-up after a creates-only pass: a new connector takes longer than this to
+/// show RUNNING on a real worker, and the next create of a burst (a pipeline a request) comes
+/// sooner, so the full pass that observes the burst runs once, when it pauses.
+const CREATES_FOLLOW_UP: Duration = Duration::from_millis(200);
 
 /// What a pass (or one cluster's part of it) sent to Connect, and how much of it failed.
 #[derive(Debug, Default, Clone, Copy)]
