@@ -169,6 +169,8 @@ impl Reconciler {
             let mut seen_version = -1;
             // A wake-up from this process (it may come without a version change).
             let mut woken = false;
+            // When the last creates-only pass ran: the spacing of a burst's creates.
+            let mut last_creates: Option<Instant> = None;
             // After a pass that changed something: the pause before the next follow-up pass
             // (see FOLLOW_UPS), and when it is due.
             let mut follow_up: Option<(Duration, Instant)> = None;
@@ -206,10 +208,15 @@ impl Reconciler {
                         }),
                     };
                     let (steps, first_look) = match new_only {
-                        Some(new) => (
-                            self.guarded(self.creates_pass(new)).await,
-                            CREATES_FOLLOW_UP,
-                        ),
+                        Some(new) => (self.guarded(self.creates_pass(new)).await, {
+                            // The burst is over when no create came for twice its spacing.
+                            let now = Instant::now();
+                            let spacing = last_creates.map(|t| now.duration_since(t));
+                            last_creates = Some(now);
+                            spacing.map_or(CREATES_FOLLOW_UP[1], |d| {
+                                (d * 2).clamp(CREATES_FOLLOW_UP[0], CREATES_FOLLOW_UP[1])
+                            })
+                        }),
                         None => {
                             last_full = Some(Instant::now());
                             (self.guarded(self.pass()).await, FOLLOW_UPS[0])
@@ -1093,10 +1100,12 @@ const TICK: Duration = Duration::from_millis(500);
 /// starting is looked at again. Each is one list call.
 const FOLLOW_UPS: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(800)];
 
-/// The first follow-up after a creates-only pass: a new connector takes longer than this to
-/// show RUNNING on a real worker, and the next create of a burst (a pipeline a request) comes
-/// sooner, so the full pass that observes the burst runs once, when it pauses.
-const CREATES_FOLLOW_UP: Duration = Duration::from_millis(200);
+/// The first follow-up after a creates-only pass: twice the time since the creates-only pass
+/// before, within these bounds. The next create of a burst (a pipeline a request, a script)
+/// comes sooner than that, so the full pass that observes the burst runs once, when it pauses;
+/// a create on its own is looked at after the upper bound (a new connector takes longer than
+/// that to show RUNNING on a real worker anyway).
+const CREATES_FOLLOW_UP: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(200)];
 
 /// What a pass (or one cluster's part of it) sent to Connect, and how much of it failed.
 #[derive(Debug, Default, Clone, Copy)]

@@ -141,24 +141,44 @@ pub fn references(config: &BTreeMap<String, String>) -> Vec<String> {
 
 /// Lets `cluster_id` resolve the config's references for two minutes: ClueCDC is about to
 /// have that cluster validate the config (validation resolves them, as a task start would).
+///
+/// Grants still good for a minute are left as they are, so a burst of creates on one source
+/// writes nothing here after the first; otherwise one transaction behind the write gate (two
+/// autocommit writes per create met every concurrent writer in SQLite's busy sleeps).
 pub async fn grant_for_validation(
     pool: &SqlitePool,
     cluster_id: &str,
     config: &BTreeMap<String, String>,
 ) -> Result<()> {
+    let refs = references(config);
+    if refs.is_empty() {
+        return Ok(());
+    }
     let now = crate::reconcile::lease::now_ms();
+    let fresh: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM provider_grants WHERE connect_cluster_id = ? AND secret_ref IN (SELECT value FROM json_each(?)) AND expires_at > ?")
+        .bind(cluster_id)
+        .bind(serde_json::json!(refs).to_string())
+        .bind(now + 60_000)
+        .fetch_one(pool)
+        .await?;
+    if fresh == refs.len() as i64 {
+        return Ok(());
+    }
+    let _gate = crate::db::write_gate(pool).await;
+    let mut tx = pool.begin().await?;
     sqlx::query("DELETE FROM provider_grants WHERE expires_at <= ?")
         .bind(now)
-        .execute(pool)
+        .execute(&mut *tx)
         .await?;
-    for r in references(config) {
+    for r in refs {
         sqlx::query("INSERT INTO provider_grants (connect_cluster_id, secret_ref, expires_at) VALUES (?, ?, ?) ON CONFLICT (connect_cluster_id, secret_ref) DO UPDATE SET expires_at = excluded.expires_at")
             .bind(cluster_id)
             .bind(&r)
             .bind(now + 120_000)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
     }
+    tx.commit().await?;
     Ok(())
 }
 

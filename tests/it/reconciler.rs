@@ -1052,7 +1052,7 @@ async fn a_burst_of_new_connectors_is_created_with_few_list_calls_and_observed_a
         // One after another, 60 ms apart, as pipeline creates (each checks its source and
         // makes topics first) or a script arrive: longer than a list pass takes here, so each
         // wake-up would have its own list call, and shorter than the first look after a
-        // creates-only pass (200 ms). All at once, the wake-ups would coalesce anyway.
+        // creates-only pass (twice the spacing). All at once, the wake-ups would coalesce.
         for n in &names {
             desire(&api, &cluster, n, source_config(n)).await;
             tokio::time::sleep(Duration::from_millis(60)).await;
