@@ -441,6 +441,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             pipelines::page_restart,
         ),
         r(
+            M::POST,
+            "/pipelines/:id/resnapshot",
+            Operator,
+            "re-snapshot some of a pipeline's tables",
+            pipelines::page_resnapshot,
+        ),
+        r(
             M::GET,
             "/pipelines/:id/tables",
             Operator,
@@ -1070,6 +1077,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "restart",
             pipelines::api_restart,
+        ),
+        r(
+            M::POST,
+            "/api/v1/pipelines/:id/resnapshot",
+            Operator,
+            "incremental re-snapshot of some of the pipeline's tables (body {tables})",
+            pipelines::api_resnapshot,
         ),
         r(
             M::GET,

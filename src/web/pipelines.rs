@@ -108,6 +108,27 @@ pub async fn api_patch(
 }
 
 #[derive(Deserialize)]
+pub struct ResnapshotInput {
+    #[serde(default)]
+    tables: Vec<String>,
+}
+
+#[handler]
+pub async fn api_resnapshot(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(input): Json<ResnapshotInput>,
+) -> ApiResult<Response> {
+    let sent =
+        pipelines::resnapshot(&state.pool, &state.inner.secrets, &who, &id, input.tables).await?;
+    Ok(Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .content_type("application/json")
+        .body(json!(sent).to_string()))
+}
+
+#[derive(Deserialize)]
 pub struct DeleteQuery {
     #[serde(default)]
     drop_slot: bool,
@@ -242,6 +263,9 @@ struct DetailPage {
     layout: Layout,
     d: Detail,
     can_operate: bool,
+    /// The re-snapshot form: what a refused submission ticked, and why it was refused.
+    resnapshot_ticked: Vec<String>,
+    resnapshot_error: Option<String>,
 }
 
 #[handler]
@@ -258,6 +282,64 @@ pub async fn page_detail(
             layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
             can_operate: who.role >= Role::Operator,
             d,
+            resnapshot_ticked: vec![],
+            resnapshot_error: None,
+        },
+    )
+}
+
+#[handler]
+pub async fn page_resnapshot(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    body: poem::Body,
+) -> PageResult<Response> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::field("tables", e.to_string()))?;
+    let tables: Vec<String> = url::form_urlencoded::parse(&bytes)
+        .filter(|(k, _)| k == "tables")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    let (status, why) = match pipelines::resnapshot(
+        &state.pool,
+        &state.inner.secrets,
+        &who,
+        &id,
+        tables.clone(),
+    )
+    .await
+    {
+        Ok(sent) => {
+            set_flash(
+                jar,
+                &format!(
+                    "Re-snapshot of {} requested: the connector reads their rows again while it keeps streaming.",
+                    sent.tables.join(", ")
+                ),
+            );
+            return Ok(redirect(req, &format!("/pipelines/{id}")));
+        }
+        Err(Error::Invalid { fields, message }) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            fields.get("tables").cloned().unwrap_or(message),
+        ),
+        Err(Error::Conflict(why)) => (StatusCode::CONFLICT, why),
+        Err(e) => return Err(e.into()),
+    };
+    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    page_with_status(
+        status,
+        &DetailPage {
+            layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
+            can_operate: who.role >= Role::Operator,
+            d,
+            resnapshot_ticked: tables,
+            resnapshot_error: Some(why),
         },
     )
 }

@@ -423,3 +423,34 @@ test('without JavaScript, the delete confirmation is a plain form post that dele
   assert.equal((await fetch(`${env.CONNECT_URL}/connectors/${connectorOf(lakeName)}`)).status, 404, 'gone from Connect');
   await context.close();
 });
+
+test('an operator re-snapshots one table from the pipeline page: nothing ticked is refused inline, one ticked is read again while the other stays', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  const topicEnd = async (table) => {
+    const name = `${prefix}.${schema}.${table}`;
+    const [, t] = await api(app, token, 'GET', `/api/v1/kafka-clusters/${pipeline.kafka_cluster_id}/topics?q=${name}`);
+    return t.items.find((x) => x.name === name).partitions[0].high_watermark;
+  };
+  await page.goto(`${app.url}/pipelines/${pipeline.id}`);
+  await page.locator('#pipeline-status .state-running').first().waitFor({ timeout: 90_000 });
+  const [refused] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/resnapshot')),
+    page.getByRole('button', { name: 'Re-snapshot chosen tables' }).click(),
+  ]);
+  assert.equal(refused.status(), 422);
+  assert.match(await page.getByRole('alert').innerText(), /choose at least one of the pipeline's tables/);
+  const [orders, customers] = [await topicEnd('orders'), await topicEnd('customers')];
+  const rows = Number(source(`SELECT count(*) FROM ${schema}.orders`));
+  await page.getByRole('group', { name: 'Tables to read again' }).getByLabel(`${schema}.orders`).check();
+  await page.getByRole('button', { name: 'Re-snapshot chosen tables' }).click();
+  await page.waitForURL(`${app.url}/pipelines/${pipeline.id}`);
+  assert.match(await page.locator('main').innerText(), new RegExp(`Re-snapshot of ${schema}.orders requested`));
+  await screenshot(page, 'pipeline-resnapshot');
+  const deadline = Date.now() + 90_000;
+  while (Date.now() < deadline && (await topicEnd('orders')) < orders + rows) await sleep(1000);
+  assert.ok((await topicEnd('orders')) >= orders + rows, `the ${rows} orders rows were written again`);
+  assert.equal(await topicEnd('customers'), customers, 'nothing new for the table not chosen');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});

@@ -372,6 +372,81 @@ async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_wit
             "the first table was not snapshotted again"
         );
 
+        // An incremental re-snapshot of one table on request: refusals first, changing nothing.
+        let path = format!("/api/v1/pipelines/{id}/resnapshot");
+        let (status, err) = api.post(&path, json!({"tables": []})).await;
+        assert_eq!(status, 422, "{err}");
+        assert!(
+            err["error"]["fields"]["tables"]
+                .as_str()
+                .unwrap()
+                .contains("choose at least one"),
+            "{err}"
+        );
+        let (status, err) = api
+            .post(&path, json!({"tables": [format!("{schema}.elsewhere")]}))
+            .await;
+        assert_eq!(status, 422, "{err}");
+        assert!(
+            err["error"]["fields"]["tables"]
+                .as_str()
+                .unwrap()
+                .contains("not captured by this pipeline"),
+            "{err}"
+        );
+        let end_of = |topic: String| {
+            let (api, kafka) = (&api, &kafka);
+            async move {
+                let (_, t) = api
+                    .get(&format!("/api/v1/kafka-clusters/{kafka}/topics?q={topic}"))
+                    .await;
+                t["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["name"] == topic.as_str())
+                    .map(|x| x["partitions"][0]["high_watermark"].as_i64().unwrap())
+                    .unwrap()
+            }
+        };
+        let second_end = end_of(second.clone()).await;
+        let (status, sent) = api
+            .post(&path, json!({"tables": [format!("{schema}.first")]}))
+            .await;
+        assert_eq!(status, 202, "{sent}");
+        assert_eq!(sent["tables"], json!([format!("{schema}.first")]));
+        // The first table's three rows again as r events (two from the initial snapshot before),
+        // while the second table gets nothing and both keep streaming.
+        let events = read_until(&first, Duration::from_secs(120), |e| count(e, "r") >= 5).await;
+        let mut again: Vec<i64> = events
+            .iter()
+            .filter(|e| e.op() == Some("r"))
+            .skip(2)
+            .map(|e| e.value.as_ref().unwrap()["after"]["id"].as_i64().unwrap())
+            .collect();
+        again.sort();
+        assert_eq!(again, vec![1, 2, 3], "exactly the first table's rows again");
+        sqlx::query(&format!("INSERT INTO {schema}.first VALUES (4, 'd')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        read_until(&first, Duration::from_secs(60), |e| {
+            e.iter()
+                .any(|x| x.op() == Some("c") && x.key == json!({"id": 4}))
+        })
+        .await;
+        assert_eq!(
+            end_of(second.clone()).await,
+            second_end,
+            "nothing new in the other table's topic"
+        );
+        let (_, audit) = api.get("/api/v1/audit?action=pipeline.resnapshot").await;
+        assert_eq!(
+            audit["items"][0]["summary"]["tables"],
+            json!([format!("{schema}.first")]),
+            "{audit}"
+        );
+
         // Delete with the slot option: the slot is dropped after the connector stops.
         let (status, deleted) = api
             .delete(&format!("/api/v1/pipelines/{id}?drop_slot=true"))
