@@ -1063,6 +1063,10 @@ pub struct Detail {
     pub slot: Option<source::SlotInfo>,
     /// MySQL/MariaDB: the connector's binlog position and its distances.
     pub binlog: Option<source::BinlogInfo>,
+    /// The position Connect holds for the connector (LSN, binlog file and position, GTIDs),
+    /// from its committed offsets as last read, with when they were read.
+    pub source_position: Option<source::SourcePosition>,
+    pub source_position_read_at: Option<String>,
     /// Sum of the end offsets of the pipeline's topics: grows with every change captured.
     pub end_offsets: i64,
     /// Age of the newest record in any of the pipeline's topics (heartbeats included).
@@ -1236,12 +1240,21 @@ pub async fn detail_with(
             text.contains("incremental_snapshot_collections")
                 .then(|| "an incremental snapshot is in progress".to_string())
         });
+    let source_position = connector
+        .as_ref()
+        .and_then(|c| c.offsets.as_ref())
+        .and_then(source::position);
+    let source_position_read_at = source_position
+        .as_ref()
+        .and_then(|_| connector.as_ref()?.offsets_at.clone());
     Ok(Detail {
         pipeline: p,
         connector,
         topics,
         slot,
         binlog,
+        source_position,
+        source_position_read_at,
         end_offsets,
         newest_record_age_secs,
         snapshot,

@@ -503,6 +503,62 @@ pub fn binlog_distance(files: &[BinlogFile], position: Option<(&str, i64)>) -> B
 }
 
 /// The binlog position in a MySQL/MariaDB connector's offsets (`file` and `pos`).
+/// Where the connector's committed offset says it is in the source, in the source's own terms.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SourcePosition {
+    /// PostgreSQL: the last LSN whose changes Connect has committed, written as PostgreSQL
+    /// writes it (`0/16B3748`, as in `pg_replication_slots`).
+    pub lsn: Option<String>,
+    /// MySQL/MariaDB: the binlog file and position to resume from.
+    pub binlog_file: Option<String>,
+    pub binlog_pos: Option<i64>,
+    /// MySQL/MariaDB with GTIDs: the executed GTID set.
+    pub gtids: Option<String>,
+    /// When the source committed the change at this position (unix ms), if the offset says.
+    pub source_ts_ms: Option<i64>,
+    /// The offset belongs to an initial snapshot still running.
+    pub snapshotting: bool,
+}
+
+/// `lsn` as PostgreSQL prints it: the high and low 32 bits in hex, `X/Y`.
+pub fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// The source position in Connect's offsets for a Debezium source connector
+/// (`GET /connectors/{name}/offsets`): PostgreSQL's `lsn` (or `lsn_commit`), MySQL's and
+/// MariaDB's `file`/`pos` and `gtids`, the source time (`ts_usec` or `ts_sec`), and whether a
+/// snapshot is running. None when the offsets hold none of these.
+pub fn position(offsets: &serde_json::Value) -> Option<SourcePosition> {
+    let items = offsets.get("offsets")?.as_array()?;
+    items.iter().find_map(|o| {
+        let o = o.get("offset")?;
+        let int = |k: &str| o.get(k).and_then(serde_json::Value::as_i64);
+        let lsn = int("lsn").or_else(|| int("lsn_commit"));
+        let file = o.get("file").and_then(|f| f.as_str()).map(str::to_string);
+        if lsn.is_none() && file.is_none() {
+            return None;
+        }
+        Some(SourcePosition {
+            lsn: lsn.and_then(|l| u64::try_from(l).ok()).map(lsn_text),
+            binlog_pos: file.as_ref().and(int("pos")),
+            binlog_file: file,
+            gtids: o
+                .get("gtids")
+                .and_then(|g| g.as_str())
+                .filter(|g| !g.is_empty())
+                .map(str::to_string),
+            source_ts_ms: int("ts_usec")
+                .map(|us| us / 1000)
+                .or_else(|| int("ts_sec").map(|s| s * 1000)),
+            snapshotting: o.get("snapshot").is_some_and(|v| {
+                v.as_bool() == Some(true)
+                    || v.as_str().is_some_and(|s| s != "false" && !s.is_empty())
+            }),
+        })
+    })
+}
+
 pub fn binlog_position(offsets: &serde_json::Value) -> Option<(String, i64)> {
     let items = offsets.get("offsets")?.as_array()?;
     items.iter().find_map(|o| {
@@ -623,6 +679,31 @@ mod tests {
         assert_eq!(
             (none.position_kept, none.bytes_behind, none.connector_file),
             (None, None, None)
+        );
+    }
+
+    #[test]
+    fn source_positions_read_in_the_sources_own_terms() {
+        let pg = serde_json::json!({"offsets": [{"partition": {"server": "p"}, "offset": {"lsn": 23_806_496_u64, "lsn_proc": 23_806_496_u64, "txId": 770, "ts_usec": 1_764_000_000_123_456_i64}}]});
+        let p = position(&pg).unwrap();
+        assert_eq!(p.lsn.as_deref(), Some("0/16B4220"));
+        assert_eq!(p.source_ts_ms, Some(1_764_000_000_123));
+        assert!(!p.snapshotting);
+        assert_eq!(lsn_text(0x1_0000_00FF), "1/FF");
+        let during = serde_json::json!({"offsets": [{"partition": {}, "offset": {"lsn": 5, "snapshot": "INITIAL", "last_snapshot_record": false}}]});
+        assert!(position(&during).unwrap().snapshotting);
+        let my = serde_json::json!({"offsets": [{"partition": {"server": "m"}, "offset": {"file": "bin.000008", "pos": 912, "gtids": "0-1-5", "ts_sec": 1_764_000_000}}]});
+        let m = position(&my).unwrap();
+        assert_eq!(
+            (m.binlog_file.as_deref(), m.binlog_pos, m.gtids.as_deref()),
+            (Some("bin.000008"), Some(912), Some("0-1-5"))
+        );
+        assert_eq!(m.source_ts_ms, Some(1_764_000_000_000));
+        assert_eq!(m.lsn, None);
+        assert_eq!(position(&serde_json::json!({"offsets": []})), None);
+        assert_eq!(
+            position(&serde_json::json!({"offsets": [{"partition": {}, "offset": {"other": 1}}]})),
+            None
         );
     }
 

@@ -28,7 +28,7 @@ const dest = (sql) => psql(env.PG_DEST_DB, sql);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
-  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '5s' } });
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '5s', CLUECDC_OFFSETS_INTERVAL: '5s' } });
   createUser(app, 'ada', 'admin');
   createUser(app, 'otto', 'operator');
   createUser(app, 'vera', 'viewer');
@@ -435,6 +435,10 @@ test('an operator re-snapshots one table from the pipeline page: nothing ticked 
   };
   await page.goto(`${app.url}/pipelines/${pipeline.id}`);
   await page.locator('#pipeline-status .state-running').first().waitFor({ timeout: 90_000 });
+  // Where Connect says the connector is, in PostgreSQL's terms (the section refreshes itself).
+  const position = page.getByRole('region', { name: 'Source position' });
+  await position.getByText('LSN committed').waitFor({ timeout: 60_000 });
+  assert.match(await position.innerText(), /LSN committed\s+[0-9A-F]+\/[0-9A-F]+/);
   const [refused] = await Promise.all([
     page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/resnapshot')),
     page.getByRole('button', { name: 'Re-snapshot chosen tables' }).click(),

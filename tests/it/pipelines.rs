@@ -126,7 +126,8 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
     let s = stack();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api();
+    // Connect's committed offsets read every 2 s (60 s by default), for the source position.
+    let api = admin_api_with(&[("CLUECDC_OFFSETS_INTERVAL", "2s")]);
     let (kafka, connect) = stack_clusters(&api).await;
     let tag = tag();
     let schema = format!("pl_{tag}");
@@ -252,6 +253,27 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
         let (_, now) = api.get(&format!("/api/v1/pipelines/{id}")).await;
         assert_eq!(now["slot"]["active"], true, "{now}");
         assert!(now["slot"]["retained_wal_bytes"].is_number());
+        // The position Connect holds, in PostgreSQL's own terms: an LSN the server has written.
+        let lsn = eventually(
+            Duration::from_secs(90),
+            "the committed LSN shown",
+            || async {
+                let (_, d) = api.get(&format!("/api/v1/pipelines/{id}")).await;
+                d["source_position"]["lsn"].as_str().map(str::to_string)
+            },
+        )
+        .await;
+        let (hi, lo) = lsn.split_once('/').unwrap_or_else(|| panic!("X/Y: {lsn}"));
+        assert!(
+            u64::from_str_radix(hi, 16).is_ok() && u64::from_str_radix(lo, 16).is_ok(),
+            "{lsn}"
+        );
+        let written: bool = sqlx::query_scalar("SELECT $1::pg_lsn <= pg_current_wal_lsn()")
+            .bind(&lsn)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert!(written, "{lsn} is not past the server's WAL");
 
         // Delete without ticking the slot option: the slot stays (and keeps its position).
         let (status, deleted) = api.delete(&format!("/api/v1/pipelines/{id}")).await;
