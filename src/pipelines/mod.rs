@@ -826,6 +826,23 @@ pub async fn set_tables(
     Ok((load(pool, &p.id).await?, added))
 }
 
+/// Whether the connector runs its current config (observed at its generation and RUNNING),
+/// and its phase as last observed (PENDING before any observation). A signal sent before then
+/// would not be read by the config it was meant for.
+async fn runs_current_config(pool: &SqlitePool, connector_id: &str) -> Result<(bool, String)> {
+    let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
+        .bind(connector_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match row {
+        Some((generation, Some(observed), Some(phase))) => {
+            (observed >= generation && phase == "RUNNING", phase)
+        }
+        Some((_, _, phase)) => (false, phase.unwrap_or_else(|| "PENDING".into())),
+        None => (false, "PENDING".into()),
+    })
+}
+
 /// Waits until the reconciler has applied the new config and the connector runs, then sends
 /// the incremental snapshot signal, so the connector that reads it already includes the tables.
 fn spawn_snapshot_signal(
@@ -838,26 +855,16 @@ fn spawn_snapshot_signal(
 ) {
     tokio::spawn(async move {
         for _ in 0..240 {
-            let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
-                .bind(&connector_id)
-                .fetch_optional(&pool)
-                .await
-                .ok()
-                .flatten();
-            if let Some((generation, Some(observed), Some(phase))) = row {
-                if observed >= generation && phase == "RUNNING" {
-                    match source::signal_incremental_snapshot(&store, &source, &signal, &tables)
-                        .await
-                    {
-                        Ok(id) => {
-                            tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested")
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not request the incremental snapshot")
-                        }
+            if let Ok((true, _)) = runs_current_config(&pool, &connector_id).await {
+                match source::signal_incremental_snapshot(&store, &source, &signal, &tables).await {
+                    Ok(id) => {
+                        tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested")
                     }
-                    return;
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not request the incremental snapshot")
+                    }
                 }
+                return;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -915,19 +922,11 @@ pub async fn resnapshot(
             ),
         ));
     }
-    let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
-        .bind(&p.connector_id)
-        .fetch_optional(pool)
-        .await?;
-    match row {
-        Some((generation, Some(observed), Some(phase)))
-            if observed >= generation && phase == "RUNNING" => {}
-        other => {
-            let phase = other.and_then(|r| r.2).unwrap_or_else(|| "PENDING".into());
-            return Err(Error::Conflict(format!(
-                "the pipeline's connector is {phase}, not RUNNING its current config; resume it (or wait until it runs), then re-snapshot"
-            )));
-        }
+    let (running, phase) = runs_current_config(pool, &p.connector_id).await?;
+    if !running {
+        return Err(Error::Conflict(format!(
+            "the pipeline's connector is {phase}, not RUNNING its current config; resume it (or wait until it runs), then re-snapshot"
+        )));
     }
     let source = connections::load(pool, &p.source_connection_id).await?;
     let d = source

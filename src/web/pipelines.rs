@@ -288,6 +288,18 @@ pub async fn page_detail(
     )
 }
 
+/// The `tables` a form ticked (one field per checkbox, so not a serde form struct).
+async fn ticked_tables(body: Body) -> Result<Vec<String>, Error> {
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| Error::field("tables", e.to_string()))?;
+    Ok(url::form_urlencoded::parse(&bytes)
+        .filter(|(k, _)| k == "tables")
+        .map(|(_, v)| v.into_owned())
+        .collect())
+}
+
 #[handler]
 pub async fn page_resnapshot(
     req: &Request,
@@ -295,16 +307,9 @@ pub async fn page_resnapshot(
     who: Data<&Principal>,
     jar: &CookieJar,
     Path(id): Path<String>,
-    body: poem::Body,
+    body: Body,
 ) -> PageResult<Response> {
-    let bytes = body
-        .into_bytes()
-        .await
-        .map_err(|e| Error::field("tables", e.to_string()))?;
-    let tables: Vec<String> = url::form_urlencoded::parse(&bytes)
-        .filter(|(k, _)| k == "tables")
-        .map(|(_, v)| v.into_owned())
-        .collect();
+    let tables = ticked_tables(body).await?;
     let (status, why) = match pipelines::resnapshot(
         &state.pool,
         &state.inner.secrets,
@@ -427,17 +432,10 @@ pub async fn page_tables_submit(
     who: Data<&Principal>,
     jar: &CookieJar,
     Path(id): Path<String>,
-    body: poem::Body,
+    body: Body,
 ) -> PageResult<Response> {
     who.require(Role::Operator, "change pipelines")?;
-    let bytes = body
-        .into_bytes()
-        .await
-        .map_err(|e| Error::field("tables", e.to_string()))?;
-    let tables: Vec<String> = url::form_urlencoded::parse(&bytes)
-        .filter(|(k, _)| k == "tables")
-        .map(|(_, v)| v.into_owned())
-        .collect();
+    let tables = ticked_tables(body).await?;
     match pipelines::set_tables(
         &state.pool,
         &state.inner.secrets,
