@@ -207,8 +207,21 @@ pub fn spawn_background(
         ),
         lease_ttl: Duration::from_secs(runtime.lease_ttl.max(1) as u64),
     };
+    let operations = crate::operations::Runner {
+        pool: pool.clone(),
+        secrets: inner.secrets.clone(),
+        reconciler: inner.reconciler.clone(),
+        lease: crate::reconcile::lease::Lease::new(
+            pool.clone(),
+            crate::operations::LEASE,
+            crate::reconcile::holder_id(role),
+            runtime.lease_ttl.max(1) * 1000,
+        ),
+        lease_ttl: Duration::from_secs(runtime.lease_ttl.max(1) as u64),
+    };
     vec![
         ("reconciler", reconciler.spawn(stop.clone())),
+        ("operations", operations.spawn(stop.clone())),
         ("monitor", monitor.spawn(stop.clone())),
         (
             "leak scan",

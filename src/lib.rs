@@ -22,6 +22,7 @@ pub mod error;
 pub mod kafka;
 pub mod listing;
 pub mod monitor;
+pub mod operations;
 pub mod pipelines;
 pub mod reconcile;
 pub mod secrets;

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod objects;
+pub mod replay;
 
 use std::time::Duration;
 
@@ -839,6 +840,7 @@ pub async fn update(
 ) -> Result<Delivery> {
     who.require(Role::Operator, "change deliveries")?;
     let d = load(pool, id).await?;
+    crate::operations::refuse_if_held(pool, &d.connector_id, "change the delivery").await?;
     let mut errors = FieldErrors::new();
     for (field, given, current) in [
         ("name", &patch.name, &d.name),
@@ -923,38 +925,90 @@ pub async fn delete(
 ) -> Result<()> {
     who.require(Role::Operator, "delete deliveries")?;
     let d = load(pool, id).await?;
-    connectors::set_state(pool, wake, who, &d.connector_id, DesiredState::Deleted).await?;
-    for _ in 0..120 {
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
-            .bind(&d.connector_id)
-            .fetch_one(pool)
-            .await?;
-        if left == 0 {
-            let mut tx = pool.begin().await?;
-            audit::record(
-                &mut tx,
-                Entry {
-                    actor: who.into(),
-                    action: "delivery.delete",
-                    target_kind: "delivery",
-                    target_id: &d.id,
-                    outcome: Outcome::Success,
-                    summary: json!({"name": d.name}),
-                },
-            )
-            .await?;
-            sqlx::query("DELETE FROM deliveries WHERE id = ?")
-                .bind(&d.id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    crate::operations::refuse_if_held(pool, &d.connector_id, "delete the delivery").await?;
+    let mut tx = pool.begin().await?;
+    let op = crate::operations::insert(
+        &mut tx,
+        who,
+        crate::operations::NewOperation {
+            kind: "delivery_delete",
+            target_kind: "delivery",
+            target_id: &d.id,
+            target_name: &d.name,
+            params: json!({"connector_id": d.connector_id}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+        .bind(crate::time::now())
+        .bind(&d.connector_id)
+        .execute(&mut *tx)
+        .await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "delivery.delete",
+            target_kind: "delivery",
+            target_id: &d.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": d.name, "operation_id": op}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
+    match op.state.as_str() {
+        "done" => Ok(()),
+        "running" => Err(Error::Unavailable(format!(
+            "the sink connector was not removed from Connect within 60 s ({}); operation {} keeps trying and deletes the delivery once it is gone",
+            op.error.unwrap_or_else(|| "no answer yet".into()),
+            op.id
+        ))),
+        _ => Err(Error::Unavailable(
+            op.error.unwrap_or_else(|| "the delete did not finish".into()),
+        )),
     }
-    Err(Error::Unavailable(
-        "the sink connector was not removed from Connect within 60 s; try again".into(),
-    ))
+}
+
+/// The steps of a delivery delete: wait until the reconciler has removed the connector, then
+/// forget the delivery and its offset history.
+pub async fn delete_step(
+    ctx: &crate::operations::Ctx<'_>,
+    op: &crate::operations::Operation,
+) -> crate::operations::Step {
+    use crate::operations::Step;
+    let connector_id = op.params["connector_id"].as_str().unwrap_or_default();
+    match op.step.as_str() {
+        "remove" => match crate::operations::connector_gone(ctx.pool, connector_id).await {
+            Ok(true) => Step::Next("forget"),
+            Ok(false) => Step::Wait(
+                "waiting for the reconciler to remove the sink connector from Connect".into(),
+            ),
+            Err(e) => Step::Wait(e.to_string()),
+        },
+        "forget" => {
+            let forget = async {
+                let mut tx = ctx.pool.begin().await?;
+                sqlx::query("DELETE FROM offset_history WHERE delivery_id = ?")
+                    .bind(&op.target_id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM deliveries WHERE id = ?")
+                    .bind(&op.target_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            };
+            match forget.await {
+                Ok(()) => Step::Done,
+                Err(e) => Step::Wait(e.to_string()),
+            }
+        }
+        other => Step::Fail(format!("unknown step {other}")),
+    }
 }
 
 #[derive(Debug, Serialize)]

@@ -540,6 +540,44 @@ pub async fn group_lag(
     group: &str,
     topics: &[String],
 ) -> Result<Vec<PartitionLag>, String> {
+    Ok(positions(access, group, topics, None)
+        .await?
+        .into_iter()
+        .map(|p| PartitionLag {
+            lag: (p.high - p.committed.unwrap_or(p.low)).max(0),
+            topic: p.topic,
+            partition: p.partition,
+            committed: p.committed,
+            end_offset: p.high,
+        })
+        .collect())
+}
+
+/// Where a consumer group stands in one partition, beside the partition's retained range.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionPosition {
+    pub topic: String,
+    pub partition: i32,
+    /// The group's committed offset (None: nothing committed yet).
+    pub committed: Option<i64>,
+    /// The log start: the oldest offset retention has kept.
+    pub low: i64,
+    /// The end: the offset the next record will get.
+    pub high: i64,
+    /// With a time asked for: the offset of the first record at or after it (the end when
+    /// every record is older), from the brokers' offsets-for-times.
+    pub at_time: Option<i64>,
+}
+
+/// Every partition of the given topics (those that exist) with the group's committed offset and
+/// the retained range, sorted by topic and partition; with `at` (unix ms) also the first offset
+/// at or after that time. Reads only: joins no group, commits nothing.
+pub async fn positions(
+    access: &KafkaAccess,
+    group: &str,
+    topics: &[String],
+    at: Option<i64>,
+) -> Result<Vec<PartitionPosition>, String> {
     let access = access.clone();
     let group = group.to_string();
     let topics = topics.to_vec();
@@ -570,32 +608,65 @@ pub async fn group_lag(
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
         let marks = watermarks(&c, &wanted);
+        let times = match at {
+            Some(ms) => Some(offsets_at(&c, &wanted, ms)?),
+            None => None,
+        };
         let mut out = Vec::new();
         for e in committed.elements() {
-            let Some(&(low, high)) = marks.get(&(e.topic().to_string(), e.partition())) else {
+            let key = (e.topic().to_string(), e.partition());
+            let Some(&(low, high)) = marks.get(&key) else {
                 return Err(format!(
                     "no end offset for {}[{}] from the brokers",
                     e.topic(),
                     e.partition()
                 ));
             };
-            let committed = match e.offset() {
-                rdkafka::Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            let lag = high - committed.unwrap_or(low);
-            out.push(PartitionLag {
-                topic: e.topic().to_string(),
-                partition: e.partition(),
-                committed,
-                end_offset: high,
-                lag: lag.max(0),
+            out.push(PartitionPosition {
+                committed: match e.offset() {
+                    rdkafka::Offset::Offset(o) => Some(o),
+                    _ => None,
+                },
+                at_time: times
+                    .as_ref()
+                    .map(|t| t.get(&key).copied().unwrap_or(high).clamp(low, high)),
+                topic: key.0,
+                partition: key.1,
+                low,
+                high,
             });
         }
         out.sort_by(|a, b| (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition)));
         Ok(out)
     })
     .await
+}
+
+/// The first offset at or after `ms` per partition; a partition whose records are all older
+/// is missing (the caller takes its end).
+fn offsets_at<C: rdkafka::consumer::ConsumerContext>(
+    c: &BaseConsumer<C>,
+    wanted: &[(String, i32)],
+    ms: i64,
+) -> Result<HashMap<(String, i32), i64>, String> {
+    use rdkafka::{Offset, TopicPartitionList};
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in wanted {
+        tpl.add_partition_offset(t, *p, Offset::Offset(ms))
+            .map_err(|e| e.to_string())?;
+    }
+    let found = c
+        .offsets_for_times(tpl, TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    Ok(found
+        .elements()
+        .iter()
+        .filter(|e| e.error().is_ok())
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Where to look for one record: a partition and the offset of the record wanted.

@@ -804,25 +804,30 @@ pub async fn set_tables(
         .execute(&mut *tx)
         .await?;
     sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&p.connector_id).execute(&mut *tx).await?;
-    tx.commit().await?;
-    crate::reconcile::bump_desired_version(pool).await?;
-    wake.wake();
     if !added.is_empty() {
+        // Committed with the change: the signal is sent even if this process dies next.
         let d = c
             .source
             .database()
             .cloned()
             .ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
         let signal = signal_collection(c.source.provider, &d, &c.tables);
-        spawn_snapshot_signal(
-            pool.clone(),
-            store.clone(),
-            c.source.clone(),
-            p.connector_id.clone(),
-            signal,
-            added.clone(),
-        );
+        crate::operations::insert(
+            &mut tx,
+            who,
+            crate::operations::NewOperation {
+                kind: "snapshot_signal",
+                target_kind: "pipeline",
+                target_id: &p.id,
+                target_name: &p.name,
+                params: json!({"connector_id": p.connector_id, "signal": signal, "tables": added}),
+            },
+        )
+        .await?;
     }
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
     Ok((load(pool, &p.id).await?, added))
 }
 
@@ -843,33 +848,48 @@ async fn runs_current_config(pool: &SqlitePool, connector_id: &str) -> Result<(b
     })
 }
 
-/// Waits until the reconciler has applied the new config and the connector runs, then sends
-/// the incremental snapshot signal, so the connector that reads it already includes the tables.
-fn spawn_snapshot_signal(
-    pool: SqlitePool,
-    store: Arc<SecretStore>,
-    source: Connection,
-    connector_id: String,
-    signal: String,
-    tables: Vec<String>,
-) {
-    tokio::spawn(async move {
-        for _ in 0..240 {
-            if let Ok((true, _)) = runs_current_config(&pool, &connector_id).await {
-                match source::signal_incremental_snapshot(&store, &source, &signal, &tables).await {
-                    Ok(id) => {
-                        tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested")
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not request the incremental snapshot")
-                    }
+/// The durable half of a table change: once the reconciler has applied the new config and the
+/// connector runs it, sends the incremental snapshot signal for the added tables, so the
+/// connector that reads it already includes them. Recorded as an operation before the change
+/// request returns, so a process killed right after still gets the snapshot sent.
+pub async fn snapshot_signal_step(
+    ctx: &crate::operations::Ctx<'_>,
+    op: &crate::operations::Operation,
+) -> crate::operations::Step {
+    use crate::operations::Step;
+    let p = &op.params;
+    let connector_id = p["connector_id"].as_str().unwrap_or_default();
+    let tables: Vec<String> = serde_json::from_value(p["tables"].clone()).unwrap_or_default();
+    if let Err(Error::NotFound(_)) = load(ctx.pool, &op.target_id).await {
+        return Step::Interrupted("the pipeline was deleted".into());
+    }
+    match op.step.as_str() {
+        "wait_running" => match runs_current_config(ctx.pool, connector_id).await {
+            Ok((true, _)) => Step::Next("signal"),
+            Ok((false, phase)) => Step::Wait(format!(
+                "waiting for the connector to run its new config (it is {phase})"
+            )),
+            Err(e) => Step::Wait(e.to_string()),
+        },
+        "signal" => {
+            let Ok(pipeline) = load(ctx.pool, &op.target_id).await else {
+                return Step::Interrupted("the pipeline was deleted".into());
+            };
+            let source = match connections::load(ctx.pool, &pipeline.source_connection_id).await {
+                Ok(s) => s,
+                Err(e) => return Step::Wait(e.to_string()),
+            };
+            let signal = p["signal"].as_str().unwrap_or_default();
+            match source::signal_incremental_snapshot(ctx.secrets, &source, signal, &tables).await {
+                Ok(id) => {
+                    tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested");
+                    Step::Done
                 }
-                return;
+                Err(e) => Step::Wait(format!("could not write the snapshot signal: {e}")),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        tracing::warn!(tables = ?tables, "the new pipeline config never ran; no incremental snapshot requested");
-    });
+        other => Step::Fail(format!("unknown step {other}")),
+    }
 }
 
 /// What a re-snapshot request sent: the signal's id (the row in the source's signal table)
@@ -988,7 +1008,6 @@ pub struct Deleted {
 /// slot loses the stream's position); never deletes topics.
 pub async fn delete(
     pool: &SqlitePool,
-    store: &SecretStore,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1004,53 +1023,95 @@ pub async fn delete(
             users.join(", ")
         )));
     }
-    let source = connections::load(pool, &p.source_connection_id).await?;
-    connectors::set_state(pool, wake, who, &p.connector_id, DesiredState::Deleted).await?;
-    // The reconciler removes the connector and then forgets its row.
-    let mut removed = false;
-    for _ in 0..120 {
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
-            .bind(&p.connector_id)
-            .fetch_one(pool)
-            .await?;
-        if left == 0 {
-            removed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let slot_dropped = if drop_slot && removed {
-        match source.database().and_then(|d| d.slot_name.clone()) {
-            Some(slot) if source.provider == Provider::Postgresql => {
-                source::drop_slot(store, &source, &slot).await?
-            }
-            _ => false,
-        }
-    } else {
-        false
-    };
+    crate::operations::refuse_if_held(pool, &p.connector_id, "delete the pipeline").await?;
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.delete", target_kind: "pipeline", target_id: &p.id, outcome: if removed { Outcome::Success } else { Outcome::Failure }, summary: json!({"name": p.name, "connector_removed": removed, "drop_slot": drop_slot, "slot_dropped": slot_dropped}) }).await?;
-    if removed {
-        sqlx::query("DELETE FROM pipelines WHERE id = ?")
-            .bind(&p.id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    let op = crate::operations::insert(
+        &mut tx,
+        who,
+        crate::operations::NewOperation {
+            kind: "pipeline_delete",
+            target_kind: "pipeline",
+            target_id: &p.id,
+            target_name: &p.name,
+            params: json!({"connector_id": p.connector_id, "drop_slot": drop_slot}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+        .bind(crate::time::now())
+        .bind(&p.connector_id)
+        .execute(&mut *tx)
+        .await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.delete", target_kind: "pipeline", target_id: &p.id, outcome: Outcome::Success, summary: json!({"name": p.name, "drop_slot": drop_slot, "operation_id": op}) }).await?;
     tx.commit().await?;
-    if !removed {
-        return Err(Error::Unavailable("the connector was not removed from Connect within 60 s; the pipeline is kept, try again".into()));
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    // The operation removes the connector, drops the slot when asked and forgets the
+    // pipeline, in whichever process holds the operations lease; this request waits for it.
+    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
+    match op.state.as_str() {
+        "done" => Ok(Deleted {
+            connector_removed: true,
+            slot_dropped: op.params["slot_dropped"].as_bool().unwrap_or(false),
+            topics_kept: p
+                .tables
+                .iter()
+                .map(|t| table_topic(&p.topic_prefix, t))
+                .collect(),
+        }),
+        "running" => Err(Error::Unavailable(format!(
+            "the connector was not removed from Connect within 60 s ({}); operation {} keeps trying and deletes the pipeline once it is gone",
+            op.error.unwrap_or_else(|| "no answer yet".into()),
+            op.id
+        ))),
+        _ => Err(Error::Unavailable(op.error.unwrap_or_else(|| "the delete did not finish".into()))),
     }
-    let topics_kept = p
-        .tables
-        .iter()
-        .map(|t| table_topic(&p.topic_prefix, t))
-        .collect();
-    Ok(Deleted {
-        connector_removed: removed,
-        slot_dropped,
-        topics_kept,
-    })
+}
+
+/// The steps of a pipeline delete: wait until the reconciler has removed the connector (it
+/// forgets its row then), drop the replication slot if asked, forget the pipeline.
+pub async fn delete_step(
+    ctx: &crate::operations::Ctx<'_>,
+    op: &crate::operations::Operation,
+) -> crate::operations::Step {
+    use crate::operations::Step;
+    let connector_id = op.params["connector_id"].as_str().unwrap_or_default();
+    match op.step.as_str() {
+        "remove" => match crate::operations::connector_gone(ctx.pool, connector_id).await {
+            Ok(true) => Step::Next("forget"),
+            Ok(false) => Step::Wait("waiting for the reconciler to remove the connector from Connect".into()),
+            Err(e) => Step::Wait(e.to_string()),
+        },
+        "forget" => {
+            let Ok(p) = load(ctx.pool, &op.target_id).await else {
+                return Step::Done;
+            };
+            if op.params["drop_slot"].as_bool() == Some(true) && op.params["slot_dropped"].is_null() {
+                let dropped = match connections::load(ctx.pool, &p.source_connection_id).await {
+                    Ok(source) => match source.database().and_then(|d| d.slot_name.clone()) {
+                        Some(slot) if source.provider == Provider::Postgresql => {
+                            source::drop_slot(ctx.secrets, &source, &slot).await
+                        }
+                        _ => Ok(false),
+                    },
+                    Err(e) => Err(e),
+                };
+                match dropped {
+                    Ok(b) => {
+                        if let Err(e) = sqlx::query("UPDATE operations SET params = json_set(params, '$.slot_dropped', json(?)) WHERE id = ?").bind(b.to_string()).bind(&op.id).execute(ctx.pool).await {
+                            return Step::Wait(e.to_string());
+                        }
+                    }
+                    Err(e) => return Step::Wait(format!("could not drop the replication slot: {e}")),
+                }
+            }
+            match sqlx::query("DELETE FROM pipelines WHERE id = ?").bind(&p.id).execute(ctx.pool).await {
+                Ok(_) => Step::Done,
+                Err(e) => Step::Wait(e.to_string()),
+            }
+        }
+        other => Step::Fail(format!("unknown step {other}")),
+    }
 }
 
 /// The pipeline page's live facts.

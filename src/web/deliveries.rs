@@ -328,6 +328,10 @@ struct DetailPage {
     /// The pipeline writes heartbeats, and this delivery carries their topic (freshness).
     heartbeat_on: bool,
     heartbeat_delivered: bool,
+    /// The newest operations on this delivery (replays, a delete), newest first.
+    operations: Vec<crate::operations::Operation>,
+    /// Offset changes, newest first.
+    history: Vec<crate::deliveries::replay::HistoryEntry>,
 }
 
 impl DetailPage {
@@ -401,6 +405,8 @@ pub async fn page_detail(
         .filter(|a| a.subject == d.delivery.name)
         .collect();
     let pipeline_heartbeat = pipeline.as_ref().is_some_and(|p| p.heartbeat);
+    let operations = crate::operations::of_target(&state.pool, &d.delivery.id, 5).await?;
+    let history = crate::deliveries::replay::history(&state.pool, &who, &d.delivery.id).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
@@ -418,6 +424,8 @@ pub async fn page_detail(
             alerts,
             heartbeat_on: pipeline_heartbeat,
             heartbeat_delivered,
+            operations,
+            history,
             d,
         },
     )

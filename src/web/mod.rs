@@ -39,6 +39,7 @@ mod openapi;
 mod pages;
 pub mod paths;
 mod pipelines;
+mod replay;
 mod tokens;
 mod users;
 
@@ -439,6 +440,34 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "restart a pipeline's connector",
             pipelines::page_restart,
+        ),
+        r(
+            M::GET,
+            "/deliveries/:id/replay",
+            Operator,
+            "replay or skip a delivery's records (form)",
+            replay::page_replay,
+        ),
+        r(
+            M::POST,
+            "/deliveries/:id/replay",
+            Operator,
+            "preview, then start, a delivery's offset change",
+            replay::page_replay_submit,
+        ),
+        r(
+            M::GET,
+            "/deliveries/:id/offset-history/:entry/restore",
+            Operator,
+            "restore a delivery's saved offsets (preview)",
+            replay::page_restore,
+        ),
+        r(
+            M::GET,
+            "/operations/:id",
+            Viewer,
+            "an operation's steps and state",
+            replay::page_operation,
         ),
         r(
             M::POST,
@@ -1119,6 +1148,41 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "change a delivery's topics or settings (database or object storage)",
             deliveries::api_patch,
+        ),
+        r(
+            M::POST,
+            "/api/v1/deliveries/:id/replay",
+            Operator,
+            "replay or skip a delivery's records (?dry_run=true: the plan only)",
+            replay::api_replay,
+        ),
+        r(
+            M::GET,
+            "/api/v1/deliveries/:id/offset-history",
+            Viewer,
+            "a delivery's offset changes, before and after",
+            replay::api_history,
+        ),
+        r(
+            M::POST,
+            "/api/v1/deliveries/:id/offset-history/:entry/restore",
+            Operator,
+            "restore the offsets saved before a change (?dry_run=true: the plan only)",
+            replay::api_restore,
+        ),
+        r(
+            M::GET,
+            "/api/v1/operations",
+            Viewer,
+            "a target's operations, newest first (?target=ID)",
+            replay::api_operations,
+        ),
+        r(
+            M::GET,
+            "/api/v1/operations/:id",
+            Viewer,
+            "a durable multi-step operation: kind, step, state, error",
+            replay::api_operation,
         ),
         r(
             M::GET,

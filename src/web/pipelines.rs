@@ -144,7 +144,6 @@ pub async fn api_delete(
     Ok(Json(
         pipelines::delete(
             &state.pool,
-            &state.inner.secrets,
             &state.inner.reconciler,
             &who,
             &id,
@@ -740,7 +739,6 @@ pub async fn page_delete(
         url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
     let deleted = pipelines::delete(
         &state.pool,
-        &state.inner.secrets,
         &state.inner.reconciler,
         &who,
         &id,

@@ -704,11 +704,13 @@ pub struct ProxiedCall {
 /// A transparent HTTP proxy in front of the real Connect that records every call, so tests
 /// can count what ClueCDC asks of Connect. With `refuse_creates` set it answers connector
 /// creation with Connect's 403, as a Connect with access control does for a principal
-/// without the right.
+/// without the right. With `fail_offsets` set it answers every offset change (`PATCH` or
+/// `DELETE …/offsets`) with a 503, as a worker in trouble would, leaving the offsets as they are.
 pub struct ConnectProxy {
     pub url: String,
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<ProxiedCall>>>,
     pub refuse_creates: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub fail_offsets: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -731,12 +733,15 @@ impl ConnectProxy {
         let record = calls.clone();
         let refuse_creates = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refuse = refuse_creates.clone();
+        let fail_offsets = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fail = fail_offsets.clone();
         let http = reqwest::Client::new();
         let endpoint = poem::endpoint::make(move |req: poem::Request| {
             let target = target.clone();
             let record = record.clone();
             let http = http.clone();
             let refuse = refuse.clone();
+            let fail = fail.clone();
             async move {
                 let method = req.method().clone();
                 let path = req
@@ -754,6 +759,20 @@ impl ConnectProxy {
                         .body(
                             r#"{"error_code":403,"message":"not allowed to create connectors"}"#,
                         );
+                }
+                if fail.load(std::sync::atomic::Ordering::Relaxed)
+                    && path.ends_with("/offsets")
+                    && method != poem::http::Method::GET
+                {
+                    record.lock().unwrap().push(ProxiedCall {
+                        method: method.to_string(),
+                        path: path.clone(),
+                        agent: "(failed by the proxy)".into(),
+                    });
+                    return poem::Response::builder()
+                        .status(poem::http::StatusCode::SERVICE_UNAVAILABLE)
+                        .content_type("application/json")
+                        .body(r#"{"error_code":503,"message":"worker unavailable (test proxy)"}"#);
                 }
                 let agent = req
                     .headers()
@@ -801,6 +820,7 @@ impl ConnectProxy {
             url: format!("http://{addr}"),
             calls,
             refuse_creates,
+            fail_offsets,
             task,
         }
     }

@@ -1,0 +1,443 @@
+//! Durable multi-step operations. A workflow that takes more than one request to Connect (an
+//! offset replay: stop, save, alter, resume, observe) is a row in `operations` with the step
+//! to run next. Whichever process holds the `operations` lease carries every open one forward,
+//! one step at a time, so killing the process that started it only delays it: the next holder
+//! (the same `serve` restarted, or a `worker`) goes on from the step recorded.
+//!
+//! Invariants:
+//! - Every step is safe to run again: a process may die after doing a step and before
+//!   recording it, and the next holder repeats it.
+//! - While an operation holds a connector (`connectors.operation_id`), the connector's desired
+//!   state is the one the operation set, and no other route (pause, resume, restart, edit,
+//!   delete) may change it; the reconciler enforces that state like any other, so it never
+//!   fights the operation.
+//! - An operation that fails gives the connector back in the state it had before, with the
+//!   failed step and the reason recorded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::SqlitePool;
+
+use crate::audit::{self, Actor, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::error::{Error, Result};
+use crate::reconcile::lease::{now_ms, Lease};
+use crate::secrets::store::SecretStore;
+
+pub const LEASE: &str = "operations";
+
+/// How often the holder looks for open operations and checks the step each one waits on.
+const TICK: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Operation {
+    pub id: String,
+    pub kind: String,
+    pub target_kind: String,
+    pub target_id: String,
+    pub target_name: String,
+    /// The step to run next; for a failed operation, the step that failed.
+    pub step: String,
+    /// The kind's steps in order, to show how far it got.
+    pub steps: Vec<&'static str>,
+    pub state: String,
+    pub error: Option<String>,
+    pub actor: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    #[serde(skip)]
+    pub params: Value,
+    #[serde(skip)]
+    pub step_started_at: i64,
+    #[serde(skip)]
+    pub actor_kind: String,
+}
+
+impl Operation {
+    pub fn running(&self) -> bool {
+        self.state == "running"
+    }
+    /// Steps before the current one are done; for a finished operation, all of them.
+    pub fn step_done(&self, step: &str) -> bool {
+        if self.state == "done" {
+            return true;
+        }
+        let at = self.steps.iter().position(|s| *s == self.step);
+        let this = self.steps.iter().position(|s| *s == step);
+        matches!((this, at), (Some(t), Some(a)) if t < a)
+    }
+}
+
+/// The steps of each kind, in order.
+pub fn steps_of(kind: &str) -> Vec<&'static str> {
+    match kind {
+        "replay" => vec!["stop", "save", "alter", "resume", "observe"],
+        "snapshot_signal" => vec!["wait_running", "signal"],
+        "pipeline_delete" | "delivery_delete" => vec!["remove", "forget"],
+        _ => vec![],
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    kind: String,
+    target_kind: String,
+    target_id: String,
+    target_name: String,
+    step: String,
+    state: String,
+    params: String,
+    error: Option<String>,
+    actor: String,
+    actor_kind: String,
+    started_at: String,
+    step_started_at: i64,
+    finished_at: Option<String>,
+}
+
+impl From<Row> for Operation {
+    fn from(r: Row) -> Self {
+        Operation {
+            steps: steps_of(&r.kind),
+            params: serde_json::from_str(&r.params).unwrap_or(Value::Null),
+            id: r.id,
+            kind: r.kind,
+            target_kind: r.target_kind,
+            target_id: r.target_id,
+            target_name: r.target_name,
+            step: r.step,
+            state: r.state,
+            error: r.error,
+            actor: r.actor,
+            actor_kind: r.actor_kind,
+            started_at: r.started_at,
+            step_started_at: r.step_started_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+const SELECT: &str = "SELECT id, kind, target_kind, target_id, target_name, step, state, params, error, actor, actor_kind, started_at, step_started_at, finished_at FROM operations";
+
+pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Operation> {
+    who.require(Role::Viewer, "see operations")?;
+    load(pool, id).await
+}
+
+pub async fn load(pool: &SqlitePool, id: &str) -> Result<Operation> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Operation::from)
+        .ok_or_else(|| Error::NotFound(format!("operation {id}")))
+}
+
+/// The newest operations on one target (a delivery's or a pipeline's id), newest first.
+pub async fn of_target(pool: &SqlitePool, target_id: &str, limit: i64) -> Result<Vec<Operation>> {
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "{SELECT} WHERE target_id = ? ORDER BY started_at DESC, rowid DESC LIMIT ?"
+    ))
+    .bind(target_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Operation::from).collect())
+}
+
+/// Every open operation, oldest first.
+pub async fn open(pool: &SqlitePool) -> Result<Vec<Operation>> {
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "{SELECT} WHERE state = 'running' ORDER BY started_at, rowid"
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Operation::from).collect())
+}
+
+/// The operation holding a connector, if one does: (id, kind).
+pub async fn holding(pool: &SqlitePool, connector_id: &str) -> Result<Option<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT o.id, o.kind FROM connectors c JOIN operations o ON o.id = c.operation_id WHERE c.id = ? AND o.state = 'running'",
+    )
+    .bind(connector_id)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Refuses a change to a connector an operation holds, naming the operation.
+pub async fn refuse_if_held(pool: &SqlitePool, connector_id: &str, change: &str) -> Result<()> {
+    match holding(pool, connector_id).await? {
+        Some((id, kind)) => Err(Error::Conflict(format!(
+            "cannot {change} now: operation {id} ({}) holds this connector until it finishes; follow it on its page or at /api/v1/operations/{id}",
+            kind.replace('_', " ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// What a new operation starts with.
+pub struct NewOperation<'a> {
+    pub kind: &'static str,
+    pub target_kind: &'static str,
+    pub target_id: &'a str,
+    pub target_name: &'a str,
+    pub params: Value,
+}
+
+/// Inserts an operation at its first step, inside the caller's transaction (so the change it
+/// starts with, e.g. a connector's desired state, commits with it). A second open
+/// connector-holding operation on the same target is refused.
+pub async fn insert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    who: &Principal,
+    new: NewOperation<'_>,
+) -> Result<String> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let first = steps_of(new.kind)
+        .first()
+        .copied()
+        .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("no steps for {}", new.kind)))?;
+    let actor = Actor::from(who);
+    let done = sqlx::query("INSERT INTO operations (id, kind, target_kind, target_id, target_name, step, state, params, actor, actor_kind, started_at, step_started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(new.kind)
+        .bind(new.target_kind)
+        .bind(new.target_id)
+        .bind(new.target_name)
+        .bind(first)
+        .bind(new.params.to_string())
+        .bind(&actor.name)
+        .bind(actor.kind)
+        .bind(crate::time::now())
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await;
+    match done {
+        Ok(_) => Ok(id),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(Error::Conflict(format!(
+            "another operation on {} {} is still open; wait until it finishes (its step and error are on the {} page)",
+            new.target_kind, new.target_name, new.target_kind
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What one step concluded.
+pub enum Step {
+    /// Go on with this step (now, in the same tick).
+    Next(&'static str),
+    /// Not yet: what the step waits on, shown as the operation's error while it waits.
+    Wait(String),
+    Done,
+    /// Cannot go on: the operation fails at this step with this reason.
+    Fail(String),
+    /// The target is gone (deleted meanwhile): nothing left to do.
+    Interrupted(String),
+}
+
+/// What steps get to work with.
+pub struct Ctx<'a> {
+    pub pool: &'a SqlitePool,
+    pub secrets: &'a Arc<SecretStore>,
+    pub reconciler: &'a Arc<crate::reconcile::Handle>,
+    lease: &'a Lease,
+}
+
+impl Ctx<'_> {
+    /// Checked right before every call that changes something outside the database.
+    pub fn still_held(&self) -> bool {
+        self.lease.still_held()
+    }
+}
+
+/// How long one step may wait before the operation fails there.
+pub const STEP_TIMEOUT_MS: i64 = 5 * 60 * 1000;
+
+pub struct Runner {
+    pub pool: SqlitePool,
+    pub secrets: Arc<SecretStore>,
+    pub reconciler: Arc<crate::reconcile::Handle>,
+    pub lease: Lease,
+    pub lease_ttl: Duration,
+}
+
+impl Runner {
+    pub fn spawn(self, mut shutdown: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                // Reads first: with no open operation, nothing is written (no lease renewal).
+                let open = open(&self.pool).await.unwrap_or_default();
+                if !open.is_empty()
+                    && (self.lease.fresh() || self.lease.try_hold().await.unwrap_or(false))
+                {
+                    tokio::select! {
+                        _ = self.tick(open) => {}
+                        _ = crate::reconcile::keep_renewing(&self.lease, self.lease_ttl) => {
+                            tracing::warn!("lost the operations lease mid-step; stopped");
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(TICK) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+            self.lease.release().await;
+        })
+    }
+
+    async fn tick(&self, open: Vec<Operation>) {
+        let ctx = Ctx {
+            pool: &self.pool,
+            secrets: &self.secrets,
+            reconciler: &self.reconciler,
+            lease: &self.lease,
+        };
+        for op in open {
+            if let Err(e) = advance(&ctx, op).await {
+                tracing::warn!(error = format!("{e:#}"), "operation step failed to record");
+            }
+        }
+    }
+}
+
+/// Runs the operation's steps until one waits or it ends, recording each step as it is reached.
+async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
+    for _ in 0..8 {
+        if !ctx.still_held() {
+            return Ok(());
+        }
+        let outcome = match op.kind.as_str() {
+            "replay" => crate::deliveries::replay::step(ctx, &op).await,
+            "snapshot_signal" => crate::pipelines::snapshot_signal_step(ctx, &op).await,
+            "pipeline_delete" => crate::pipelines::delete_step(ctx, &op).await,
+            "delivery_delete" => crate::deliveries::delete_step(ctx, &op).await,
+            other => Step::Fail(format!("unknown operation kind {other}")),
+        };
+        let outcome = match outcome {
+            // A delete waits as long as it takes: the connector is marked for deletion either way.
+            Step::Wait(why)
+                if !op.kind.ends_with("_delete")
+                    && now_ms() - op.step_started_at > STEP_TIMEOUT_MS =>
+            {
+                Step::Fail(
+                    format!("step {} waited more than 5 minutes: {why}", op.step),
+                )
+            }
+            other => other,
+        };
+        match outcome {
+            Step::Next(step) => {
+                sqlx::query("UPDATE operations SET step = ?, step_started_at = ?, error = NULL WHERE id = ? AND state = 'running'")
+                    .bind(step)
+                    .bind(now_ms())
+                    .bind(&op.id)
+                    .execute(ctx.pool)
+                    .await?;
+                tracing::info!(operation = %op.id, kind = %op.kind, step, "operation step");
+                op.step = step.to_string();
+                op.step_started_at = now_ms();
+            }
+            Step::Wait(why) => {
+                if op.error.as_deref() != Some(why.as_str()) {
+                    sqlx::query("UPDATE operations SET error = ? WHERE id = ? AND state = 'running'")
+                        .bind(&why)
+                        .bind(&op.id)
+                        .execute(ctx.pool)
+                        .await?;
+                }
+                return Ok(());
+            }
+            Step::Done => return finish(ctx, &op, "done", None).await,
+            Step::Fail(why) => {
+                release(ctx, &op).await?;
+                return finish(ctx, &op, "failed", Some(why)).await;
+            }
+            Step::Interrupted(why) => {
+                release(ctx, &op).await?;
+                return finish(ctx, &op, "interrupted", Some(why)).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gives a held connector back in the state it had before the operation (`resume_to`).
+pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
+    let (Some(connector), Some(to)) = (
+        op.params["connector_id"].as_str(),
+        op.params["resume_to"].as_str(),
+    ) else {
+        return Ok(());
+    };
+    let done = sqlx::query("UPDATE connectors SET desired_state = ?, operation_id = NULL, generation = generation + 1, updated_at = ? WHERE id = ? AND operation_id = ?")
+        .bind(to)
+        .bind(crate::time::now())
+        .bind(connector)
+        .bind(&op.id)
+        .execute(ctx.pool)
+        .await?;
+    if done.rows_affected() > 0 {
+        crate::reconcile::bump_desired_version(ctx.pool).await?;
+        ctx.reconciler.wake();
+    }
+    Ok(())
+}
+
+async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String>) -> Result<()> {
+    let mut tx = ctx.pool.begin().await?;
+    let done = sqlx::query("UPDATE operations SET state = ?, error = ?, finished_at = ? WHERE id = ? AND state = 'running'")
+        .bind(state)
+        .bind(&error)
+        .bind(crate::time::now())
+        .bind(&op.id)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 1 {
+        audit::record(
+            &mut tx,
+            Entry {
+                actor: Actor::system(),
+                action: &format!("operation.{state}"),
+                target_kind: &op.target_kind,
+                target_id: &op.target_id,
+                outcome: if state == "done" {
+                    Outcome::Success
+                } else {
+                    Outcome::Failure
+                },
+                summary: json!({"operation_id": op.id, "kind": op.kind, "name": op.target_name, "step": op.step, "started_by": op.actor, "error": error}),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(operation = %op.id, kind = %op.kind, state, error = ?error, "operation finished");
+    Ok(())
+}
+
+/// The reconciler forgets a connector's row once Connect no longer has it.
+pub async fn connector_gone(pool: &SqlitePool, connector_id: &str) -> Result<bool> {
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
+        .bind(connector_id)
+        .fetch_one(pool)
+        .await?;
+    Ok(left == 0)
+}
+
+/// Waits (up to `within`) for an operation to end; its last state either way.
+pub async fn wait(pool: &SqlitePool, id: &str, within: Duration) -> Result<Operation> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let op = load(pool, id).await?;
+        if !op.running() || std::time::Instant::now() >= deadline {
+            return Ok(op);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

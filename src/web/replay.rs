@@ -1,0 +1,452 @@
+//! Guarded offset changes of deliveries and the operations that carry them out:
+//! `/api/v1/deliveries/{id}/replay`, `…/offset-history`, `/api/v1/operations`, and the pages
+//! (the replay form with its preview and typed confirmation, an operation's progress).
+
+use askama::Template;
+use poem::http::StatusCode;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Form, Json, Path, Query};
+use poem::{handler, Request, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{ApiResult, PageResult};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
+use super::paths;
+use crate::app::AppState;
+use crate::auth::{Principal, Role};
+use crate::deliveries::replay::{self, OffsetInput, ReplayInput, ReplayPlan};
+use crate::error::{Error, FieldErrors};
+use crate::operations::{self, Operation};
+
+#[derive(Deserialize)]
+pub struct DryRun {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `?dry_run=true`: the plan, nothing changed; otherwise 202 with the operation's id.
+async fn plan_or_start(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    input: &ReplayInput,
+    dry_run: bool,
+) -> ApiResult<Response> {
+    if dry_run {
+        let (_, plan) = replay::plan(&state.pool, &state.inner.secrets, who, id, input).await?;
+        return Ok(Response::builder()
+            .content_type("application/json")
+            .body(json!(plan).to_string()));
+    }
+    let started = replay::start(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        who,
+        id,
+        input,
+    )
+    .await?;
+    Ok(Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .content_type("application/json")
+        .body(json!(started).to_string()))
+}
+
+#[handler]
+pub async fn api_replay(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Query(q): Query<DryRun>,
+    Json(input): Json<ReplayInput>,
+) -> ApiResult<Response> {
+    plan_or_start(&state, &who, &id, &input, q.dry_run).await
+}
+
+#[handler]
+pub async fn api_history(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let items = replay::history(&state.pool, &who, &id).await?;
+    Ok(Json(json!({ "items": items })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RestoreInput {
+    confirm: Option<String>,
+    reason: Option<String>,
+}
+
+#[handler]
+pub async fn api_restore(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path((id, entry)): Path<(String, i64)>,
+    Query(q): Query<DryRun>,
+    Json(body): Json<RestoreInput>,
+) -> ApiResult<Response> {
+    let input =
+        replay::restore_input(&state.pool, &who, &id, entry, body.confirm, body.reason).await?;
+    plan_or_start(&state, &who, &id, &input, q.dry_run).await
+}
+
+#[handler]
+pub async fn api_operation(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Operation>> {
+    Ok(Json(operations::get(&state.pool, &who, &id).await?))
+}
+
+#[derive(Deserialize)]
+pub struct OperationsQuery {
+    target: String,
+}
+
+#[handler]
+pub async fn api_operations(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<OperationsQuery>,
+) -> ApiResult<Json<serde_json::Value>> {
+    who.require(Role::Viewer, "see operations")?;
+    let items = operations::of_target(&state.pool, &q.target, 50).await?;
+    Ok(Json(json!({ "items": items })))
+}
+
+/// The replay form: what to go back (or forward) to, then the plan and the typed name.
+#[derive(Template)]
+#[template(path = "deliveries/replay.html")]
+struct ReplayPage {
+    layout: Layout,
+    d: crate::deliveries::Delivery,
+    from: String,
+    timestamp: String,
+    /// "topic partition offset" per line.
+    offsets: String,
+    reason: String,
+    confirm: String,
+    plan: Option<ReplayPlan>,
+    errors: FieldErrors,
+    /// A refusal that is not about one field (an operation already open, Kafka unreachable).
+    problem: Option<String>,
+    choices: &'static [(&'static str, &'static str)],
+}
+
+impl ReplayPage {
+    fn skip(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.skipped > 0 && p.records == 0)
+    }
+}
+
+/// The form's fields, as posted.
+#[derive(Debug, Default, Deserialize)]
+pub struct ReplayForm {
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    timestamp: String,
+    #[serde(default)]
+    offsets: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    confirm: String,
+    /// "preview" or "start".
+    #[serde(default)]
+    action: String,
+}
+
+/// Lines of `topic partition offset`; a line that does not read so is refused by its number.
+fn offset_lines(text: &str) -> Result<Vec<OffsetInput>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let (Some(topic), Some(partition), Some(offset), None) =
+            (parts.first(), parts.get(1), parts.get(2), parts.get(3))
+        else {
+            return Err(format!(
+                "line {}: write the topic, the partition and the offset, separated by spaces",
+                n + 1
+            ));
+        };
+        let (Ok(partition), Ok(offset)) = (partition.parse::<i64>(), offset.parse::<i64>()) else {
+            return Err(format!(
+                "line {}: the partition and the offset are whole numbers",
+                n + 1
+            ));
+        };
+        out.push(OffsetInput {
+            topic: Some(topic.to_string()),
+            partition: Some(partition),
+            offset: Some(offset),
+        });
+    }
+    Ok(out)
+}
+
+impl ReplayForm {
+    fn input(&self) -> Result<ReplayInput, FieldErrors> {
+        let offsets = if self.from == "offsets" {
+            Some(offset_lines(&self.offsets).map_err(|e| {
+                let mut f = FieldErrors::new();
+                f.insert("offsets".into(), e);
+                f
+            })?)
+        } else {
+            None
+        };
+        Ok(ReplayInput {
+            from: Some(self.from.clone()),
+            timestamp: Some(self.timestamp.clone()).filter(|t| !t.trim().is_empty()),
+            offsets,
+            confirm: Some(self.confirm.clone()),
+            reason: Some(self.reason.clone()),
+        })
+    }
+}
+
+fn page(
+    who: &Principal,
+    jar: &CookieJar,
+    d: crate::deliveries::Delivery,
+    form: ReplayForm,
+) -> ReplayPage {
+    ReplayPage {
+        layout: Layout::new(format!("Replay {}", d.name), paths::DELIVERIES, who, jar),
+        d,
+        from: if form.from.is_empty() {
+            "timestamp".into()
+        } else {
+            form.from
+        },
+        timestamp: form.timestamp,
+        offsets: form.offsets,
+        reason: form.reason,
+        confirm: form.confirm,
+        plan: None,
+        errors: FieldErrors::new(),
+        problem: None,
+        choices: replay::FROM,
+    }
+}
+
+/// The errors a refused plan or start shows on the form: per-offset errors go under the
+/// offsets box, with the line they came from.
+fn show_error(p: &mut ReplayPage, e: Error) -> Result<StatusCode, Error> {
+    match e {
+        Error::Invalid { fields, .. } => {
+            for (k, v) in fields {
+                let key = match k.strip_prefix("offsets[") {
+                    Some(rest) => {
+                        let line = rest
+                            .split(']')
+                            .next()
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .map(|n| n + 1)
+                            .unwrap_or(0);
+                        let v = format!("line {line}: {v}");
+                        p.errors
+                            .entry("offsets".into())
+                            .and_modify(|e| {
+                                e.push_str("; ");
+                                e.push_str(&v);
+                            })
+                            .or_insert(v);
+                        continue;
+                    }
+                    None => k,
+                };
+                p.errors.insert(key, v);
+            }
+            Ok(StatusCode::UNPROCESSABLE_ENTITY)
+        }
+        Error::Conflict(m) => {
+            p.problem = Some(m);
+            Ok(StatusCode::CONFLICT)
+        }
+        Error::Unavailable(m) => {
+            p.problem = Some(m);
+            Ok(StatusCode::SERVICE_UNAVAILABLE)
+        }
+        other => Err(other),
+    }
+}
+
+#[handler]
+pub async fn page_replay(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "replay or skip a delivery's records")?;
+    let d = crate::deliveries::load(&state.pool, &id).await?;
+    page_with_status(StatusCode::OK, &page(&who, jar, d, ReplayForm::default()))
+}
+
+/// "Restore these offsets": the form filled with the entry's saved offsets, previewed.
+#[handler]
+pub async fn page_restore(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path((id, entry)): Path<(String, i64)>,
+) -> PageResult<Response> {
+    let input = replay::restore_input(&state.pool, &who, &id, entry, None, None).await?;
+    let d = crate::deliveries::load(&state.pool, &id).await?;
+    let form = ReplayForm {
+        from: "offsets".into(),
+        offsets: input
+            .offsets
+            .iter()
+            .flatten()
+            .map(|o| {
+                format!(
+                    "{} {} {}",
+                    o.topic.as_deref().unwrap_or_default(),
+                    o.partition.unwrap_or_default(),
+                    o.offset.unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        reason: input.reason.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut p = page(&who, jar, d, form);
+    let status = match replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+        Ok((_, plan)) => {
+            p.plan = Some(plan);
+            StatusCode::OK
+        }
+        Err(e) => show_error(&mut p, e)?,
+    };
+    page_with_status(status, &p)
+}
+
+/// Preview (`action=preview`) shows the plan and asks for the name; `action=start` starts the
+/// operation and goes to its page.
+#[handler]
+pub async fn page_replay_submit(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Form(form): Form<ReplayForm>,
+) -> PageResult<Response> {
+    let start = form.action == "start";
+    let d = crate::deliveries::load(&state.pool, &id).await?;
+    let input = form.input();
+    let mut p = page(&who, jar, d, form);
+    let input = match input {
+        Ok(i) => i,
+        Err(fields) => {
+            p.errors = fields;
+            return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &p);
+        }
+    };
+    let status = if start {
+        match replay::start(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            &input,
+        )
+        .await
+        {
+            Ok(started) => {
+                set_flash(
+                    jar,
+                    &format!(
+                        "Offset change of {} started: {} records to deliver again, {} to skip.",
+                        p.d.name, started.plan.records, started.plan.skipped
+                    ),
+                );
+                return Ok(redirect(req, &format!("/operations/{}", started.operation_id)));
+            }
+            Err(e) => {
+                // Show the plan again beside the refusal, when it can still be made.
+                if let Ok((_, plan)) =
+                    replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await
+                {
+                    p.plan = Some(plan);
+                }
+                show_error(&mut p, e)?
+            }
+        }
+    } else {
+        match replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+            Ok((_, plan)) => {
+                p.plan = Some(plan);
+                StatusCode::OK
+            }
+            Err(e) => show_error(&mut p, e)?,
+        }
+    };
+    page_with_status(status, &p)
+}
+
+/// An operation's progress: its steps, the one it is at, what it waits on or why it failed.
+#[derive(Template)]
+#[template(path = "operations/detail.html")]
+struct OperationPage {
+    layout: Layout,
+    op: Operation,
+    /// Where the target's page is.
+    target_href: String,
+}
+
+#[handler]
+pub async fn page_operation(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    let op = operations::get(&state.pool, &who, &id).await?;
+    let (section, target_href) = match op.target_kind.as_str() {
+        "delivery" => (paths::DELIVERIES, format!("/deliveries/{}", op.target_id)),
+        _ => (paths::PIPELINES, format!("/pipelines/{}", op.target_id)),
+    };
+    page_with_status(
+        StatusCode::OK,
+        &OperationPage {
+            layout: Layout::new(
+                format!("{} of {}", op.kind.replace('_', " "), op.target_name),
+                section,
+                &who,
+                jar,
+            ),
+            op,
+            target_href,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_lines_read_topic_partition_offset_and_name_the_bad_line() {
+        let got = offset_lines("a.b 0 5\n\n  a.b 1 7  \n").unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].topic.as_deref(), Some("a.b"));
+        assert_eq!((got[1].partition, got[1].offset), (Some(1), Some(7)));
+        assert!(offset_lines("a.b 0\n").unwrap_err().starts_with("line 1:"));
+        assert!(offset_lines("a.b 0 5\na.b x 5").unwrap_err().starts_with("line 2:"));
+        assert!(offset_lines("a.b 0 5 9").is_err(), "a fourth word is refused");
+    }
+}
