@@ -27,10 +27,10 @@ CREATE INDEX operations_open ON operations(state) WHERE state = 'running';
 -- offset change) and no other route may change it.
 ALTER TABLE connectors ADD COLUMN operation_id TEXT;
 
--- Every offset change a delivery went through: what Connect held before, and after.
+-- Every offset change a delivery or pipeline went through: what Connect held before, and after.
 CREATE TABLE offset_history (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    delivery_id  TEXT NOT NULL,
+    target_id    TEXT NOT NULL,            -- a delivery (sink offsets) or a pipeline (source offsets)
     operation_id TEXT NOT NULL UNIQUE,
     at           TEXT NOT NULL,
     actor        TEXT NOT NULL,
@@ -38,4 +38,4 @@ CREATE TABLE offset_history (
     before       TEXT NOT NULL,            -- JSON [{topic, partition, offset}]
     after        TEXT                      -- NULL until the change is made
 );
-CREATE INDEX offset_history_by ON offset_history(delivery_id, id);
+CREATE INDEX offset_history_by ON offset_history(target_id, id);

@@ -489,7 +489,12 @@ pub async fn set_state(
 ) -> Result<ConnectorView> {
     who.require(Role::Operator, "pause, resume, stop or delete connectors")?;
     let c = load(pool, key).await?;
-    crate::operations::refuse_if_held(pool, &c.id, &format!("make the connector {}", state.as_str())).await?;
+    crate::operations::refuse_if_held(
+        pool,
+        &c.id,
+        &format!("make the connector {}", state.as_str()),
+    )
+    .await?;
     // A connector added by hand is deleted by admins only; a pipeline's or a delivery's goes
     // with its owner, which operators may delete (the owner's delete checked that already).
     if state == DesiredState::Deleted && c.owner_kind == "manual" {

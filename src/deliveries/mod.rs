@@ -992,7 +992,7 @@ pub async fn delete_step(
         "forget" => {
             let forget = async {
                 let mut tx = ctx.pool.begin().await?;
-                sqlx::query("DELETE FROM offset_history WHERE delivery_id = ?")
+                sqlx::query("DELETE FROM offset_history WHERE target_id = ?")
                     .bind(&op.target_id)
                     .execute(&mut *tx)
                     .await?;

@@ -1,8 +1,8 @@
 //! Guarded offset changes of a delivery's sink connector: replay from the beginning, from a
 //! time, or from given offsets; skip to the latest; restore a saved set. One workflow, run as a
-//! durable operation (see [`crate::operations`]): stop the connector through the reconciler →
-//! save Connect's offsets into the delivery's offset history → alter them → give the connector
-//! back in the state it had → observe it there.
+//! durable operation whose steps are in [`crate::operations::offsets`]: stop the connector
+//! through the reconciler → save Connect's offsets into the delivery's offset history → set
+//! them → give the connector back in the state it had → observe it there.
 //!
 //! The targets are resolved once, when the operation starts (a time becomes offsets through the
 //! brokers' offsets-for-times), so what the preview counted is what is done; records that
@@ -17,7 +17,7 @@ use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::connect::SinkOffset;
 use crate::error::{Error, FieldErrors, Result};
-use crate::operations::{self, Ctx, NewOperation, Operation, Step};
+use crate::operations::{self, NewOperation};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
@@ -81,7 +81,10 @@ impl ReplayPlan {
 }
 
 pub const FROM: &[(&str, &str)] = &[
-    ("earliest", "the beginning (the oldest record retention kept)"),
+    (
+        "earliest",
+        "the beginning (the oldest record retention kept)",
+    ),
     ("timestamp", "a point in time"),
     ("offsets", "given partition offsets"),
     ("latest", "the end: skip every record not delivered yet"),
@@ -152,8 +155,20 @@ pub async fn plan(
         .await
         .map_err(|e| Error::Unavailable(crate::kafka::explain(&e)))?;
     let mut chosen: Vec<(crate::kafka::PartitionPosition, i64)> = match from {
-        "earliest" => positions.into_iter().map(|p| { let t = p.low; (p, t) }).collect(),
-        "latest" => positions.into_iter().map(|p| { let t = p.high; (p, t) }).collect(),
+        "earliest" => positions
+            .into_iter()
+            .map(|p| {
+                let t = p.low;
+                (p, t)
+            })
+            .collect(),
+        "latest" => positions
+            .into_iter()
+            .map(|p| {
+                let t = p.high;
+                (p, t)
+            })
+            .collect(),
         "timestamp" => positions
             .into_iter()
             .map(|p| {
@@ -163,7 +178,9 @@ pub async fn plan(
             .collect(),
         _ => given_offsets(&d, &positions, input.offsets.as_deref().unwrap_or(&[]))?,
     };
-    chosen.sort_by(|(a, _), (b, _)| (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition)));
+    chosen.sort_by(|(a, _), (b, _)| {
+        (a.topic.as_str(), a.partition).cmp(&(b.topic.as_str(), b.partition))
+    });
     let oldest: Vec<crate::kafka::RecordAt> = chosen
         .iter()
         .filter(|(p, _)| p.low < p.high)
@@ -176,7 +193,11 @@ pub async fn plan(
     let times = crate::kafka::record_times(&access, &oldest)
         .await
         .unwrap_or_else(|_| vec![None; oldest.len()]);
-    let mut times = oldest.iter().zip(times).map(|(r, t)| ((r.topic.clone(), r.partition), t)).collect::<std::collections::HashMap<_, _>>();
+    let mut times = oldest
+        .iter()
+        .zip(times)
+        .map(|(r, t)| ((r.topic.clone(), r.partition), t))
+        .collect::<std::collections::HashMap<_, _>>();
     let items: Vec<PlanItem> = chosen
         .into_iter()
         .map(|(p, target)| {
@@ -249,7 +270,9 @@ fn given_offsets(
                 field("partition"),
                 format!(
                     "{topic} has no partition {}; it has {}",
-                    g.partition.map(|n| n.to_string()).unwrap_or_else(|| "(none given)".into()),
+                    g.partition
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "(none given)".into()),
                     match parts.len() {
                         0 => "none (the topic does not exist yet)".to_string(),
                         n => format!("0–{}", n - 1),
@@ -270,8 +293,14 @@ fn given_offsets(
             errors.insert(field("offset"), format!("{offset} is past the end of {topic}[{}] ({}); the highest offset you can give is {} (after the last record)", p.partition, p.high, p.high));
             continue;
         }
-        if out.iter().any(|(q, _)| q.topic == p.topic && q.partition == p.partition) {
-            errors.insert(field("partition"), format!("{topic}[{}] is given twice", p.partition));
+        if out
+            .iter()
+            .any(|(q, _)| q.topic == p.topic && q.partition == p.partition)
+        {
+            errors.insert(
+                field("partition"),
+                format!("{topic}[{}] is given twice", p.partition),
+            );
             continue;
         }
         out.push(((*p).clone(), offset));
@@ -309,13 +338,11 @@ pub async fn start(
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .map(String::from)
-        .unwrap_or_else(|| {
-            match plan.from.as_str() {
-                "earliest" => "replay from the beginning".to_string(),
-                "latest" => "skip to the latest".to_string(),
-                "timestamp" => format!("replay from {}", plan.timestamp.clone().unwrap_or_default()),
-                _ => "set given offsets".to_string(),
-            }
+        .unwrap_or_else(|| match plan.from.as_str() {
+            "earliest" => "replay from the beginning".to_string(),
+            "latest" => "skip to the latest".to_string(),
+            "timestamp" => format!("replay from {}", plan.timestamp.clone().unwrap_or_default()),
+            _ => "set given offsets".to_string(),
         });
     if reason.chars().count() > 500 {
         return Err(Error::field("reason", "at most 500 characters"));
@@ -340,7 +367,7 @@ pub async fn start(
         Some(s) => s,
     };
     let mut tx = pool.begin().await?;
-    let operation_id = operations::insert(
+    let operation_id = operations::hold(
         &mut tx,
         who,
         NewOperation {
@@ -354,24 +381,14 @@ pub async fn start(
                 "connect_cluster_id": d.connect_cluster_id,
                 "resume_to": resume_to.as_str(),
                 "targets": plan.targets(),
+                "topics": d.topics,
                 "from": plan.from,
                 "reason": reason,
             }),
         },
+        &d.connector_id,
     )
     .await?;
-    let held = sqlx::query("UPDATE connectors SET desired_state = 'stopped', operation_id = ?, generation = generation + 1, updated_at = ? WHERE id = ? AND operation_id IS NULL")
-        .bind(&operation_id)
-        .bind(crate::time::now())
-        .bind(&d.connector_id)
-        .execute(&mut *tx)
-        .await?;
-    if held.rows_affected() != 1 {
-        return Err(Error::Conflict(format!(
-            "another operation holds {}'s connector; wait until it finishes",
-            d.name
-        )));
-    }
     audit::record(
         &mut tx,
         Entry {
@@ -390,115 +407,6 @@ pub async fn start(
     Ok(Started { operation_id, plan })
 }
 
-/// One step of a replay operation (see the module comment).
-pub async fn step(ctx: &Ctx<'_>, op: &Operation) -> Step {
-    match run_step(ctx, op).await {
-        Ok(s) => s,
-        Err(e) => Step::Wait(e.to_string()),
-    }
-}
-
-async fn run_step(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
-    let p = &op.params;
-    let name = p["connector_name"].as_str().unwrap_or_default();
-    let Some(cluster) = crate::clusters::connect::all(ctx.pool)
-        .await?
-        .into_iter()
-        .find(|c| Some(c.id.as_str()) == p["connect_cluster_id"].as_str())
-    else {
-        return Ok(Step::Interrupted("its Connect cluster was removed".into()));
-    };
-    let exists: Option<String> = sqlx::query_scalar("SELECT id FROM deliveries WHERE id = ?")
-        .bind(&op.target_id)
-        .fetch_optional(ctx.pool)
-        .await?;
-    if exists.is_none() {
-        return Ok(Step::Interrupted("the delivery was deleted".into()));
-    }
-    let client = crate::clusters::connect::client_for(ctx.secrets, &cluster).await?;
-    let state = || async {
-        client
-            .status(name)
-            .await
-            .map(|s| s.connector.state)
-            .map_err(|e| e.to_string())
-    };
-    Ok(match op.step.as_str() {
-        "stop" => match state().await {
-            Ok(s) if s == "STOPPED" => Step::Next("save"),
-            Ok(s) => Step::Wait(format!(
-                "waiting for the reconciler to stop {name}: Connect shows {s}"
-            )),
-            Err(e) => Step::Wait(e),
-        },
-        "save" => {
-            let before = match client.sink_offsets(name).await {
-                Ok(o) => o,
-                Err(e) => return Ok(Step::Wait(e.to_string())),
-            };
-            sqlx::query("INSERT OR IGNORE INTO offset_history (delivery_id, operation_id, at, actor, reason, before) VALUES (?, ?, ?, ?, ?, ?)")
-                .bind(&op.target_id)
-                .bind(&op.id)
-                .bind(crate::time::now())
-                .bind(&op.actor)
-                .bind(p["reason"].as_str().unwrap_or_default())
-                .bind(json!(before).to_string())
-                .execute(ctx.pool)
-                .await?;
-            Step::Next("alter")
-        }
-        "alter" => {
-            match state().await {
-                Ok(s) if s == "STOPPED" => {}
-                Ok(s) => {
-                    return Ok(Step::Wait(format!(
-                        "Connect shows {name} {s}, not STOPPED (changed by another route?); waiting for the reconciler to stop it again before changing offsets"
-                    )))
-                }
-                Err(e) => return Ok(Step::Wait(e)),
-            }
-            let targets: Vec<SinkOffset> =
-                serde_json::from_value(p["targets"].clone()).unwrap_or_default();
-            if !ctx.still_held() {
-                return Ok(Step::Wait("the operations lease is being renewed".into()));
-            }
-            match client.alter_sink_offsets(name, &targets).await {
-                Ok(()) => {}
-                Err(crate::connect::ConnectError::Status { status, message })
-                    if (400..500).contains(&status) =>
-                {
-                    return Ok(Step::Fail(format!(
-                        "Connect refused the offset change: {message}"
-                    )))
-                }
-                Err(e) => return Ok(Step::Wait(e.to_string())),
-            }
-            let after = client.sink_offsets(name).await.unwrap_or(targets);
-            sqlx::query("UPDATE offset_history SET after = ? WHERE operation_id = ?")
-                .bind(json!(after).to_string())
-                .bind(&op.id)
-                .execute(ctx.pool)
-                .await?;
-            Step::Next("resume")
-        }
-        "resume" => {
-            operations::release(ctx, op).await?;
-            Step::Next("observe")
-        }
-        "observe" => {
-            let want = DesiredState::parse(p["resume_to"].as_str().unwrap_or("running"))
-                .unwrap_or(DesiredState::Running)
-                .initial_state();
-            match state().await {
-                Ok(s) if s == want => Step::Done,
-                Ok(s) => Step::Wait(format!("waiting for {name} to be {want} again: Connect shows {s}")),
-                Err(e) => Step::Wait(e),
-            }
-        }
-        other => Step::Fail(format!("unknown step {other}")),
-    })
-}
-
 /// One offset change of a delivery: what Connect held before it and after.
 #[derive(Debug, Clone, Serialize)]
 pub struct HistoryEntry {
@@ -514,21 +422,23 @@ pub struct HistoryEntry {
 pub async fn history(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Vec<HistoryEntry>> {
     who.require(Role::Viewer, "see deliveries")?;
     let d = load(pool, id).await?;
-    let rows: Vec<(i64, String, String, String, String, String, Option<String>)> = sqlx::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE delivery_id = ? ORDER BY id DESC LIMIT 100")
+    let rows: Vec<(i64, String, String, String, String, String, Option<String>)> = sqlx::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE target_id = ? ORDER BY id DESC LIMIT 100")
         .bind(&d.id)
         .fetch_all(pool)
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, operation_id, at, actor, reason, before, after)| HistoryEntry {
-            id,
-            operation_id,
-            at,
-            actor,
-            reason,
-            before: serde_json::from_str(&before).unwrap_or_default(),
-            after: after.and_then(|a| serde_json::from_str(&a).ok()),
-        })
+        .map(
+            |(id, operation_id, at, actor, reason, before, after)| HistoryEntry {
+                id,
+                operation_id,
+                at,
+                actor,
+                reason,
+                before: serde_json::from_str(&before).unwrap_or_default(),
+                after: after.and_then(|a| serde_json::from_str(&a).ok()),
+            },
+        )
         .collect())
 }
 
@@ -561,10 +471,11 @@ pub async fn restore_input(
                 .collect(),
         ),
         confirm,
-        reason: Some(
-            reason
-                .filter(|r| !r.trim().is_empty())
-                .unwrap_or_else(|| format!("restore the offsets saved before change #{} ({})", e.id, e.reason)),
-        ),
+        reason: Some(reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| {
+            format!(
+                "restore the offsets saved before change #{} ({})",
+                e.id, e.reason
+            )
+        })),
     })
 }

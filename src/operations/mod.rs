@@ -14,6 +14,8 @@
 //! - An operation that fails gives the connector back in the state it had before, with the
 //!   failed step and the reason recorded.
 
+pub mod offsets;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,7 +76,7 @@ impl Operation {
 /// The steps of each kind, in order.
 pub fn steps_of(kind: &str) -> Vec<&'static str> {
     match kind {
-        "replay" => vec!["stop", "save", "alter", "resume", "observe"],
+        "replay" | "reset" => vec!["stop", "save", "change", "resume", "observe"],
         "snapshot_signal" => vec!["wait_running", "signal"],
         "pipeline_delete" | "delivery_delete" => vec!["remove", "forget"],
         _ => vec![],
@@ -227,6 +229,30 @@ pub async fn insert(
     }
 }
 
+/// Inserts an offset operation and takes its connector in the same transaction: desired state
+/// STOPPED under the operation's id. Refused while another operation holds the connector.
+pub async fn hold(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    who: &Principal,
+    new: NewOperation<'_>,
+    connector_id: &str,
+) -> Result<String> {
+    let name = new.target_name.to_string();
+    let id = insert(tx, who, new).await?;
+    let held = sqlx::query("UPDATE connectors SET desired_state = 'stopped', operation_id = ?, generation = generation + 1, updated_at = ? WHERE id = ? AND operation_id IS NULL")
+        .bind(&id)
+        .bind(crate::time::now())
+        .bind(connector_id)
+        .execute(&mut **tx)
+        .await?;
+    if held.rows_affected() != 1 {
+        return Err(Error::Conflict(format!(
+            "another operation holds {name}'s connector; wait until it finishes"
+        )));
+    }
+    Ok(id)
+}
+
 /// What one step concluded.
 pub enum Step {
     /// Go on with this step (now, in the same tick).
@@ -267,7 +293,10 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn spawn(self, mut shutdown: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    pub fn spawn(
+        self,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             loop {
                 // Reads first: with no open operation, nothing is written (no lease renewal).
@@ -313,7 +342,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             return Ok(());
         }
         let outcome = match op.kind.as_str() {
-            "replay" => crate::deliveries::replay::step(ctx, &op).await,
+            "replay" | "reset" => offsets::step(ctx, &op).await,
             "snapshot_signal" => crate::pipelines::snapshot_signal_step(ctx, &op).await,
             "pipeline_delete" => crate::pipelines::delete_step(ctx, &op).await,
             "delivery_delete" => crate::deliveries::delete_step(ctx, &op).await,
@@ -325,9 +354,10 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
                 if !op.kind.ends_with("_delete")
                     && now_ms() - op.step_started_at > STEP_TIMEOUT_MS =>
             {
-                Step::Fail(
-                    format!("step {} waited more than 5 minutes: {why}", op.step),
-                )
+                Step::Fail(format!(
+                    "step {} waited more than 5 minutes: {why}",
+                    op.step
+                ))
             }
             other => other,
         };
@@ -345,11 +375,13 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             }
             Step::Wait(why) => {
                 if op.error.as_deref() != Some(why.as_str()) {
-                    sqlx::query("UPDATE operations SET error = ? WHERE id = ? AND state = 'running'")
-                        .bind(&why)
-                        .bind(&op.id)
-                        .execute(ctx.pool)
-                        .await?;
+                    sqlx::query(
+                        "UPDATE operations SET error = ? WHERE id = ? AND state = 'running'",
+                    )
+                    .bind(&why)
+                    .bind(&op.id)
+                    .execute(ctx.pool)
+                    .await?;
                 }
                 return Ok(());
             }
@@ -419,6 +451,25 @@ async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String
     tx.commit().await?;
     tracing::info!(operation = %op.id, kind = %op.kind, state, error = ?error, "operation finished");
     Ok(())
+}
+
+/// The offsets an offset operation saved before its change and found after it (None before
+/// its "save" step).
+pub async fn saved_offsets(
+    pool: &SqlitePool,
+    operation_id: &str,
+) -> Result<Option<(Value, Option<Value>)>> {
+    let row: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT before, after FROM offset_history WHERE operation_id = ?")
+            .bind(operation_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(b, a)| {
+        (
+            serde_json::from_str(&b).unwrap_or(Value::Null),
+            a.and_then(|a| serde_json::from_str(&a).ok()),
+        )
+    }))
 }
 
 /// The reconciler forgets a connector's row once Connect no longer has it.

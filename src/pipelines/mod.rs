@@ -973,6 +973,83 @@ pub async fn resnapshot(
     })
 }
 
+/// What a reset does, in the words the confirmation page and the README use.
+pub const RESET_EXPLAINED: &[&str] = &[
+    "The connector is stopped, the source offsets Connect holds (the LSN, or binlog file, position and GTIDs) are saved in ClueCDC's offset history and then removed, and the connector starts as if new: a full snapshot of every table first, then streaming.",
+    "PostgreSQL: the replication slot is kept, so the server keeps its WAL while the connector is stopped and streaming goes on from the slot after the snapshot. MySQL/MariaDB: streaming starts from the binlog position at the end of the new snapshot.",
+    "The topics keep every record they hold; the snapshot adds every row again as r events. Database deliveries upsert them (rows converge); object-storage deliveries write them again as new objects.",
+    "Changes made while the connector is stopped are not lost, but some may be delivered twice (at least once).",
+];
+
+/// A full reset and re-snapshot: the connector's source offsets removed through the offset
+/// workflow (see [`crate::operations::offsets`]) so it snapshots everything again. The louder
+/// alternative to [`resnapshot`]; the pipeline's name must be typed.
+pub async fn reset(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    confirm: Option<&str>,
+) -> Result<String> {
+    who.require(Role::Operator, "reset pipelines")?;
+    let p = load(pool, id).await?;
+    if confirm.map(str::trim) != Some(p.name.as_str()) {
+        return Err(Error::field(
+            "confirm",
+            format!("type the pipeline's name, {}, to confirm the reset", p.name),
+        ));
+    }
+    let c = connectors::views(pool, std::slice::from_ref(&p.connector_id))
+        .await?
+        .remove(&p.connector_id)
+        .ok_or_else(|| Error::Conflict(format!("pipeline {} has no connector", p.name)))?;
+    let resume_to = match DesiredState::parse(&c.desired_state) {
+        Some(DesiredState::Deleted) | None => {
+            return Err(Error::Conflict(format!(
+                "pipeline {} is being deleted",
+                p.name
+            )))
+        }
+        Some(s) => s,
+    };
+    let mut tx = pool.begin().await?;
+    let op = crate::operations::hold(
+        &mut tx,
+        who,
+        crate::operations::NewOperation {
+            kind: "reset",
+            target_kind: "pipeline",
+            target_id: &p.id,
+            target_name: &p.name,
+            params: json!({
+                "connector_id": p.connector_id,
+                "connector_name": c.name,
+                "connect_cluster_id": p.connect_cluster_id,
+                "resume_to": resume_to.as_str(),
+                "reason": "reset and re-snapshot",
+            }),
+        },
+        &p.connector_id,
+    )
+    .await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "pipeline.reset",
+            target_kind: "pipeline",
+            target_id: &p.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": p.name, "operation_id": op}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    Ok(op)
+}
+
 pub async fn set_state(
     pool: &SqlitePool,
     wake: &crate::reconcile::Handle,
@@ -1042,7 +1119,18 @@ pub async fn delete(
         .bind(&p.connector_id)
         .execute(&mut *tx)
         .await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "pipeline.delete", target_kind: "pipeline", target_id: &p.id, outcome: Outcome::Success, summary: json!({"name": p.name, "drop_slot": drop_slot, "operation_id": op}) }).await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "pipeline.delete",
+            target_kind: "pipeline",
+            target_id: &p.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": p.name, "drop_slot": drop_slot, "operation_id": op}),
+        },
+    )
+    .await?;
     tx.commit().await?;
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
@@ -1079,14 +1167,17 @@ pub async fn delete_step(
     match op.step.as_str() {
         "remove" => match crate::operations::connector_gone(ctx.pool, connector_id).await {
             Ok(true) => Step::Next("forget"),
-            Ok(false) => Step::Wait("waiting for the reconciler to remove the connector from Connect".into()),
+            Ok(false) => {
+                Step::Wait("waiting for the reconciler to remove the connector from Connect".into())
+            }
             Err(e) => Step::Wait(e.to_string()),
         },
         "forget" => {
             let Ok(p) = load(ctx.pool, &op.target_id).await else {
                 return Step::Done;
             };
-            if op.params["drop_slot"].as_bool() == Some(true) && op.params["slot_dropped"].is_null() {
+            if op.params["drop_slot"].as_bool() == Some(true) && op.params["slot_dropped"].is_null()
+            {
                 let dropped = match connections::load(ctx.pool, &p.source_connection_id).await {
                     Ok(source) => match source.database().and_then(|d| d.slot_name.clone()) {
                         Some(slot) if source.provider == Provider::Postgresql => {
@@ -1105,7 +1196,11 @@ pub async fn delete_step(
                     Err(e) => return Step::Wait(format!("could not drop the replication slot: {e}")),
                 }
             }
-            match sqlx::query("DELETE FROM pipelines WHERE id = ?").bind(&p.id).execute(ctx.pool).await {
+            match sqlx::query("DELETE FROM pipelines WHERE id = ?")
+                .bind(&p.id)
+                .execute(ctx.pool)
+                .await
+            {
                 Ok(_) => Step::Done,
                 Err(e) => Step::Wait(e.to_string()),
             }

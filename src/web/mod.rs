@@ -478,6 +478,20 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/pipelines/:id/reset",
+            Operator,
+            "confirm a pipeline's reset and re-snapshot",
+            pipelines::page_reset_confirm,
+        ),
+        r(
+            M::POST,
+            "/pipelines/:id/reset",
+            Operator,
+            "reset a pipeline and snapshot it again",
+            pipelines::page_reset,
+        ),
+        r(
+            M::GET,
             "/pipelines/:id/tables",
             Operator,
             "change a pipeline's tables (form)",
@@ -1113,6 +1127,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "incremental re-snapshot of some of the pipeline's tables (body {tables})",
             pipelines::api_resnapshot,
+        ),
+        r(
+            M::POST,
+            "/api/v1/pipelines/:id/reset",
+            Operator,
+            "reset and re-snapshot: source offsets removed, a full snapshot again (body {confirm})",
+            pipelines::api_reset,
         ),
         r(
             M::GET,

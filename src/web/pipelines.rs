@@ -128,6 +128,102 @@ pub async fn api_resnapshot(
         .body(json!(sent).to_string()))
 }
 
+#[derive(Deserialize, Default)]
+pub struct ResetInput {
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+#[handler]
+pub async fn api_reset(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(input): Json<ResetInput>,
+) -> ApiResult<Response> {
+    let op = pipelines::reset(
+        &state.pool,
+        &state.inner.reconciler,
+        &who,
+        &id,
+        input.confirm.as_deref(),
+    )
+    .await?;
+    Ok(Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .content_type("application/json")
+        .body(json!({ "operation_id": op }).to_string()))
+}
+
+#[derive(Template)]
+#[template(path = "pipelines/reset.html")]
+struct ResetPage {
+    layout: Layout,
+    p: pipelines::Pipeline,
+    explained: &'static [&'static str],
+    confirm: String,
+    error: Option<String>,
+}
+
+fn reset_page(who: &Principal, jar: &CookieJar, p: pipelines::Pipeline) -> ResetPage {
+    ResetPage {
+        layout: Layout::new(format!("Reset {}", p.name), paths::PIPELINES, who, jar),
+        p,
+        explained: pipelines::RESET_EXPLAINED,
+        confirm: String::new(),
+        error: None,
+    }
+}
+
+#[handler]
+pub async fn page_reset_confirm(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "reset pipelines")?;
+    let p = pipelines::load(&state.pool, &id).await?;
+    page_with_status(StatusCode::OK, &reset_page(&who, jar, p))
+}
+
+#[handler]
+pub async fn page_reset(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    poem::web::Form(input): poem::web::Form<ResetInput>,
+) -> PageResult<Response> {
+    let p = pipelines::load(&state.pool, &id).await?;
+    let confirm = input.confirm.unwrap_or_default();
+    let (status, why) = match pipelines::reset(
+        &state.pool,
+        &state.inner.reconciler,
+        &who,
+        &id,
+        Some(&confirm),
+    )
+    .await
+    {
+        Ok(op) => {
+            set_flash(jar, &format!("Reset of {} started.", p.name));
+            return Ok(redirect(req, &format!("/operations/{op}")));
+        }
+        Err(Error::Invalid { fields, message }) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            fields.get("confirm").cloned().unwrap_or(message),
+        ),
+        Err(Error::Conflict(why)) => (StatusCode::CONFLICT, why),
+        Err(e) => return Err(e.into()),
+    };
+    let mut page = reset_page(&who, jar, p);
+    page.confirm = confirm;
+    page.error = Some(why);
+    page_with_status(status, &page)
+}
+
 #[derive(Deserialize)]
 pub struct DeleteQuery {
     #[serde(default)]
@@ -142,14 +238,7 @@ pub async fn api_delete(
     Query(q): Query<DeleteQuery>,
 ) -> ApiResult<Json<pipelines::Deleted>> {
     Ok(Json(
-        pipelines::delete(
-            &state.pool,
-            &state.inner.reconciler,
-            &who,
-            &id,
-            q.drop_slot,
-        )
-        .await?,
+        pipelines::delete(&state.pool, &state.inner.reconciler, &who, &id, q.drop_slot).await?,
     ))
 }
 
@@ -265,6 +354,8 @@ struct DetailPage {
     /// The re-snapshot form: what a refused submission ticked, and why it was refused.
     resnapshot_ticked: Vec<String>,
     resnapshot_error: Option<String>,
+    /// The newest operations on this pipeline (snapshot signals, resets, a delete).
+    operations: Vec<crate::operations::Operation>,
 }
 
 #[handler]
@@ -275,9 +366,11 @@ pub async fn page_detail(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
+            operations,
             layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
             can_operate: who.role >= Role::Operator,
             d,
@@ -336,9 +429,11 @@ pub async fn page_resnapshot(
         Err(e) => return Err(e.into()),
     };
     let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
     page_with_status(
         status,
         &DetailPage {
+            operations,
             layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
             can_operate: who.role >= Role::Operator,
             d,
@@ -737,14 +832,8 @@ pub async fn page_delete(
         .map_err(|e| Error::Unexpected(e.into()))?;
     let drop_slot =
         url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
-    let deleted = pipelines::delete(
-        &state.pool,
-        &state.inner.reconciler,
-        &who,
-        &id,
-        drop_slot,
-    )
-    .await?;
+    let deleted =
+        pipelines::delete(&state.pool, &state.inner.reconciler, &who, &id, drop_slot).await?;
     set_flash(
         jar,
         &format!(

@@ -140,7 +140,9 @@ struct ReplayPage {
 
 impl ReplayPage {
     fn skip(&self) -> bool {
-        self.plan.as_ref().is_some_and(|p| p.skipped > 0 && p.records == 0)
+        self.plan
+            .as_ref()
+            .is_some_and(|p| p.skipped > 0 && p.records == 0)
     }
 }
 
@@ -374,7 +376,10 @@ pub async fn page_replay_submit(
                         p.d.name, started.plan.records, started.plan.skipped
                     ),
                 );
-                return Ok(redirect(req, &format!("/operations/{}", started.operation_id)));
+                return Ok(redirect(
+                    req,
+                    &format!("/operations/{}", started.operation_id),
+                ));
             }
             Err(e) => {
                 // Show the plan again beside the refusal, when it can still be made.
@@ -406,6 +411,9 @@ struct OperationPage {
     op: Operation,
     /// Where the target's page is.
     target_href: String,
+    /// Offset operations: what Connect held before the change and after it (pretty JSON).
+    before: Option<String>,
+    after: Option<String>,
 }
 
 #[handler]
@@ -420,9 +428,13 @@ pub async fn page_operation(
         "delivery" => (paths::DELIVERIES, format!("/deliveries/{}", op.target_id)),
         _ => (paths::PIPELINES, format!("/pipelines/{}", op.target_id)),
     };
+    let saved = operations::saved_offsets(&state.pool, &op.id).await?;
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     page_with_status(
         StatusCode::OK,
         &OperationPage {
+            before: saved.as_ref().map(|(b, _)| pretty(b)),
+            after: saved.as_ref().and_then(|(_, a)| a.as_ref().map(pretty)),
             layout: Layout::new(
                 format!("{} of {}", op.kind.replace('_', " "), op.target_name),
                 section,
@@ -446,7 +458,12 @@ mod tests {
         assert_eq!(got[1].topic.as_deref(), Some("a.b"));
         assert_eq!((got[1].partition, got[1].offset), (Some(1), Some(7)));
         assert!(offset_lines("a.b 0\n").unwrap_err().starts_with("line 1:"));
-        assert!(offset_lines("a.b 0 5\na.b x 5").unwrap_err().starts_with("line 2:"));
-        assert!(offset_lines("a.b 0 5 9").is_err(), "a fourth word is refused");
+        assert!(offset_lines("a.b 0 5\na.b x 5")
+            .unwrap_err()
+            .starts_with("line 2:"));
+        assert!(
+            offset_lines("a.b 0 5 9").is_err(),
+            "a fourth word is refused"
+        );
     }
 }

@@ -442,37 +442,6 @@ fn kafka_count_since(bootstrap: &str, topic: &str, since_ms: i64) -> (usize, usi
     (all, since)
 }
 
-/// The test app of the offset test: its data directory outlives the process, so it can be
-/// killed and started again on the same database.
-fn offsets_app(data: &std::path::Path, token: Option<String>) -> Api {
-    let env = [
-        ("CLUECDC_LEASE_TTL", "3s"),
-        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
-    ];
-    let app = spawn_app_on(&binary(), tempfile::tempdir().unwrap(), data, &env);
-    let token = token.unwrap_or_else(|| {
-        create_user(&app, "ada", "admin");
-        create_token(&app, "ada", &[])
-    });
-    let http = app.client();
-    Api { app, token, http }
-}
-
-fn write_provider_file(api: &Api, provider_token: &str) {
-    let file = std::env::var("CLUECDC_PROVIDER_FILE").unwrap();
-    let tmp = format!("{file}.tmp");
-    std::fs::write(&tmp, format!("url={}\ntoken={provider_token}\n", api.app.url)).unwrap();
-    std::fs::rename(&tmp, &file).unwrap();
-}
-
-async fn operation_ends(api: &Api, id: &str) -> Value {
-    eventually(Duration::from_secs(120), "the operation ends", || async {
-        let (_, op) = api.get(&format!("/api/v1/operations/{id}")).await;
-        (op["state"] != "running").then_some(op)
-    })
-    .await
-}
-
 async fn total_lag(api: &Api, id: &str) -> Option<i64> {
     let (_, d) = api.get(&format!("/api/v1/deliveries/{id}")).await;
     let lag = d["lag"].as_array()?;
@@ -487,28 +456,13 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
     let _p = provider_lock().await;
     let data_dir = tempfile::tempdir().unwrap();
     let data = data_dir.path().join("data");
-    let api = offsets_app(&data, None);
+    let api = app_on_data(&data, None);
     // The serve started after the kill (set once).
     let restarted: std::cell::OnceCell<Api> = std::cell::OnceCell::new();
     // Connect through a proxy that can refuse offset changes: the replay then waits at its
-    // "alter" step, where the test kills serve.
+    // "change" step, where the test kills serve.
     let proxy = ConnectProxy::start(&s.connect_url).await;
-    let (status, cluster) = api
-        .post(
-            "/api/v1/connect-clusters",
-            json!({"name": "stack", "url": proxy.url}),
-        )
-        .await;
-    assert_eq!(status, 201, "{cluster}");
-    let provider_token = cluster["provider_token"].as_str().unwrap().to_string();
-    write_provider_file(&api, &provider_token);
-    let (status, kafka) = api
-        .post(
-            "/api/v1/kafka-clusters",
-            json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
-        )
-        .await;
-    assert_eq!(status, 201, "{kafka}");
+    let (kafka, connect, provider_token) = stack_via_proxy(&api, &proxy).await;
     let tag = tag();
     let schema = format!("rp_{tag}");
     let src_url = s.pg_url(&s.pg_source_db);
@@ -520,14 +474,20 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
     let dest = api.connection(maria_dest(&s)).await;
     let prefix = format!("rp-{}", tag.replace('_', "-"));
     let topic = format!("{prefix}.{schema}.items");
-    let (status, p) = api.post("/api/v1/pipelines", json!({"name": "pg items", "source_connection_id": src["id"], "kafka_cluster_id": kafka["id"], "connect_cluster_id": cluster["id"], "tables": [format!("{schema}.items")], "topic_prefix": prefix})).await;
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": "pg items", "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect, "tables": [format!("{schema}.items")], "topic_prefix": prefix})).await;
     assert_eq!(status, 201, "{p}");
     let table = format!("rp_{tag}_items");
     let (status, d) = api.post("/api/v1/deliveries", json!({"name": "replayed", "pipeline_id": p["id"], "destination_connection_id": dest["id"], "table_name_format": format!("rp_{tag}_${{source.table}}")})).await;
     assert_eq!(status, 201, "{d}");
     let id = d["id"].as_str().unwrap().to_string();
     let dest_url = s.mariadb_url(&std::env::var("MARIADB_DEST_DB").unwrap());
-    let row = |i: i64| (i, ["a", "b", "c", "d", "e", "f", "g", "h"][(i - 1) as usize].to_string(), i);
+    let row = |i: i64| {
+        (
+            i,
+            ["a", "b", "c", "d", "e", "f", "g", "h"][(i - 1) as usize].to_string(),
+            i,
+        )
+    };
     let rows = |ids: std::ops::RangeInclusive<i64>| -> Rows { ids.map(row).collect() };
     let dest_is = |want: Rows, what: &'static str| {
         let (dest_url, table) = (dest_url.clone(), table.clone());
@@ -544,7 +504,9 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         let t = chrono::Utc::now();
         let t_text = t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        for sql in [format!("INSERT INTO {schema}.items VALUES (4, 'd', 4), (5, 'e', 5)")] {
+        for sql in [format!(
+            "INSERT INTO {schema}.items VALUES (4, 'd', 4), (5, 'e', 5)"
+        )] {
             sqlx::query(&sql).execute(&mut db).await.unwrap();
         }
         dest_is(rows(1..=5), "the changes in the destination").await;
@@ -553,31 +515,70 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         })
         .await;
         let (all, since) = kafka_count_since(&s.kafka_bootstrap, &topic, t.timestamp_millis());
-        assert_eq!((all, since), (5, 2), "3 snapshot reads before the time, 2 inserts after");
+        assert_eq!(
+            (all, since),
+            (5, 2),
+            "3 snapshot reads before the time, 2 inserts after"
+        );
 
         // The plan: per partition, what is delivered again, counted as Kafka counts it.
         let replay = format!("/api/v1/deliveries/{id}/replay");
         let (status, plan) = api
-            .post(&format!("{replay}?dry_run=true"), json!({"from": "timestamp", "timestamp": t_text}))
+            .post(
+                &format!("{replay}?dry_run=true"),
+                json!({"from": "timestamp", "timestamp": t_text}),
+            )
             .await;
         assert_eq!(status, 200, "{plan}");
         assert_eq!(plan["records"], since as i64, "{plan}");
         assert_eq!(plan["skipped"], 0);
         let item = &plan["items"][0];
-        assert_eq!((item["committed"].clone(), item["target"].clone()), (json!(5), json!(3)), "{plan}");
+        assert_eq!(
+            (item["committed"].clone(), item["target"].clone()),
+            (json!(5), json!(3)),
+            "{plan}"
+        );
         assert!(item["oldest_retained_at"].is_string(), "{plan}");
 
         // Refusals: each names its field, and nothing changes.
         let future = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
         for (body, field, says) in [
-            (json!({"from": "timestamp", "timestamp": future}), "timestamp", "in the future"),
+            (
+                json!({"from": "timestamp", "timestamp": future}),
+                "timestamp",
+                "in the future",
+            ),
             (json!({"from": "sometime"}), "from", "earliest"),
-            (json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 0, "offset": 99}]}), "offsets[0].offset", "past the end"),
-            (json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 0, "offset": -1}]}), "offsets[0].offset", "before the log start"),
-            (json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 7, "offset": 0}]}), "offsets[0].partition", "no partition 7"),
-            (json!({"from": "offsets", "offsets": [{"topic": "other.topic", "partition": 0, "offset": 0}]}), "offsets[0].topic", "not one of this delivery's topics"),
-            (json!({"from": "earliest"}), "confirm", "type the delivery's name"),
-            (json!({"from": "earliest", "confirm": "Replayed"}), "confirm", "replayed"),
+            (
+                json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 0, "offset": 99}]}),
+                "offsets[0].offset",
+                "past the end",
+            ),
+            (
+                json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 0, "offset": -1}]}),
+                "offsets[0].offset",
+                "before the log start",
+            ),
+            (
+                json!({"from": "offsets", "offsets": [{"topic": topic, "partition": 7, "offset": 0}]}),
+                "offsets[0].partition",
+                "no partition 7",
+            ),
+            (
+                json!({"from": "offsets", "offsets": [{"topic": "other.topic", "partition": 0, "offset": 0}]}),
+                "offsets[0].topic",
+                "not one of this delivery's topics",
+            ),
+            (
+                json!({"from": "earliest"}),
+                "confirm",
+                "type the delivery's name",
+            ),
+            (
+                json!({"from": "earliest", "confirm": "Replayed"}),
+                "confirm",
+                "replayed",
+            ),
         ] {
             let (status, err) = api.post(&replay, body.clone()).await;
             assert_eq!(status, 422, "{body}: {err}");
@@ -595,14 +596,19 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
             .await
             .unwrap();
         assert_eq!(res.status().as_u16(), 403, "a viewer cannot replay");
-        let (_, history) = api.get(&format!("/api/v1/deliveries/{id}/offset-history")).await;
+        let (_, history) = api
+            .get(&format!("/api/v1/deliveries/{id}/offset-history"))
+            .await;
         assert_eq!(history["items"], json!([]), "no refusal changed anything");
         assert_eq!(total_lag(&api, &id).await, Some(0));
 
         // A destination that lost its rows: the replay from the time brings back exactly the
         // records at or after it (rows 4 and 5), not the older ones.
         let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
-        sqlx::query(&format!("DELETE FROM {table}")).execute(&mut m).await.unwrap();
+        sqlx::query(&format!("DELETE FROM {table}"))
+            .execute(&mut m)
+            .await
+            .unwrap();
         let (status, started) = api
             .post(&replay, json!({"from": "timestamp", "timestamp": t_text, "confirm": "replayed", "reason": "destination restored from backup"}))
             .await;
@@ -611,24 +617,50 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         assert_eq!(op["state"], "done", "{op}");
         assert_eq!(op["kind"], "replay");
         dest_is(rows(4..=5), "exactly the rows at or after the time again").await;
-        eventually(Duration::from_secs(60), "lag 0 after the replay", || async {
-            (total_lag(&api, &id).await == Some(0)).then_some(())
-        })
+        eventually(
+            Duration::from_secs(60),
+            "lag 0 after the replay",
+            || async { (total_lag(&api, &id).await == Some(0)).then_some(()) },
+        )
         .await;
-        assert_eq!(maria_rows(&dest_url, &table).await, rows(4..=5), "nothing older came back");
-        let (_, history) = api.get(&format!("/api/v1/deliveries/{id}/offset-history")).await;
+        assert_eq!(
+            maria_rows(&dest_url, &table).await,
+            rows(4..=5),
+            "nothing older came back"
+        );
+        let (_, history) = api
+            .get(&format!("/api/v1/deliveries/{id}/offset-history"))
+            .await;
         let entry = &history["items"][0];
-        assert_eq!(entry["before"], json!([{"topic": topic, "partition": 0, "offset": 5}]), "{history}");
-        assert_eq!(entry["after"], json!([{"topic": topic, "partition": 0, "offset": 3}]), "{history}");
+        assert_eq!(
+            entry["before"],
+            json!([{"topic": topic, "partition": 0, "offset": 5}]),
+            "{history}"
+        );
+        assert_eq!(
+            entry["after"],
+            json!([{"topic": topic, "partition": 0, "offset": 3}]),
+            "{history}"
+        );
         assert_eq!(entry["reason"], "destination restored from backup");
         assert_eq!(entry["actor"], "ada");
         let (_, audit) = api.get("/api/v1/audit?limit=200").await;
-        let actions: Vec<&str> = audit["items"].as_array().unwrap().iter().filter_map(|a| a["action"].as_str()).collect();
-        assert!(actions.contains(&"delivery.replay") && actions.contains(&"operation.done"), "{actions:?}");
+        let actions: Vec<&str> = audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["action"].as_str())
+            .collect();
+        assert!(
+            actions.contains(&"delivery.replay") && actions.contains(&"operation.done"),
+            "{actions:?}"
+        );
 
         // Skip and undo: a paused delivery with records waiting skips them, and restoring the
         // saved offsets brings the same lag back; the delivery stays paused throughout.
-        let (status, body) = api.post(&format!("/api/v1/deliveries/{id}/pause"), json!({})).await;
+        let (status, body) = api
+            .post(&format!("/api/v1/deliveries/{id}/pause"), json!({}))
+            .await;
         assert_eq!(status, 200, "{body}");
         let name = "cluecdc-deliver-replayed";
         eventually(Duration::from_secs(60), "paused", || async {
@@ -636,88 +668,137 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
             (st["connector"]["state"] == "PAUSED").then_some(())
         })
         .await;
-        sqlx::query(&format!("INSERT INTO {schema}.items VALUES (6, 'f', 6), (7, 'g', 7), (8, 'h', 8)"))
-            .execute(&mut db)
-            .await
-            .unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {schema}.items VALUES (6, 'f', 6), (7, 'g', 7), (8, 'h', 8)"
+        ))
+        .execute(&mut db)
+        .await
+        .unwrap();
         eventually(Duration::from_secs(60), "3 records waiting", || async {
             (total_lag(&api, &id).await == Some(3)).then_some(())
         })
         .await;
-        let (status, plan) = api.post(&format!("{replay}?dry_run=true"), json!({"from": "latest"})).await;
+        let (status, plan) = api
+            .post(&format!("{replay}?dry_run=true"), json!({"from": "latest"}))
+            .await;
         assert_eq!(status, 200, "{plan}");
-        assert_eq!((plan["skipped"].clone(), plan["records"].clone()), (json!(3), json!(0)), "{plan}");
-        let (status, started) = api.post(&replay, json!({"from": "latest", "confirm": "replayed"})).await;
+        assert_eq!(
+            (plan["skipped"].clone(), plan["records"].clone()),
+            (json!(3), json!(0)),
+            "{plan}"
+        );
+        let (status, started) = api
+            .post(&replay, json!({"from": "latest", "confirm": "replayed"}))
+            .await;
         assert_eq!(status, 202, "{started}");
         let op = operation_ends(&api, started["operation_id"].as_str().unwrap()).await;
         assert_eq!(op["state"], "done", "{op}");
         assert_eq!(total_lag(&api, &id).await, Some(0), "skipped");
         let st = connect_status(&s.connect_url, name).await.unwrap();
-        assert_eq!(st["connector"]["state"], "PAUSED", "given back paused: {st}");
-        let (_, history) = api.get(&format!("/api/v1/deliveries/{id}/offset-history")).await;
+        assert_eq!(
+            st["connector"]["state"], "PAUSED",
+            "given back paused: {st}"
+        );
+        let (_, history) = api
+            .get(&format!("/api/v1/deliveries/{id}/offset-history"))
+            .await;
         let skip = history["items"][0].clone();
         assert_eq!(skip["before"][0]["offset"], 5, "{history}");
         assert_eq!(skip["after"][0]["offset"], 8, "{history}");
-        let restore = format!("/api/v1/deliveries/{id}/offset-history/{}/restore", skip["id"]);
-        let (status, plan) = api.post(&format!("{restore}?dry_run=true"), json!({})).await;
+        let restore = format!(
+            "/api/v1/deliveries/{id}/offset-history/{}/restore",
+            skip["id"]
+        );
+        let (status, plan) = api
+            .post(&format!("{restore}?dry_run=true"), json!({}))
+            .await;
         assert_eq!(status, 200, "{plan}");
         assert_eq!(plan["records"], 3, "{plan}");
         let (status, started) = api.post(&restore, json!({"confirm": "replayed"})).await;
         assert_eq!(status, 202, "{started}");
         let op = operation_ends(&api, started["operation_id"].as_str().unwrap()).await;
         assert_eq!(op["state"], "done", "{op}");
-        assert_eq!(total_lag(&api, &id).await, Some(3), "the lag before the skip is back");
-        let (status, body) = api.post(&format!("/api/v1/deliveries/{id}/resume"), json!({})).await;
+        assert_eq!(
+            total_lag(&api, &id).await,
+            Some(3),
+            "the lag before the skip is back"
+        );
+        let (status, body) = api
+            .post(&format!("/api/v1/deliveries/{id}/resume"), json!({}))
+            .await;
         assert_eq!(status, 200, "{body}");
         dest_is(rows(4..=8), "the skipped records, restored, delivered").await;
 
-        // A replay whose "alter" step cannot finish, serve killed there: the next serve on the
+        // A replay whose "change" step cannot finish, serve killed there: the next serve on the
         // same database finishes it by itself.
-        proxy.fail_offsets.store(true, std::sync::atomic::Ordering::SeqCst);
-        let (status, started) = api.post(&replay, json!({"from": "earliest", "confirm": "replayed"})).await;
+        proxy.fail("PATCH", "/offsets");
+        let (status, started) = api
+            .post(&replay, json!({"from": "earliest", "confirm": "replayed"}))
+            .await;
         assert_eq!(status, 202, "{started}");
         let op_id = started["operation_id"].as_str().unwrap().to_string();
-        let op = eventually(Duration::from_secs(60), "the replay waits at alter", || async {
-            let (_, op) = api.get(&format!("/api/v1/operations/{op_id}")).await;
-            (op["step"] == "alter" && op["error"].as_str().is_some_and(|e| e.contains("503"))).then_some(op)
-        })
+        let op = eventually(
+            Duration::from_secs(60),
+            "the replay waits at its change step",
+            || async {
+                let (_, op) = api.get(&format!("/api/v1/operations/{op_id}")).await;
+                (op["step"] == "change" && op["error"].as_str().is_some_and(|e| e.contains("503")))
+                    .then_some(op)
+            },
+        )
         .await;
         assert_eq!(op["state"], "running", "{op}");
         let st = connect_status(&s.connect_url, name).await.unwrap();
         assert_eq!(st["connector"]["state"], "STOPPED", "{st}");
-        let (status, err) = api.post(&replay, json!({"from": "earliest", "confirm": "replayed"})).await;
+        let (status, err) = api
+            .post(&replay, json!({"from": "earliest", "confirm": "replayed"}))
+            .await;
         assert_eq!(status, 409, "no second replay while one is open: {err}");
-        let (status, err) = api.post(&format!("/api/v1/deliveries/{id}/resume"), json!({})).await;
-        assert_eq!(status, 409, "no resume by another route while the replay holds it: {err}");
-        assert!(err["error"]["message"].as_str().unwrap().contains(&op_id), "{err}");
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &api.app.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        proxy.fail_offsets.store(false, std::sync::atomic::Ordering::SeqCst);
-        let _ = restarted.set(offsets_app(&data, Some(api.token.clone())));
+        let (status, err) = api
+            .post(&format!("/api/v1/deliveries/{id}/resume"), json!({}))
+            .await;
+        assert_eq!(
+            status, 409,
+            "no resume by another route while the replay holds it: {err}"
+        );
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(&op_id),
+            "{err}"
+        );
+        kill_hard(&api.app).await;
+        proxy.heal();
+        let _ = restarted.set(app_on_data(&data, Some(api.token.clone())));
         let api = restarted.get().unwrap();
         write_provider_file(api, &provider_token);
         let op = operation_ends(api, &op_id).await;
         assert_eq!(op["state"], "done", "the restarted serve finished it: {op}");
-        let (_, history) = api.get(&format!("/api/v1/deliveries/{id}/offset-history")).await;
+        let (_, history) = api
+            .get(&format!("/api/v1/deliveries/{id}/offset-history"))
+            .await;
         assert_eq!(history["items"][0]["operation_id"], op_id.as_str());
         assert_eq!(history["items"][0]["after"][0]["offset"], 0, "{history}");
         wait_running(&s.connect_url, name, Duration::from_secs(60)).await;
-        dest_is(rows(1..=8), "every row again after the replay from the beginning").await;
+        dest_is(
+            rows(1..=8),
+            "every row again after the replay from the beginning",
+        )
+        .await;
     };
     with_cleanup(result, async {
-        proxy.fail_offsets.store(false, std::sync::atomic::Ordering::SeqCst);
+        proxy.heal();
         let api = restarted.get().unwrap_or(&api);
         let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
         let _ = api
-            .delete(&format!("/api/v1/pipelines/{}?drop_slot=true", p["id"].as_str().unwrap()))
+            .delete(&format!(
+                "/api/v1/pipelines/{}?drop_slot=true",
+                p["id"].as_str().unwrap()
+            ))
             .await;
         drop_capture_fixture(&s, &format!("rp_{tag}"), &schema).await;
         let mut m = sqlx::MySqlConnection::connect(&dest_url).await.unwrap();
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}")).execute(&mut m).await;
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut m)
+            .await;
     })
     .await;
 }

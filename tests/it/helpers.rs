@@ -588,12 +588,7 @@ pub async fn point_connect_provider_at(api: &Api) -> serde_json::Value {
         )
         .await;
     assert_eq!(status, 201, "{cluster}");
-    let token = cluster["provider_token"].as_str().unwrap();
-    let file = std::env::var("CLUECDC_PROVIDER_FILE")
-        .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
-    let tmp = format!("{file}.tmp");
-    std::fs::write(&tmp, format!("url={}\ntoken={token}\n", api.app.url)).unwrap();
-    std::fs::rename(&tmp, &file).unwrap();
+    write_provider_file(api, cluster["provider_token"].as_str().unwrap());
     cluster
 }
 
@@ -704,13 +699,13 @@ pub struct ProxiedCall {
 /// A transparent HTTP proxy in front of the real Connect that records every call, so tests
 /// can count what ClueCDC asks of Connect. With `refuse_creates` set it answers connector
 /// creation with Connect's 403, as a Connect with access control does for a principal
-/// without the right. With `fail_offsets` set it answers every offset change (`PATCH` or
-/// `DELETE …/offsets`) with a 503, as a worker in trouble would, leaving the offsets as they are.
+/// without the right. Calls matching one of `fail`'s (method, path suffix) pairs are answered
+/// with a 503, as a worker in trouble would, and change nothing (see [`ConnectProxy::fail`]).
 pub struct ConnectProxy {
     pub url: String,
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<ProxiedCall>>>,
     pub refuse_creates: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    pub fail_offsets: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub failing: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -733,8 +728,8 @@ impl ConnectProxy {
         let record = calls.clone();
         let refuse_creates = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refuse = refuse_creates.clone();
-        let fail_offsets = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let fail = fail_offsets.clone();
+        let failing: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>> = Default::default();
+        let fail = failing.clone();
         let http = reqwest::Client::new();
         let endpoint = poem::endpoint::make(move |req: poem::Request| {
             let target = target.clone();
@@ -760,10 +755,12 @@ impl ConnectProxy {
                             r#"{"error_code":403,"message":"not allowed to create connectors"}"#,
                         );
                 }
-                if fail.load(std::sync::atomic::Ordering::Relaxed)
-                    && path.ends_with("/offsets")
-                    && method != poem::http::Method::GET
-                {
+                let failed = fail
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|(m, suffix)| m == method.as_str() && path.ends_with(suffix.as_str()));
+                if failed {
                     record.lock().unwrap().push(ProxiedCall {
                         method: method.to_string(),
                         path: path.clone(),
@@ -820,13 +817,26 @@ impl ConnectProxy {
             url: format!("http://{addr}"),
             calls,
             refuse_creates,
-            fail_offsets,
+            failing,
             task,
         }
     }
 
     pub fn snapshot(&self) -> Vec<ProxiedCall> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// From now on, answers `method` calls whose path ends with `suffix` with a 503.
+    pub fn fail(&self, method: &str, suffix: &str) {
+        self.failing
+            .lock()
+            .unwrap()
+            .push((method.to_string(), suffix.to_string()));
+    }
+
+    /// Forwards every call again.
+    pub fn heal(&self) {
+        self.failing.lock().unwrap().clear();
     }
 }
 
@@ -945,4 +955,79 @@ impl Drop for TcpGate {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// An app whose data directory (`data`) outlives the process, so a test can kill it and start
+/// another on the same database; with `token`, the admin token made by the first.
+pub fn app_on_data(data: &Path, token: Option<String>) -> Api {
+    let env = [
+        ("CLUECDC_LEASE_TTL", "3s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ];
+    let app = spawn_app_on(&binary(), tempfile::tempdir().unwrap(), data, &env);
+    let token = token.unwrap_or_else(|| {
+        create_user(&app, "ada", "admin");
+        create_token(&app, "ada", &[])
+    });
+    let http = app.client();
+    Api { app, token, http }
+}
+
+/// SIGKILL: no shutdown, no lease released.
+pub async fn kill_hard(app: &TestApp) {
+    let killed = Command::new("kill")
+        .args(["-KILL", &app.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// Registers the stack's Connect through `proxy` and the stack's Kafka in `api`, and points
+/// the config provider at it: (kafka cluster id, connect cluster id, provider token).
+pub async fn stack_via_proxy(api: &Api, proxy: &ConnectProxy) -> (String, String, String) {
+    let s = stack();
+    let (status, cluster) = api
+        .post(
+            "/api/v1/connect-clusters",
+            serde_json::json!({"name": "stack", "url": proxy.url}),
+        )
+        .await;
+    assert_eq!(status, 201, "{cluster}");
+    let provider_token = cluster["provider_token"].as_str().unwrap().to_string();
+    write_provider_file(api, &provider_token);
+    let (status, kafka) = api
+        .post(
+            "/api/v1/kafka-clusters",
+            serde_json::json!({"name": "stack kafka", "bootstrap_servers": s.kafka_bootstrap}),
+        )
+        .await;
+    assert_eq!(status, 201, "{kafka}");
+    (
+        kafka["id"].as_str().unwrap().to_string(),
+        cluster["id"].as_str().unwrap().to_string(),
+        provider_token,
+    )
+}
+
+/// Points the stack's Connect config provider at `api` with the given token.
+pub fn write_provider_file(api: &Api, provider_token: &str) {
+    let file = std::env::var("CLUECDC_PROVIDER_FILE")
+        .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
+    let tmp = format!("{file}.tmp");
+    std::fs::write(
+        &tmp,
+        format!("url={}\ntoken={provider_token}\n", api.app.url),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+}
+
+/// Waits for an operation to end (up to 2 minutes); its JSON.
+pub async fn operation_ends(api: &Api, id: &str) -> serde_json::Value {
+    eventually(Duration::from_secs(120), "the operation ends", || async {
+        let (_, op) = api.get(&format!("/api/v1/operations/{id}")).await;
+        (op["state"] != "running").then_some(op)
+    })
+    .await
 }

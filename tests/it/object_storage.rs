@@ -44,6 +44,11 @@ struct Line {
 
 /// Every object under `prefix`, read back through the S3 API: (object key, its lines).
 pub async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
+    objects_since(s, prefix, 0).await
+}
+
+/// Like `objects`, only those last written at or after `since` (unix seconds).
+async fn objects_since(s: &Stack, prefix: &str, since: i64) -> Vec<(String, Vec<Value>)> {
     let s3 = s.s3_client(&s.s3_secret_key);
     let mut out = Vec::new();
     let mut token = None;
@@ -57,6 +62,9 @@ pub async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
             .await
             .unwrap();
         for o in page.contents() {
+            if o.last_modified().is_some_and(|t| t.secs() < since) {
+                continue;
+            }
             let key = o.key().unwrap().to_string();
             let body = s3
                 .get_object()
@@ -94,8 +102,13 @@ pub async fn objects(s: &Stack, prefix: &str) -> Vec<(String, Vec<Value>)> {
 /// The lines under `prefix` by (topic, partition, offset); topic and partition come from the
 /// key (`…/<topic>-<partition>-<start offset>.jsonl[.gz]`), the offset from the line.
 async fn records(s: &Stack, prefix: &str) -> BTreeMap<(String, i32, i64), Line> {
+    records_since(s, prefix, 0).await
+}
+
+/// Like `records`, from the objects written at or after `since` (unix seconds).
+async fn records_since(s: &Stack, prefix: &str, since: i64) -> BTreeMap<(String, i32, i64), Line> {
     let mut out = BTreeMap::new();
-    for (key, lines) in objects(s, prefix).await {
+    for (key, lines) in objects_since(s, prefix, since).await {
         // `<topic>-<partition>-<start>` (the default), or `<partition>-<start>` in a folder
         // named after the topic.
         let mut path = key.rsplit('/');
@@ -786,6 +799,92 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             Duration::from_secs(120),
         )
         .await;
+    };
+    with_cleanup(result, async {
+        let id = created.borrow().clone();
+        if !id.is_empty() {
+            let _ = api.delete(&format!("/api/v1/deliveries/{id}")).await;
+        }
+        let _ = api
+            .delete(&format!(
+                "/api/v1/pipelines/{}?drop_slot=true",
+                p["id"].as_str().unwrap()
+            ))
+            .await;
+        drop_capture_fixture(&s, &format!("o{tag}"), &format!("o{tag}")).await;
+        remove_prefix(&s, &root).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_object_storage_delivery_replayed_from_the_beginning_writes_every_record_again() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api();
+    let (kafka, connect) = stack_clusters(&api).await;
+    let tag = tag();
+    let root = format!("o{tag}/");
+    let lake = api
+        .connection(minio(&s, "lake", &s.s3_endpoint, &root))
+        .await;
+    let (p, topics) = capture(&api, &kafka, &connect, &tag, false).await;
+    let created = std::cell::RefCell::new(String::new());
+    let result = async {
+        let (status, d) = api.post("/api/v1/deliveries", json!({"name": "replay lake", "pipeline_id": p["id"], "destination_connection_id": lake["id"], "records_per_file": 10})).await;
+        assert_eq!(status, 201, "{d}");
+        let id = d["id"].as_str().unwrap().to_string();
+        *created.borrow_mut() = id.clone();
+        let first = all_delivered(&s, &api, &kafka, &topics, &root, Duration::from_secs(120)).await;
+        eventually(Duration::from_secs(60), "lag 0", || async {
+            let (_, d) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+            let lag = d["lag"].as_array()?;
+            (lag.len() == topics.len() && lag.iter().all(|l| l["lag"] == 0)).then_some(())
+        })
+        .await;
+        // Objects written from here on are the replay's (S3 times are whole seconds).
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let since = chrono::Utc::now().timestamp();
+        let replay = format!("/api/v1/deliveries/{id}/replay");
+        let (status, plan) = api
+            .post(
+                &format!("{replay}?dry_run=true"),
+                json!({"from": "earliest"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{plan}");
+        assert_eq!(
+            plan["records"],
+            first.len() as i64,
+            "every record retained is delivered again: {plan}"
+        );
+        let (status, started) = api
+            .post(
+                &replay,
+                json!({"from": "earliest", "confirm": "replay lake"}),
+            )
+            .await;
+        assert_eq!(status, 202, "{started}");
+        let op_id = started["operation_id"].as_str().unwrap();
+        let op = eventually(Duration::from_secs(120), "the replay ends", || async {
+            let (_, op) = api.get(&format!("/api/v1/operations/{op_id}")).await;
+            (op["state"] != "running").then_some(op)
+        })
+        .await;
+        assert_eq!(op["state"], "done", "{op}");
+        let again = eventually(
+            Duration::from_secs(120),
+            "every record again in objects written after the replay began",
+            || async {
+                let got = records_since(&s, &root, since).await;
+                first.keys().all(|k| got.contains_key(k)).then_some(got)
+            },
+        )
+        .await;
+        for (k, line) in &first {
+            assert_eq!(again[k].value, line.value, "{k:?} is the same record");
+        }
     };
     with_cleanup(result, async {
         let id = created.borrow().clone();

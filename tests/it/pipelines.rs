@@ -786,3 +786,157 @@ async fn source_sessions_are_reused_replaced_when_the_server_closed_them_and_nev
         sqlx::query(&sql).execute(&su).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_pipeline_reset_snapshots_again_and_a_serve_killed_after_a_table_change_or_during_a_delete_still_finishes_it(
+) {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first_api = app_on_data(&data, None);
+    let proxy = ConnectProxy::start(&s.connect_url).await;
+    let (kafka, connect, provider_token) = stack_via_proxy(&first_api, &proxy).await;
+    let tag = tag();
+    let schema = format!("pk_{tag}");
+    let mut db = pg_as_connector_user(&s).await;
+    for sql in [
+        format!("CREATE SCHEMA {schema}"),
+        format!("CREATE TABLE {schema}.first (id int PRIMARY KEY, v text)"),
+        format!("INSERT INTO {schema}.first VALUES (1, 'a')"),
+        format!("CREATE TABLE {schema}.second (id int PRIMARY KEY, v text)"),
+        format!("INSERT INTO {schema}.second VALUES (1, 'x'), (2, 'y'), (3, 'z')"),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = pg_source(&first_api, &s, &tag).await;
+    let prefix = format!("pk-{}", tag.replace('_', "-"));
+    let (status, pipeline) = first_api.post("/api/v1/pipelines", json!({"name": format!("kill {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect, "tables": [format!("{schema}.first")], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{pipeline}");
+    let id = pipeline["id"].as_str().unwrap().to_string();
+    let connector = pipelines_connector(&prefix);
+    let second = format!("{prefix}.{schema}.second");
+    // Each kill starts the next serve on the same database (a OnceCell each: set once).
+    let (second_api, third_api) = (
+        std::cell::OnceCell::<Api>::new(),
+        std::cell::OnceCell::<Api>::new(),
+    );
+    let result = async {
+        wait_pipeline_running(&first_api, &id).await;
+        // A table change whose new config Connect does not take yet: serve is killed with the
+        // snapshot signal still to send.
+        proxy.fail("PUT", "/config");
+        let (status, changed) = first_api
+            .patch(
+                &format!("/api/v1/pipelines/{id}"),
+                json!({"tables": [format!("{schema}.first"), format!("{schema}.second")]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{changed}");
+        let (_, ops) = first_api
+            .get(&format!("/api/v1/operations?target={id}"))
+            .await;
+        let op = ops["items"][0].clone();
+        assert_eq!(op["kind"], "snapshot_signal", "{ops}");
+        assert_eq!(op["state"], "running", "{ops}");
+        kill_hard(&first_api.app).await;
+        proxy.heal();
+        let api = second_api.get_or_init(|| app_on_data(&data, Some(first_api.token.clone())));
+        write_provider_file(api, &provider_token);
+        let op = operation_ends(api, op["id"].as_str().unwrap()).await;
+        assert_eq!(op["state"], "done", "{op}");
+        let snap = read_until(&second, Duration::from_secs(120), |e| count(e, "r") >= 3).await;
+        let mut ids: Vec<i64> = snap
+            .iter()
+            .filter(|e| e.op() == Some("r"))
+            .map(|e| e.value.as_ref().unwrap()["after"]["id"].as_i64().unwrap())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids, vec![1, 2, 3], "the added table's rows, snapshotted");
+
+        // Reset and re-snapshot: refused without the name typed; then every table's rows come
+        // again as snapshot reads, the saved source offsets are kept, and streaming goes on.
+        wait_pipeline_running(api, &id).await;
+        let reset = format!("/api/v1/pipelines/{id}/reset");
+        let (status, err) = api.post(&reset, json!({"confirm": "not it"})).await;
+        assert_eq!(status, 422, "{err}");
+        assert!(
+            err["error"]["fields"]["confirm"]
+                .as_str()
+                .unwrap()
+                .contains("type the pipeline's name"),
+            "{err}"
+        );
+        let (status, started) = api
+            .post(&reset, json!({"confirm": format!("kill {tag}")}))
+            .await;
+        assert_eq!(status, 202, "{started}");
+        let op = operation_ends(api, started["operation_id"].as_str().unwrap()).await;
+        assert_eq!(op["state"], "done", "{op}");
+        assert_eq!(op["kind"], "reset");
+        let first = format!("{prefix}.{schema}.first");
+        read_until(&first, Duration::from_secs(120), |e| count(e, "r") == 2).await;
+        read_until(&second, Duration::from_secs(120), |e| count(e, "r") >= 6).await;
+        assert!(
+            slot_exists(&s, &format!("pl_{tag}")).await,
+            "the slot is kept"
+        );
+        sqlx::query(&format!("INSERT INTO {schema}.first VALUES (2, 'b')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        read_until(&first, Duration::from_secs(60), |e| count(e, "c") >= 1).await;
+
+        // A delete Connect does not carry out yet: serve is killed while the request waits.
+        wait_pipeline_running(api, &id).await;
+        proxy.fail("DELETE", &format!("/connectors/{connector}"));
+        let delete = {
+            let (http, url, token) = (api.http.clone(), api.app.url.clone(), api.token.clone());
+            let path = format!("{url}/api/v1/pipelines/{id}?drop_slot=true");
+            tokio::spawn(async move { http.delete(path).bearer_auth(token).send().await })
+        };
+        let op = eventually(
+            Duration::from_secs(30),
+            "the delete waits on Connect",
+            || async {
+                let (_, ops) = api.get(&format!("/api/v1/operations?target={id}")).await;
+                let op = ops["items"][0].clone();
+                (op["kind"] == "pipeline_delete" && op["step"] == "remove").then_some(op)
+            },
+        )
+        .await;
+        assert!(
+            connect_status(&s.connect_url, &connector).await.is_some(),
+            "still in Connect"
+        );
+        kill_hard(&api.app).await;
+        let _ = delete.await;
+        proxy.heal();
+        let api = third_api.get_or_init(|| app_on_data(&data, Some(first_api.token.clone())));
+        write_provider_file(api, &provider_token);
+        let op = operation_ends(api, op["id"].as_str().unwrap()).await;
+        assert_eq!(op["state"], "done", "{op}");
+        assert!(
+            connect_status(&s.connect_url, &connector).await.is_none(),
+            "gone from Connect"
+        );
+        let (status, _) = api.get(&format!("/api/v1/pipelines/{id}")).await;
+        assert_eq!(status, 404, "the pipeline is gone");
+        assert!(
+            !slot_exists(&s, &format!("pl_{tag}")).await,
+            "the slot was dropped as asked"
+        );
+    };
+    with_cleanup(result, async {
+        proxy.heal();
+        let api = third_api.get().or(second_api.get()).unwrap_or(&first_api);
+        let _ = api
+            .delete(&format!("/api/v1/pipelines/{id}?drop_slot=true"))
+            .await;
+        delete_connector(&s.connect_url, &connector).await;
+        drop_capture_fixture(&s, &format!("pl_{tag}"), &schema).await;
+    })
+    .await;
+}
