@@ -492,3 +492,116 @@ pub async fn wait(pool: &SqlitePool, id: &str, within: Duration) -> Result<Opera
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pool_with_connector() -> (tempfile::TempDir, SqlitePool) {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        let now = crate::time::now();
+        sqlx::query("INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', ?1, ?1)")
+            .bind(&now)
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, created_at, updated_at) VALUES ('k', 'sink', 'cc', '{}', 'paused', 'delivery', ?1, ?1)")
+            .bind(&now)
+            .execute(&pool)
+            .await
+            .unwrap();
+        (dir, pool)
+    }
+
+    fn new(kind: &'static str) -> NewOperation<'static> {
+        NewOperation {
+            kind,
+            target_kind: "delivery",
+            target_id: "dl_1",
+            target_name: "d",
+            params: json!({"connector_id": "k", "resume_to": "paused"}),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_connector_refuses_other_routes_and_a_second_operation_and_is_given_back_as_it_was(
+    ) {
+        let (_d, pool) = pool_with_connector().await;
+        let who = Principal::cli();
+        let mut tx = pool.begin().await.unwrap();
+        let id = hold(&mut tx, &who, new("replay"), "k").await.unwrap();
+        tx.commit().await.unwrap();
+        let state: (String, Option<String>) =
+            sqlx::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(state, ("stopped".to_string(), Some(id.clone())));
+        match refuse_if_held(&pool, "k", "resume the connector").await {
+            Err(Error::Conflict(m)) => assert!(m.contains(&id) && m.contains("replay"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let mut tx = pool.begin().await.unwrap();
+        match hold(&mut tx, &who, new("reset"), "k").await {
+            Err(Error::Conflict(m)) => assert!(m.contains("still open"), "{m}"),
+            other => panic!("a second operation on the target: {other:?}"),
+        }
+        drop(tx);
+        // A snapshot signal may run beside it: it holds no connector.
+        let mut tx = pool.begin().await.unwrap();
+        insert(&mut tx, &who, new("snapshot_signal")).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let lease = Lease::new(pool.clone(), LEASE, "t".into(), 60_000);
+        assert!(lease.try_hold().await.unwrap());
+        let key = crate::secrets::keyring::MasterKey::generate().to_base64();
+        let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
+        let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
+        let handle = Arc::new(crate::reconcile::Handle::default());
+        let ctx = Ctx {
+            pool: &pool,
+            secrets: &secrets,
+            reconciler: &handle,
+            lease: &lease,
+        };
+        let op = load(&pool, &id).await.unwrap();
+        release(&ctx, &op).await.unwrap();
+        let state: (String, Option<String>) =
+            sqlx::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(state, ("paused".to_string(), None), "given back paused");
+        refuse_if_held(&pool, "k", "resume").await.unwrap();
+    }
+
+    #[test]
+    fn steps_before_the_current_one_are_done() {
+        let op = Operation {
+            id: "o".into(),
+            kind: "replay".into(),
+            target_kind: "delivery".into(),
+            target_id: "d".into(),
+            target_name: "d".into(),
+            step: "change".into(),
+            steps: steps_of("replay"),
+            state: "running".into(),
+            error: None,
+            actor: "a".into(),
+            started_at: String::new(),
+            finished_at: None,
+            params: Value::Null,
+            step_started_at: 0,
+            actor_kind: "cli".into(),
+        };
+        assert!(op.step_done("stop") && op.step_done("save"));
+        assert!(!op.step_done("change") && !op.step_done("observe"));
+        let done = Operation {
+            state: "done".into(),
+            ..op
+        };
+        assert!(done.step_done("observe"));
+    }
+}

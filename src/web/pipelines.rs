@@ -196,6 +196,7 @@ pub async fn page_reset(
     Path(id): Path<String>,
     poem::web::Form(input): poem::web::Form<ResetInput>,
 ) -> PageResult<Response> {
+    who.require(Role::Operator, "reset pipelines")?;
     let p = pipelines::load(&state.pool, &id).await?;
     let confirm = input.confirm.unwrap_or_default();
     let (status, why) = match pipelines::reset(

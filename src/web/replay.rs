@@ -85,13 +85,20 @@ pub struct RestoreInput {
 pub async fn api_restore(
     state: Data<&AppState>,
     who: Data<&Principal>,
-    Path((id, entry)): Path<(String, i64)>,
+    Path((id, entry)): Path<(String, String)>,
     Query(q): Query<DryRun>,
     Json(body): Json<RestoreInput>,
 ) -> ApiResult<Response> {
+    who.require(Role::Operator, "restore a delivery's offsets")?;
+    let entry = entry_number(&entry)?;
     let input =
         replay::restore_input(&state.pool, &who, &id, entry, body.confirm, body.reason).await?;
     plan_or_start(&state, &who, &id, &input, q.dry_run).await
+}
+
+fn entry_number(s: &str) -> Result<i64, Error> {
+    s.parse()
+        .map_err(|_| Error::NotFound(format!("offset history entry {s}")))
 }
 
 #[handler]
@@ -301,8 +308,10 @@ pub async fn page_restore(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
-    Path((id, entry)): Path<(String, i64)>,
+    Path((id, entry)): Path<(String, String)>,
 ) -> PageResult<Response> {
+    who.require(Role::Operator, "restore a delivery's offsets")?;
+    let entry = entry_number(&entry)?;
     let input = replay::restore_input(&state.pool, &who, &id, entry, None, None).await?;
     let d = crate::deliveries::load(&state.pool, &id).await?;
     let form = ReplayForm {
@@ -346,6 +355,7 @@ pub async fn page_replay_submit(
     Path(id): Path<String>,
     Form(form): Form<ReplayForm>,
 ) -> PageResult<Response> {
+    who.require(Role::Operator, "replay or skip a delivery's records")?;
     let start = form.action == "start";
     let d = crate::deliveries::load(&state.pool, &id).await?;
     let input = form.input();

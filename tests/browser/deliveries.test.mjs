@@ -352,6 +352,89 @@ test('an operator edits an object-storage delivery from its page: a refused chan
   assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
 });
 
+test('an operator replays a database delivery from the beginning: a future time is refused inline, the preview counts the records, the typed name confirms, the operation page follows it, and the history offers the undo', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.goto(`${app.url}/deliveries`);
+  await page.getByRole('link', { name: replicaName }).click();
+  const id = idOf(page);
+  await page.getByRole('link', { name: 'Replay or skip records…' }).click();
+  await page.waitForURL(new RegExp(`/deliveries/${id}/replay$`));
+
+  await page.getByLabel('a point in time').check();
+  await page.getByLabel('Time (for "a point in time"; UTC)').fill(new Date(Date.now() + 3_600_000).toISOString());
+  const [future] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/replay')),
+    page.getByRole('button', { name: 'Preview' }).click(),
+  ]);
+  assert.equal(future.status(), 422);
+  assert.match(await page.locator('#timestamp-error').innerText(), /is in the future/);
+  assert.equal(await page.getByRole('button', { name: 'Replay' }).count(), 0, 'no replay without a plan');
+
+  // The destination lost its rows: the replay from the beginning writes them all again.
+  dest(`DELETE FROM ${destTable('orders')}`);
+  await page.getByLabel('the beginning (the oldest record retention kept)').check();
+  await page.getByRole('button', { name: 'Preview' }).click();
+  const plan = page.getByRole('region', { name: 'What will happen' });
+  await plan.waitFor();
+  assert.match(await plan.innerText(), /\d+ records will be delivered again/);
+  assert.match(await plan.innerText(), new RegExp(`${prefix}\\.${schema}\\.orders`));
+  await screenshot(page, 'delivery-replay-preview');
+  const [unconfirmed] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/replay')),
+    page.getByRole('button', { name: 'Replay' }).click(),
+  ]);
+  assert.equal(unconfirmed.status(), 422);
+  assert.match(await page.locator('#confirm-error').innerText(), /type the delivery's name/);
+  assert.equal((await api(app, token, 'GET', `/api/v1/deliveries/${id}/offset-history`))[1].items.length, 0, 'nothing started');
+  await page.getByLabel(/Type the delivery's name/).fill(replicaName);
+  await page.getByRole('button', { name: 'Replay' }).click();
+  await page.waitForURL(/\/operations\/[0-9a-f-]+$/);
+  await page.getByText('State: done').waitFor({ timeout: 90_000 });
+  assert.match(await page.locator('main').innerText(), /Offsets Connect held before the change/);
+  await screenshot(page, 'operation-replay-done');
+  const deadline = Date.now() + 90_000;
+  let rows = '';
+  while (Date.now() < deadline) {
+    try { rows = dest(`SELECT string_agg(id || ':' || total, ',' ORDER BY id) FROM ${destTable('orders')}`); } catch { rows = ''; }
+    if (rows === '1:10,2:12,3:30') break;
+    await sleep(1000);
+  }
+  assert.equal(rows, '1:10,2:12,3:30', 'every row written again');
+
+  // The history keeps what was there before, with the way back.
+  await page.getByRole('link', { name: `Back to delivery ${replicaName}` }).click();
+  const history = page.getByRole('region', { name: 'Offset history' });
+  assert.match(await history.innerText(), /otto/);
+  await history.getByRole('link', { name: 'Restore these offsets…' }).first().click();
+  assert.match(await page.getByLabel('Offsets (for "given partition offsets")').inputValue(), new RegExp(`${prefix}\\.${schema}\\.orders 0 \\d+`));
+  await page.getByRole('region', { name: 'What will happen' }).waitFor();
+  await screenshot(page, 'delivery-restore-preview');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
+test('the pipeline reset asks for the name typed and explains the slot and the topics first', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.goto(`${app.url}/pipelines/${pipeline.id}`);
+  await page.getByRole('link', { name: 'Reset and re-snapshot…' }).click();
+  const text = await page.locator('main').innerText();
+  assert.match(text, /replication slot is kept/);
+  assert.match(text, /Re-snapshot tables/, 'the gentle alternative is offered first');
+  const [refused] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/reset')),
+    page.getByRole('button', { name: 'Reset shop' }).click(),
+  ]);
+  assert.equal(refused.status(), 422);
+  assert.match(await page.locator('#confirm-error').innerText(), /type the pipeline's name/);
+  await screenshot(page, 'pipeline-reset-confirm');
+  const [, ops] = await api(app, token, 'GET', `/api/v1/operations?target=${pipeline.id}`);
+  assert.ok(!ops.items.some((o) => o.kind === 'reset'), 'no reset started');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
 test('an operator changes a database delivery\'s insert mode, then deletes it through the confirmation page: the button shows progress and the connector leaves Connect', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = watchConsole(page);

@@ -765,6 +765,12 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
             err["error"]["message"].as_str().unwrap().contains(&op_id),
             "{err}"
         );
+        let (status, err) = api
+            .post(&format!("/api/v1/connectors/{name}/resume"), json!({}))
+            .await;
+        assert_eq!(status, 409, "nor through the connectors API: {err}");
+        let (status, err) = api.delete(&format!("/api/v1/deliveries/{id}")).await;
+        assert_eq!(status, 409, "nor a delete: {err}");
         kill_hard(&api.app).await;
         proxy.heal();
         let _ = restarted.set(app_on_data(&data, Some(api.token.clone())));
