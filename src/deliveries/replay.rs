@@ -357,15 +357,7 @@ pub async fn start(
         .await?
         .remove(&d.connector_id)
         .ok_or_else(|| Error::Conflict(format!("delivery {} has no connector", d.name)))?;
-    let resume_to = match DesiredState::parse(&connector.desired_state) {
-        Some(DesiredState::Deleted) | None => {
-            return Err(Error::Conflict(format!(
-                "delivery {} is being deleted",
-                d.name
-            )))
-        }
-        Some(s) => s,
-    };
+    let resume_to = operations::resume_to(&connector.desired_state, "delivery", &d.name)?;
     let mut tx = pool.begin().await?;
     let operation_id = operations::hold(
         &mut tx,

@@ -59,6 +59,17 @@ pub struct Operation {
 }
 
 impl Operation {
+    /// What it is, in words.
+    pub fn label(&self) -> &'static str {
+        match self.kind.as_str() {
+            "replay" => "Offset change",
+            "reset" => "Reset and re-snapshot",
+            "snapshot_signal" => "Snapshot of added tables",
+            "pipeline_delete" => "Pipeline delete",
+            "delivery_delete" => "Delivery delete",
+            _ => "Operation",
+        }
+    }
     pub fn running(&self) -> bool {
         self.state == "running"
     }
@@ -226,6 +237,22 @@ pub async fn insert(
             new.target_kind, new.target_name, new.target_kind
         ))),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The state an offset operation gives the connector back in: the one it has now. Refused for
+/// a connector being deleted.
+pub fn resume_to(
+    desired_state: &str,
+    target_kind: &str,
+    name: &str,
+) -> Result<crate::reconcile::plan::DesiredState> {
+    use crate::reconcile::plan::DesiredState;
+    match DesiredState::parse(desired_state) {
+        Some(DesiredState::Deleted) | None => Err(Error::Conflict(format!(
+            "{target_kind} {name} is being deleted"
+        ))),
+        Some(s) => Ok(s),
     }
 }
 

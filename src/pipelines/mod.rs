@@ -1003,15 +1003,7 @@ pub async fn reset(
         .await?
         .remove(&p.connector_id)
         .ok_or_else(|| Error::Conflict(format!("pipeline {} has no connector", p.name)))?;
-    let resume_to = match DesiredState::parse(&c.desired_state) {
-        Some(DesiredState::Deleted) | None => {
-            return Err(Error::Conflict(format!(
-                "pipeline {} is being deleted",
-                p.name
-            )))
-        }
-        Some(s) => s,
-    };
+    let resume_to = crate::operations::resume_to(&c.desired_state, "pipeline", &p.name)?;
     let mut tx = pool.begin().await?;
     let op = crate::operations::hold(
         &mut tx,

@@ -446,7 +446,7 @@ pub async fn page_operation(
             before: saved.as_ref().map(|(b, _)| pretty(b)),
             after: saved.as_ref().and_then(|(_, a)| a.as_ref().map(pretty)),
             layout: Layout::new(
-                format!("{} of {}", op.kind.replace('_', " "), op.target_name),
+                format!("{}: {}", op.label(), op.target_name),
                 section,
                 &who,
                 jar,

@@ -362,7 +362,7 @@ test('an operator replays a database delivery from the beginning: a future time 
   await page.getByRole('link', { name: 'Replay or skip records…' }).click();
   await page.waitForURL(new RegExp(`/deliveries/${id}/replay$`));
 
-  await page.getByLabel('a point in time').check();
+  await page.getByLabel('a point in time', { exact: true }).check();
   await page.getByLabel('Time (for "a point in time"; UTC)').fill(new Date(Date.now() + 3_600_000).toISOString());
   const [future] = await Promise.all([
     page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/replay')),
@@ -374,7 +374,7 @@ test('an operator replays a database delivery from the beginning: a future time 
 
   // The destination lost its rows: the replay from the beginning writes them all again.
   dest(`DELETE FROM ${destTable('orders')}`);
-  await page.getByLabel('the beginning (the oldest record retention kept)').check();
+  await page.getByLabel('the beginning (the oldest record retention kept)', { exact: true }).check();
   await page.getByRole('button', { name: 'Preview' }).click();
   const plan = page.getByRole('region', { name: 'What will happen' });
   await plan.waitFor();
