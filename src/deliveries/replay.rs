@@ -18,7 +18,6 @@ use crate::auth::{Principal, Role};
 use crate::connect::SinkOffset;
 use crate::error::{Error, FieldErrors, Result};
 use crate::operations::{self, NewOperation};
-use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
 #[derive(Debug, Clone, Default, Deserialize)]
