@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod operations;
 pub mod pipelines;
 pub mod reconcile;
+pub mod replications;
 pub mod secrets;
 pub mod snapshots;
 pub mod telemetry;

@@ -130,8 +130,9 @@ pub struct PluginInfo {
 
 /// Keys of `config` that neither the plugin nor Connect defines. Prefixed families are
 /// pass-throughs that validation does not list: converter settings (`key.converter.*` when
-/// `key.converter` is defined), client overrides, transforms, predicates, and Debezium's
-/// schema history settings (`schema.history.internal.kafka.*` and its clients).
+/// `key.converter` is defined), client overrides, transforms, predicates, Debezium's
+/// schema history settings (`schema.history.internal.kafka.*` and its clients), and
+/// MirrorMaker's clients of its two clusters (`source.cluster.*`, `target.cluster.*`).
 pub fn unknown_keys(config: &BTreeMap<String, String>, defined: &[&str]) -> Vec<String> {
     const PASS_THROUGH: &[&str] = &[
         "consumer.override.",
@@ -140,6 +141,8 @@ pub fn unknown_keys(config: &BTreeMap<String, String>, defined: &[&str]) -> Vec<
         "transforms.",
         "predicates.",
         "schema.history.internal.",
+        "source.cluster.",
+        "target.cluster.",
     ];
     config
         .keys()

@@ -730,6 +730,115 @@ pub async fn record_times(
     .await
 }
 
+/// One record as read: key, value (None for a tombstone) and timestamp (unix ms).
+#[derive(Debug, Clone)]
+pub struct RawRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub timestamp: Option<i64>,
+}
+
+/// Every record of a (small, usually compacted) topic, from the log start to the end as of
+/// the call, read without joining a group. For MirrorMaker's internal topics (offset syncs,
+/// checkpoints); refuses a topic with more than `max` records. An absent topic has none.
+pub async fn read_topic(
+    access: &KafkaAccess,
+    topic: &str,
+    max: i64,
+) -> Result<Vec<RawRecord>, String> {
+    use rdkafka::message::Message;
+    let access = access.clone();
+    let topic = topic.to_string();
+    blocking(move || {
+        let c: BaseConsumer = access
+            .config()
+            .set("group.id", "cluecdc-peek")
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| e.to_string())?;
+        let md = c
+            .fetch_metadata(Some(&topic), TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let Some(t) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+        else {
+            return Ok(vec![]);
+        };
+        let wanted: Vec<(String, i32)> = t
+            .partitions()
+            .iter()
+            .map(|p| (topic.clone(), p.id()))
+            .collect();
+        let marks = watermarks(&c, &wanted);
+        let total: i64 = marks.values().map(|(l, h)| h - l).sum();
+        if total > max {
+            return Err(format!(
+                "{topic} holds {total} records, more than the {max} read here"
+            ));
+        }
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        let mut left: HashMap<i32, i64> = HashMap::new();
+        for ((_, p), (low, high)) in &marks {
+            if high > low {
+                tpl.add_partition_offset(&topic, *p, rdkafka::Offset::Offset(*low))
+                    .map_err(|e| e.to_string())?;
+                left.insert(*p, *high);
+            }
+        }
+        if left.is_empty() {
+            return Ok(vec![]);
+        }
+        c.assign(&tpl).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !left.is_empty() && Instant::now() < deadline {
+            match c.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Ok(m)) => {
+                    out.push(RawRecord {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                        timestamp: m.timestamp().to_millis(),
+                    });
+                    if left
+                        .get(&m.partition())
+                        .is_some_and(|h| m.offset() + 1 >= *h)
+                    {
+                        left.remove(&m.partition());
+                    }
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Low and high watermarks of the given partitions (those whose leader answered).
+pub async fn partition_marks(
+    access: &KafkaAccess,
+    wanted: &[(String, i32)],
+) -> Result<HashMap<(String, i32), (i64, i64)>, String> {
+    let access = access.clone();
+    let wanted = wanted.to_vec();
+    blocking(move || {
+        let c: BaseConsumer = access
+            .config()
+            .set("group.id", "cluecdc-peek")
+            .create()
+            .map_err(|e| e.to_string())?;
+        Ok(watermarks(&c, &wanted))
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

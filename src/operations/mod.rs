@@ -67,6 +67,7 @@ impl Operation {
             "snapshot_signal" => "Snapshot of added tables",
             "pipeline_delete" => "Pipeline delete",
             "delivery_delete" => "Delivery delete",
+            "replication_delete" => "Replication delete",
             _ => "Operation",
         }
     }
@@ -89,7 +90,7 @@ pub fn steps_of(kind: &str) -> Vec<&'static str> {
     match kind {
         "replay" | "reset" => vec!["stop", "save", "change", "resume", "observe"],
         "snapshot_signal" => vec!["wait_running", "signal"],
-        "pipeline_delete" | "delivery_delete" => vec!["remove", "forget"],
+        "pipeline_delete" | "delivery_delete" | "replication_delete" => vec!["remove", "forget"],
         _ => vec![],
     }
 }
@@ -373,6 +374,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             "snapshot_signal" => crate::pipelines::snapshot_signal_step(ctx, &op).await,
             "pipeline_delete" => crate::pipelines::delete_step(ctx, &op).await,
             "delivery_delete" => crate::deliveries::delete_step(ctx, &op).await,
+            "replication_delete" => crate::replications::delete_step(ctx, &op).await,
             other => Step::Fail(format!("unknown operation kind {other}")),
         };
         let outcome = match outcome {

@@ -40,6 +40,7 @@ mod pages;
 pub mod paths;
 mod pipelines;
 mod replay;
+mod replications;
 mod tokens;
 mod users;
 
@@ -461,6 +462,41 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "restore a delivery's saved offsets (preview)",
             replay::page_restore,
+        ),
+        r(
+            M::GET,
+            "/replications",
+            Viewer,
+            "replications (MirrorMaker 2) and their connectors",
+            replications::page_list,
+        ),
+        r(
+            M::GET,
+            "/replications/new",
+            Operator,
+            "create a replication (form)",
+            replications::page_new,
+        ),
+        r(
+            M::POST,
+            "/replications/new",
+            Operator,
+            "preview, then create, a replication",
+            replications::page_submit,
+        ),
+        r(
+            M::GET,
+            "/replications/:id",
+            Viewer,
+            "a replication: what is copied and how far behind the target is",
+            replications::page_detail,
+        ),
+        r(
+            M::POST,
+            "/replications/:id/:action",
+            Operator,
+            "pause, resume or delete a replication",
+            replications::page_act,
         ),
         r(
             M::GET,
@@ -1190,6 +1226,55 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "restore the offsets saved before a change (?dry_run=true: the plan only)",
             replay::api_restore,
+        ),
+        r(
+            M::GET,
+            "/api/v1/replications",
+            Viewer,
+            "list replications",
+            replications::api_list,
+        ),
+        r(
+            M::POST,
+            "/api/v1/replications",
+            Operator,
+            "create a replication (pattern checked against the source's topics, connectors validated)",
+            replications::api_create,
+        ),
+        r(
+            M::POST,
+            "/api/v1/replications/preview",
+            Operator,
+            "what a replication would copy and its three connector configs; creates nothing",
+            replications::api_preview,
+        ),
+        r(
+            M::GET,
+            "/api/v1/replications/:id",
+            Viewer,
+            "a replication with its connectors, lag per partition, checkpoints and heartbeat age",
+            replications::api_get,
+        ),
+        r(
+            M::DELETE,
+            "/api/v1/replications/:id",
+            Operator,
+            "delete a replication's connectors (the copied topics stay)",
+            replications::api_delete,
+        ),
+        r(
+            M::POST,
+            "/api/v1/replications/:id/pause",
+            Operator,
+            "pause",
+            replications::api_pause,
+        ),
+        r(
+            M::POST,
+            "/api/v1/replications/:id/resume",
+            Operator,
+            "resume",
+            replications::api_resume,
         ),
         r(
             M::GET,

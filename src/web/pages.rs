@@ -33,6 +33,7 @@ const NAV: &[(&str, &str, Role)] = &[
     (super::paths::CONNECTIONS, "Connections", Role::Viewer),
     (super::paths::PIPELINES, "Pipelines", Role::Viewer),
     (super::paths::DELIVERIES, "Deliveries", Role::Viewer),
+    (super::paths::REPLICATIONS, "Replications", Role::Viewer),
     (super::paths::CONNECTORS, "Connectors", Role::Viewer),
     (super::paths::CLUSTERS, "Clusters", Role::Viewer),
     (super::paths::TOPICS, "Topics", Role::Viewer),

@@ -18,3 +18,4 @@ pub const CLUSTERS: &str = "/clusters";
 pub const TOPICS: &str = "/topics";
 pub const PIPELINES: &str = "/pipelines";
 pub const DELIVERIES: &str = "/deliveries";
+pub const REPLICATIONS: &str = "/replications";

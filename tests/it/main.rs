@@ -14,6 +14,7 @@ mod monitoring;
 mod object_storage;
 mod pipelines;
 mod reconciler;
+mod replications;
 mod secrets;
 mod stack_smoke;
 mod tls;

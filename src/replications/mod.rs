@@ -1,0 +1,721 @@
+//! Replications: MirrorMaker 2 on Kafka Connect, copying CDC topics from one Kafka cluster to
+//! another for disaster recovery. A replication owns three connectors (source, checkpoint,
+//! heartbeat; see [`config`]) that the reconciler keeps running like any other, and reports
+//! what it measures on both clusters: per source partition how far the target has copied
+//! (from MirrorMaker's offset syncs and the target's end offsets), the lag in records and in
+//! seconds, the newest checkpoint per consumer group, and the newest heartbeat, which proves
+//! only that the heartbeat connector runs, not that topics are copied.
+
+pub mod config;
+pub mod measure;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::SqlitePool;
+
+use crate::audit::{self, Entry, Outcome};
+use crate::auth::{Principal, Role};
+use crate::clusters::kafka::KafkaCluster;
+use crate::connectors;
+use crate::error::{Error, FieldErrors, Result};
+use crate::reconcile::plan::DesiredState;
+use crate::secrets::store::SecretStore;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ReplicationInput {
+    pub name: Option<String>,
+    pub source_kafka_cluster_id: Option<String>,
+    pub target_kafka_cluster_id: Option<String>,
+    pub connect_cluster_id: Option<String>,
+    /// A regular expression (or a comma-separated list of them) over the source's topics…
+    pub topics: Option<String>,
+    /// …or the topics of these pipelines (each pipeline's topic prefix).
+    pub pipeline_ids: Option<Vec<String>>,
+    /// Consumer groups whose offsets are checkpointed; default every group (`.*`).
+    pub groups: Option<String>,
+    /// `default` (topics renamed `<source alias><separator><topic>`) or `identity`.
+    pub replication_policy: Option<String>,
+    pub separator: Option<String>,
+    /// `target` (default) or `source`.
+    pub offset_syncs_location: Option<String>,
+    pub sync_group_offsets: Option<bool>,
+    /// Create even though the pattern matches no topic now (topics created later are
+    /// picked up within 10 s).
+    pub confirm_empty: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Replication {
+    pub id: String,
+    pub name: String,
+    pub source_kafka_cluster_id: String,
+    pub target_kafka_cluster_id: String,
+    pub connect_cluster_id: String,
+    pub topics: String,
+    pub pipeline_ids: Vec<String>,
+    pub groups: String,
+    pub replication_policy: String,
+    pub separator: String,
+    pub offset_syncs_location: String,
+    pub sync_group_offsets: bool,
+    pub source_alias: String,
+    pub target_alias: String,
+    /// Source, checkpoint and heartbeat connector ids.
+    pub connector_ids: Vec<String>,
+    pub created_at: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    name: String,
+    source_kafka_cluster_id: String,
+    target_kafka_cluster_id: String,
+    connect_cluster_id: String,
+    topics: String,
+    pipeline_ids: String,
+    groups: String,
+    replication_policy: String,
+    separator: String,
+    offset_syncs_location: String,
+    sync_group_offsets: bool,
+    source_alias: String,
+    target_alias: String,
+    connector_ids: String,
+    created_at: String,
+}
+
+impl From<Row> for Replication {
+    fn from(r: Row) -> Self {
+        Replication {
+            pipeline_ids: serde_json::from_str(&r.pipeline_ids).unwrap_or_default(),
+            connector_ids: serde_json::from_str(&r.connector_ids).unwrap_or_default(),
+            id: r.id,
+            name: r.name,
+            source_kafka_cluster_id: r.source_kafka_cluster_id,
+            target_kafka_cluster_id: r.target_kafka_cluster_id,
+            connect_cluster_id: r.connect_cluster_id,
+            topics: r.topics,
+            groups: r.groups,
+            replication_policy: r.replication_policy,
+            separator: r.separator,
+            offset_syncs_location: r.offset_syncs_location,
+            sync_group_offsets: r.sync_group_offsets,
+            source_alias: r.source_alias,
+            target_alias: r.target_alias,
+            created_at: r.created_at,
+        }
+    }
+}
+
+const SELECT: &str = "SELECT id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at FROM replications";
+
+pub async fn load(pool: &SqlitePool, id: &str) -> Result<Replication> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Replication::from)
+        .ok_or_else(|| Error::NotFound(format!("replication {id}")))
+}
+
+pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Replication>> {
+    who.require(Role::Viewer, "see replications")?;
+    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(Replication::from).collect())
+}
+
+/// A cluster's alias in MirrorMaker's terms: its name as a slug (letters, digits, '-').
+fn alias(k: &KafkaCluster) -> String {
+    crate::connections::settings::slug(&k.name).replace('_', "-")
+}
+
+/// Everything checked; what would be created.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    pub name: String,
+    /// The pattern as MirrorMaker gets it.
+    pub topics: String,
+    /// The source's topics it matches now (internal topics left out), each with the name it
+    /// gets on the target.
+    pub matched: Vec<(String, String)>,
+    /// How many topics the source has (to show a pattern that takes too much).
+    pub source_topics: usize,
+    pub connectors: Vec<PreviewConnector>,
+    /// The plugin's refusals by `<connector>.<key>`.
+    pub validation_errors: BTreeMap<String, String>,
+    pub warnings: Vec<String>,
+    pub internal_topics: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PreviewConnector {
+    pub name: String,
+    pub class: String,
+    pub config: BTreeMap<String, String>,
+}
+
+struct Checked {
+    name: String,
+    source_alias: String,
+    target_alias: String,
+    source: KafkaCluster,
+    target: KafkaCluster,
+    connect: crate::clusters::ConnectCluster,
+    topics: String,
+    pipeline_ids: Vec<String>,
+    groups: String,
+    identity: bool,
+    separator: String,
+    offset_syncs_location: String,
+    sync_group_offsets: bool,
+}
+
+impl Checked {
+    fn spec(&self) -> config::Spec<'_> {
+        config::Spec {
+            source: &self.source,
+            target: &self.target,
+            connect_kafka_cluster_id: self.connect.kafka_cluster_id.as_deref(),
+            source_alias: &self.source_alias,
+            target_alias: &self.target_alias,
+            topics: &self.topics,
+            groups: &self.groups,
+            identity: self.identity,
+            separator: &self.separator,
+            offset_syncs_location: &self.offset_syncs_location,
+            sync_group_offsets: self.sync_group_offsets,
+        }
+    }
+}
+
+/// Topics MirrorMaker never copies (its own, Connect's and Kafka's internal ones).
+fn internal(topic: &str) -> bool {
+    topic.starts_with("__")
+        || topic.ends_with(".internal")
+        || topic.starts_with("mm2-")
+        || topic == "heartbeats"
+        || topic.ends_with(".heartbeats")
+        || topic.starts_with("cluecdc-connect-")
+}
+
+/// MirrorMaker's `topics`: comma-separated regular expressions, each matching whole names.
+fn matcher(patterns: &str) -> std::result::Result<regex::Regex, String> {
+    let parts: Vec<String> = patterns
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| format!("^(?:{p})$"))
+        .collect();
+    if parts.is_empty() {
+        return Err("give a regular expression for the topics, e.g. shop\\..*".into());
+    }
+    regex::Regex::new(&parts.join("|")).map_err(|e| format!("not a regular expression: {e}"))
+}
+
+async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> Result<Checked> {
+    let mut errors = FieldErrors::new();
+    let name = input.name.as_deref().unwrap_or("").trim().to_string();
+    if name.is_empty() || name.len() > 64 {
+        errors.insert("name".into(), "give a name of 1–64 characters".into());
+    }
+    let kafka = |field: &'static str, id: &Option<String>| {
+        let id = id.clone().unwrap_or_default();
+        async move {
+            match crate::clusters::kafka::get(pool, who, &id).await {
+                Ok(k) => Ok(k),
+                Err(Error::NotFound(_)) => {
+                    Err((field, "choose a registered Kafka cluster".to_string()))
+                }
+                Err(e) => Err((field, e.to_string())),
+            }
+        }
+    };
+    let source = kafka("source_kafka_cluster_id", &input.source_kafka_cluster_id).await;
+    let target = kafka("target_kafka_cluster_id", &input.target_kafka_cluster_id).await;
+    let connect =
+        crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or("")).await;
+    if connect.is_err() {
+        errors.insert(
+            "connect_cluster_id".into(),
+            "choose the Connect cluster that runs the replication (ideally one attached to the target cluster)".into(),
+        );
+    }
+    for r in [&source, &target] {
+        if let Err((f, why)) = r {
+            errors.insert((*f).into(), why.clone());
+        }
+    }
+    if let (Ok(s), Ok(t)) = (&source, &target) {
+        if s.id == t.id {
+            errors.insert(
+                "target_kafka_cluster_id".into(),
+                format!(
+                    "{} is the source too; a replication copies to another cluster",
+                    t.name
+                ),
+            );
+        } else if alias(s) == alias(t) {
+            errors.insert(
+                "target_kafka_cluster_id".into(),
+                "the two clusters' names give the same alias; rename one".into(),
+            );
+        }
+    }
+    let policy = input.replication_policy.as_deref().unwrap_or("default");
+    if !matches!(policy, "default" | "identity") {
+        errors.insert(
+            "replication_policy".into(),
+            "choose default or identity".into(),
+        );
+    }
+    let separator = input.separator.clone().unwrap_or_else(|| ".".into());
+    if policy == "default"
+        && (separator.is_empty()
+            || separator.len() > 3
+            || separator
+                .chars()
+                .any(|c| !(c == '.' || c == '_' || c == '-')))
+    {
+        errors.insert("separator".into(), "one to three of '.', '_' or '-'".into());
+    }
+    let location = input
+        .offset_syncs_location
+        .clone()
+        .unwrap_or_else(|| "target".into());
+    if !matches!(location.as_str(), "target" | "source") {
+        errors.insert(
+            "offset_syncs_location".into(),
+            "choose target or source".into(),
+        );
+    }
+    let groups = input
+        .groups
+        .clone()
+        .filter(|g| !g.trim().is_empty())
+        .unwrap_or_else(|| ".*".into());
+    if let Err(e) = matcher(&groups) {
+        errors.insert("groups".into(), e);
+    }
+    // The topics: a pattern, or the pipelines' topic prefixes.
+    let pipeline_ids = input.pipeline_ids.clone().unwrap_or_default();
+    let topics = match (&input.topics, pipeline_ids.is_empty()) {
+        (Some(t), true) if !t.trim().is_empty() => t.trim().to_string(),
+        (None, false) | (Some(_), false) => {
+            let mut prefixes = Vec::new();
+            for id in &pipeline_ids {
+                match crate::pipelines::load(pool, id).await {
+                    Ok(p) => {
+                        if let Ok(s) = &source {
+                            if p.kafka_cluster_id != s.id {
+                                errors.insert("pipeline_ids".into(), format!("pipeline {} writes to another Kafka cluster than the source", p.name));
+                            }
+                        }
+                        prefixes.push(format!("{}\\..*", regex::escape(&p.topic_prefix)));
+                    }
+                    Err(_) => {
+                        errors.insert("pipeline_ids".into(), format!("no pipeline {id}"));
+                    }
+                }
+            }
+            if input
+                .topics
+                .as_deref()
+                .is_some_and(|t| !t.trim().is_empty())
+            {
+                errors.insert(
+                    "topics".into(),
+                    "give a pattern or pipelines, not both".into(),
+                );
+            }
+            prefixes.join(",")
+        }
+        _ => {
+            errors.insert(
+                "topics".into(),
+                "give a regular expression for the topics, or choose pipelines".into(),
+            );
+            String::new()
+        }
+    };
+    if !topics.is_empty() {
+        if let Err(e) = matcher(&topics) {
+            errors.insert("topics".into(), e);
+        }
+    }
+    Error::check(errors)?;
+    let (source, target) = (
+        source.map_err(|_| Error::Unexpected(anyhow::anyhow!("checked")))?,
+        target.map_err(|_| Error::Unexpected(anyhow::anyhow!("checked")))?,
+    );
+    // Identity names topics the same on both sides: with a replication the other way too,
+    // each cluster would copy the other's copies back, forever (seed 004).
+    let reverse: Vec<(String, String)> = sqlx::query_as("SELECT name, replication_policy FROM replications WHERE source_kafka_cluster_id = ? AND target_kafka_cluster_id = ?")
+        .bind(&target.id)
+        .bind(&source.id)
+        .fetch_all(pool)
+        .await?;
+    if let Some((other, other_policy)) = reverse.first() {
+        if policy == "identity" || other_policy == "identity" {
+            return Err(Error::field(
+                "replication_policy",
+                format!(
+                    "replication {other} copies {} back to {}: with the identity policy on a two-way pair, records loop between the clusters; use the default policy (prefixed topic names) for both directions",
+                    target.name, source.name
+                ),
+            ));
+        }
+    }
+    Ok(Checked {
+        name,
+        source_alias: alias(&source),
+        target_alias: alias(&target),
+        source,
+        target,
+        connect: connect?,
+        topics,
+        pipeline_ids,
+        groups,
+        identity: policy == "identity",
+        separator,
+        offset_syncs_location: location,
+        sync_group_offsets: input.sync_group_offsets.unwrap_or(false),
+    })
+}
+
+async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Result<Preview> {
+    let spec = c.spec();
+    let access = crate::clusters::kafka::access(store, &c.source).await?;
+    let all = crate::kafka::topics(&access, None)
+        .await
+        .map_err(|e| Error::Unavailable(format!("Kafka cluster {}: {e}", c.source.name)))?;
+    let m = matcher(&c.topics).map_err(|e| Error::field("topics", e))?;
+    let names: Vec<&str> = all
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|t| !internal(t))
+        .collect();
+    let matched: Vec<(String, String)> = names
+        .iter()
+        .filter(|t| m.is_match(t))
+        .map(|t| (t.to_string(), spec.remote_topic(t)))
+        .collect();
+    let names3 = config::connector_names(&c.name);
+    let rendered = config::connectors(&spec, [&names3[0], &names3[1], &names3[2]]);
+    let client = crate::clusters::connect::client_for(store, &c.connect).await?;
+    let mut validation_errors = BTreeMap::new();
+    let mut connectors = Vec::new();
+    for (name, cfg) in rendered {
+        let mut with_name = cfg.clone();
+        with_name.insert("name".into(), name.clone());
+        crate::secrets::resolve::grant_for_validation(pool, &c.connect.id, &cfg).await?;
+        let class = cfg["connector.class"].clone();
+        let errs = client
+            .validate(&class, &with_name)
+            .await
+            .map_err(|e| Error::Unavailable(format!("cannot validate with Connect: {e}")))?;
+        for (k, v) in errs {
+            validation_errors.insert(format!("{name}.{k}"), v.join("; "));
+        }
+        connectors.push(PreviewConnector {
+            name,
+            class,
+            config: cfg,
+        });
+    }
+    let mut warnings = Vec::new();
+    if c.identity {
+        warnings.push("Identity policy: topics keep their names on the target. Never add a replication back from the target with it (records would loop), and consumers cannot tell copies from originals by name.".to_string());
+    }
+    if c.connect.kafka_cluster_id.as_deref() != Some(c.target.id.as_str()) {
+        warnings.push(format!("Connect cluster {} is not attached to the target {}: the connectors' producers are pointed at the target (producer.override.*), and their offsets stay in Connect's own Kafka cluster. Seed 004 runs MirrorMaker on a Connect cluster of the target.", c.connect.name, c.target.name));
+    }
+    if matched.len() > 0 && matched.len() == names.len() && names.len() > 20 {
+        warnings.push(format!(
+            "the pattern takes every one of the source's {} topics",
+            names.len()
+        ));
+    }
+    Ok(Preview {
+        name: c.name.clone(),
+        topics: c.topics.clone(),
+        source_topics: names.len(),
+        matched,
+        connectors,
+        validation_errors,
+        warnings,
+        internal_topics: spec
+            .internal_topics()
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect(),
+    })
+}
+
+pub async fn preview(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &ReplicationInput,
+) -> Result<Preview> {
+    who.require(Role::Operator, "create replications")?;
+    let c = check(pool, who, input).await?;
+    preview_of(pool, store, &c).await
+}
+
+/// Checks, shows the pattern against the source's topics, validates the three connectors with
+/// the plugin, creates MirrorMaker's internal topics, then stores the replication and its
+/// connectors for the reconciler.
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    input: &ReplicationInput,
+) -> Result<Replication> {
+    who.require(Role::Operator, "create replications")?;
+    let c = check(pool, who, input).await?;
+    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM replications WHERE name = ?")
+        .bind(&c.name)
+        .fetch_one(pool)
+        .await?
+        > 0
+    {
+        return Err(Error::Conflict(format!(
+            "a replication named {:?} already exists",
+            c.name
+        )));
+    }
+    let p = preview_of(pool, store, &c).await?;
+    if p.matched.is_empty() && input.confirm_empty != Some(true) {
+        return Err(Error::field(
+            "topics",
+            format!(
+                "{} matches none of the source's {} topics; fix the pattern, or confirm to create it anyway (topics created later are picked up)",
+                c.topics, p.source_topics
+            ),
+        ));
+    }
+    if !p.validation_errors.is_empty() {
+        return Err(Error::Invalid {
+            message: "the MirrorMaker plugin refused the config".into(),
+            fields: p.validation_errors.clone(),
+        });
+    }
+    // The internal topics, compacted, created here rather than by MirrorMaker on first use.
+    let spec = c.spec();
+    let (on_target, on_source) = (
+        crate::clusters::kafka::access(store, &c.target).await?,
+        crate::clusters::kafka::access(store, &c.source).await?,
+    );
+    for (topic, target_side, compact) in spec.internal_topics() {
+        let mut configs = BTreeMap::new();
+        if compact {
+            configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        }
+        let t = crate::kafka::TopicSpec {
+            name: topic.clone(),
+            partitions: 1,
+            replication_factor: 1,
+            configs,
+        };
+        let access = if target_side { &on_target } else { &on_source };
+        if let Err(e) = crate::kafka::create_topic(access, &t).await {
+            if !crate::kafka::already_exists(&e) {
+                return Err(Error::Unavailable(format!(
+                    "cannot create {topic}: {}",
+                    crate::kafka::explain(&e)
+                )));
+            }
+        }
+    }
+    let id = format!("rp_{}", uuid::Uuid::new_v4().simple());
+    let connector_ids: Vec<String> = (0..3)
+        .map(|_| format!("cn_{}", uuid::Uuid::new_v4().simple()))
+        .collect();
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    for (pc, cid) in p.connectors.iter().zip(&connector_ids) {
+        connectors::insert(
+            &mut tx,
+            &connectors::NewConnector {
+                id: cid,
+                name: &pc.name,
+                cluster_id: &c.connect.id,
+                config: &pc.config,
+                state: DesiredState::Running,
+                owner: Some(("replication", &id)),
+            },
+        )
+        .await?;
+    }
+    sqlx::query("INSERT INTO replications (id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(&id)
+        .bind(&c.name)
+        .bind(&c.source.id)
+        .bind(&c.target.id)
+        .bind(&c.connect.id)
+        .bind(&c.topics)
+        .bind(json!(c.pipeline_ids).to_string())
+        .bind(&c.groups)
+        .bind(if c.identity { "identity" } else { "default" })
+        .bind(&c.separator)
+        .bind(&c.offset_syncs_location)
+        .bind(c.sync_group_offsets)
+        .bind(spec.source_alias)
+        .bind(spec.target_alias)
+        .bind(json!(connector_ids).to_string())
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "replication.create", target_kind: "replication", target_id: &id, outcome: Outcome::Success, summary: json!({"name": c.name, "source": c.source.name, "target": c.target.name, "topics": c.topics, "matched": p.matched.len(), "policy": if c.identity { "identity" } else { "default" }}) }).await?;
+    crate::reconcile::bump_desired_version(&mut *tx).await?;
+    tx.commit().await?;
+    wake.wake();
+    load(pool, &id).await
+}
+
+/// Pause or resume: all three connectors.
+pub async fn set_state(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    state: DesiredState,
+) -> Result<Replication> {
+    who.require(Role::Operator, "pause or resume replications")?;
+    let r = load(pool, id).await?;
+    for c in &r.connector_ids {
+        connectors::set_state(pool, wake, who, c, state).await?;
+    }
+    Ok(r)
+}
+
+/// Removes the three connectors (the reconciler deletes them from Connect), then the
+/// replication. The copied topics stay on the target.
+pub async fn delete(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+) -> Result<()> {
+    who.require(Role::Operator, "delete replications")?;
+    let r = load(pool, id).await?;
+    let mut tx = pool.begin().await?;
+    let op = crate::operations::insert(
+        &mut tx,
+        who,
+        crate::operations::NewOperation {
+            kind: "replication_delete",
+            target_kind: "replication",
+            target_id: &r.id,
+            target_name: &r.name,
+            params: json!({"connector_ids": r.connector_ids}),
+        },
+    )
+    .await?;
+    for c in &r.connector_ids {
+        sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+            .bind(crate::time::now())
+            .bind(c)
+            .execute(&mut *tx)
+            .await?;
+    }
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "replication.delete",
+            target_kind: "replication",
+            target_id: &r.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": r.name, "operation_id": op}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    crate::reconcile::bump_desired_version(pool).await?;
+    wake.wake();
+    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
+    match op.state.as_str() {
+        "done" => Ok(()),
+        _ => Err(Error::Unavailable(format!(
+            "the connectors were not removed from Connect within 60 s ({}); operation {} keeps trying",
+            op.error.unwrap_or_else(|| "no answer yet".into()),
+            op.id
+        ))),
+    }
+}
+
+/// The steps of a replication delete: every connector gone, then the row.
+pub async fn delete_step(
+    ctx: &crate::operations::Ctx<'_>,
+    op: &crate::operations::Operation,
+) -> crate::operations::Step {
+    use crate::operations::Step;
+    let ids: Vec<String> =
+        serde_json::from_value(op.params["connector_ids"].clone()).unwrap_or_default();
+    match op.step.as_str() {
+        "remove" => {
+            for id in &ids {
+                match crate::operations::connector_gone(ctx.pool, id).await {
+                    Ok(true) => {}
+                    Ok(false) => return Step::Wait("waiting for the reconciler to remove the MirrorMaker connectors from Connect".into()),
+                    Err(e) => return Step::Wait(e.to_string()),
+                }
+            }
+            Step::Next("forget")
+        }
+        "forget" => match sqlx::query("DELETE FROM replications WHERE id = ?")
+            .bind(&op.target_id)
+            .execute(ctx.pool)
+            .await
+        {
+            Ok(_) => Step::Done,
+            Err(e) => Step::Wait(e.to_string()),
+        },
+        other => Step::Fail(format!("unknown step {other}")),
+    }
+}
+
+/// A replication with its connectors and what was measured just now.
+#[derive(Debug, Serialize)]
+pub struct Detail {
+    pub replication: Replication,
+    pub source_cluster: String,
+    pub target_cluster: String,
+    pub connectors: Vec<connectors::ConnectorView>,
+    pub progress: measure::Progress,
+}
+
+pub async fn detail(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+) -> Result<Detail> {
+    who.require(Role::Viewer, "see replications")?;
+    let r = load(pool, id).await?;
+    let source = crate::clusters::kafka::get(pool, who, &r.source_kafka_cluster_id).await?;
+    let target = crate::clusters::kafka::get(pool, who, &r.target_kafka_cluster_id).await?;
+    let mut views = connectors::views(pool, &r.connector_ids).await?;
+    let connectors = r
+        .connector_ids
+        .iter()
+        .filter_map(|c| views.remove(c))
+        .collect();
+    let progress = measure::progress(store, &r, &source, &target).await;
+    Ok(Detail {
+        source_cluster: source.name,
+        target_cluster: target.name,
+        connectors,
+        progress,
+        replication: r,
+    })
+}

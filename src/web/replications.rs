@@ -1,0 +1,399 @@
+//! Replications (MirrorMaker 2): `/api/v1/replications` and the pages (list, create form with
+//! its preview, detail with what was copied and how far behind the target is).
+
+use askama::Template;
+use poem::http::StatusCode;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Form, Json, Path};
+use poem::{handler, Request, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{ApiResult, PageResult};
+use super::pages::{page_with_status, redirect, set_flash, Layout};
+use super::paths;
+use crate::app::AppState;
+use crate::auth::{Principal, Role};
+use crate::error::{Error, FieldErrors};
+use crate::reconcile::plan::DesiredState;
+use crate::replications::{self, Detail, Preview, Replication, ReplicationInput};
+
+#[handler]
+pub async fn api_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let items = replications::list(&state.pool, &who).await?;
+    Ok(Json(json!({ "items": items })))
+}
+
+#[handler]
+pub async fn api_preview(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<ReplicationInput>,
+) -> ApiResult<Json<Preview>> {
+    Ok(Json(
+        replications::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+    ))
+}
+
+#[handler]
+pub async fn api_create(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Json(input): Json<ReplicationInput>,
+) -> ApiResult<Response> {
+    let r = replications::create(
+        &state.pool,
+        &state.inner.secrets,
+        &state.inner.reconciler,
+        &who,
+        &input,
+    )
+    .await?;
+    Ok(Response::builder()
+        .status(StatusCode::CREATED)
+        .content_type("application/json")
+        .body(json!(r).to_string()))
+}
+
+#[handler]
+pub async fn api_get(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Detail>> {
+    Ok(Json(
+        replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+    ))
+}
+
+#[handler]
+pub async fn api_delete(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    replications::delete(&state.pool, &state.inner.reconciler, &who, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[handler]
+pub async fn api_pause(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Replication>> {
+    Ok(Json(
+        replications::set_state(
+            &state.pool,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            DesiredState::Paused,
+        )
+        .await?,
+    ))
+}
+
+#[handler]
+pub async fn api_resume(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Replication>> {
+    Ok(Json(
+        replications::set_state(
+            &state.pool,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            DesiredState::Running,
+        )
+        .await?,
+    ))
+}
+
+#[derive(Template)]
+#[template(path = "replications/index.html")]
+struct ListPage {
+    layout: Layout,
+    items: Vec<(Replication, String, String)>,
+    can_create: bool,
+}
+
+async fn cluster_names(state: &AppState, who: &Principal) -> Result<Vec<(String, String)>, Error> {
+    Ok(crate::clusters::kafka::list(&state.pool, who)
+        .await?
+        .into_iter()
+        .map(|k| (k.id, k.name))
+        .collect())
+}
+
+#[handler]
+pub async fn page_list(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    let names = cluster_names(&state, &who).await?;
+    let name = |id: &str| {
+        names
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| id.to_string())
+    };
+    let items = replications::list(&state.pool, &who)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let (s, t) = (
+                name(&r.source_kafka_cluster_id),
+                name(&r.target_kafka_cluster_id),
+            );
+            (r, s, t)
+        })
+        .collect();
+    page_with_status(
+        StatusCode::OK,
+        &ListPage {
+            layout: Layout::new("Replications", paths::REPLICATIONS, &who, jar),
+            items,
+            can_create: who.role >= Role::Operator,
+        },
+    )
+}
+
+/// The create form, as posted (checkboxes repeat `pipeline_ids`).
+#[derive(Debug, Default, Deserialize)]
+pub struct NewForm {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    source_kafka_cluster_id: String,
+    #[serde(default)]
+    target_kafka_cluster_id: String,
+    #[serde(default)]
+    connect_cluster_id: String,
+    #[serde(default)]
+    topics: String,
+    #[serde(default)]
+    groups: String,
+    #[serde(default)]
+    replication_policy: String,
+    #[serde(default)]
+    separator: String,
+    #[serde(default)]
+    offset_syncs_location: String,
+    #[serde(default)]
+    sync_group_offsets: Option<String>,
+    #[serde(default)]
+    confirm_empty: Option<String>,
+    #[serde(default)]
+    action: String,
+}
+
+impl NewForm {
+    fn input(&self) -> ReplicationInput {
+        let some = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+        ReplicationInput {
+            name: some(&self.name),
+            source_kafka_cluster_id: some(&self.source_kafka_cluster_id),
+            target_kafka_cluster_id: some(&self.target_kafka_cluster_id),
+            connect_cluster_id: some(&self.connect_cluster_id),
+            topics: some(&self.topics),
+            pipeline_ids: None,
+            groups: some(&self.groups),
+            replication_policy: some(&self.replication_policy),
+            separator: some(&self.separator),
+            offset_syncs_location: some(&self.offset_syncs_location),
+            sync_group_offsets: Some(self.sync_group_offsets.is_some()),
+            confirm_empty: Some(self.confirm_empty.is_some()),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "replications/new.html")]
+struct NewPage {
+    layout: Layout,
+    f: NewForm,
+    kafka: Vec<(String, String)>,
+    connect: Vec<(String, String)>,
+    preview: Option<Preview>,
+    errors: FieldErrors,
+    problem: Option<String>,
+}
+
+impl NewPage {
+    fn identity(&self) -> bool {
+        self.f.replication_policy == "identity"
+    }
+}
+
+async fn new_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    f: NewForm,
+) -> Result<NewPage, Error> {
+    who.require(Role::Operator, "create replications")?;
+    Ok(NewPage {
+        layout: Layout::new("New replication", paths::REPLICATIONS, who, jar),
+        kafka: cluster_names(state, who).await?,
+        connect: crate::clusters::connect::choices(&state.pool).await?,
+        f,
+        preview: None,
+        errors: FieldErrors::new(),
+        problem: None,
+    })
+}
+
+#[handler]
+pub async fn page_new(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    let f = NewForm {
+        groups: ".*".into(),
+        separator: ".".into(),
+        replication_policy: "default".into(),
+        offset_syncs_location: "target".into(),
+        ..Default::default()
+    };
+    page_with_status(StatusCode::OK, &new_page(&state, &who, jar, f).await?)
+}
+
+#[handler]
+pub async fn page_submit(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(f): Form<NewForm>,
+) -> PageResult<Response> {
+    let input = f.input();
+    let create = f.action == "create";
+    let mut page = new_page(&state, &who, jar, f).await?;
+    let outcome = if create {
+        match replications::create(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &input,
+        )
+        .await
+        {
+            Ok(r) => {
+                set_flash(
+                    jar,
+                    &format!(
+                        "Replication {} created; the reconciler is starting its three connectors.",
+                        r.name
+                    ),
+                );
+                return Ok(redirect(req, &format!("/replications/{}", r.id)));
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        replications::preview(&state.pool, &state.inner.secrets, &who, &input)
+            .await
+            .map(|p| {
+                page.preview = Some(p);
+            })
+    };
+    let status = match outcome {
+        Ok(()) => StatusCode::OK,
+        Err(Error::Invalid { fields, .. }) => {
+            page.errors = fields;
+            if create {
+                page.preview =
+                    replications::preview(&state.pool, &state.inner.secrets, &who, &input)
+                        .await
+                        .ok();
+            }
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Err(Error::Conflict(m)) => {
+            page.problem = Some(m);
+            StatusCode::CONFLICT
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Err(e) => return Err(e.into()),
+    };
+    page_with_status(status, &page)
+}
+
+#[derive(Template)]
+#[template(path = "replications/detail.html")]
+struct DetailPage {
+    layout: Layout,
+    d: Detail,
+    can_operate: bool,
+}
+
+impl DetailPage {
+    fn paused(&self) -> bool {
+        self.d
+            .connectors
+            .iter()
+            .any(|c| c.desired_state == "paused")
+    }
+}
+
+#[handler]
+pub async fn page_detail(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    let d = replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    page_with_status(
+        StatusCode::OK,
+        &DetailPage {
+            layout: Layout::new(d.replication.name.clone(), paths::REPLICATIONS, &who, jar),
+            can_operate: who.role >= Role::Operator,
+            d,
+        },
+    )
+}
+
+/// Pause, resume and delete from the detail page.
+#[handler]
+pub async fn page_act(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path((id, action)): Path<(String, String)>,
+) -> PageResult<Response> {
+    who.require(Role::Operator, "pause, resume or delete replications")?;
+    let wake = &state.inner.reconciler;
+    match action.as_str() {
+        "pause" => {
+            replications::set_state(&state.pool, wake, &who, &id, DesiredState::Paused).await?;
+        }
+        "resume" => {
+            replications::set_state(&state.pool, wake, &who, &id, DesiredState::Running).await?;
+        }
+        "delete" => {
+            replications::delete(&state.pool, wake, &who, &id).await?;
+            set_flash(
+                jar,
+                "Replication deleted; the copied topics stay on the target.",
+            );
+            return Ok(redirect(req, paths::REPLICATIONS));
+        }
+        _ => return Err(Error::NotFound(format!("action {action}")).into()),
+    }
+    Ok(redirect(req, &format!("/replications/{id}")))
+}
