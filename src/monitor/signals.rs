@@ -136,7 +136,7 @@ fn source_cause(pipeline: &str, error: &str, verdict: &str) -> String {
 
 /// The signals kept as history (charts, `/api/v1/samples`, `/metrics`), with what they mean.
 /// A sampled kind that is also a rule kind is alerted on with the same value.
-pub const SAMPLED: [(&str, &str); 7] = [
+pub const SAMPLED: [(&str, &str); 10] = [
     (
         "delivery_lag_records",
         "Records a delivery's consumer group is behind, summed over partitions.",
@@ -164,6 +164,18 @@ pub const SAMPLED: [(&str, &str); 7] = [
     (
         "pipeline_no_new_data_seconds",
         "Age of the newest record in a pipeline's topics.",
+    ),
+    (
+        "replication_lag_records",
+        "Records on a replication's source not copied to its target yet, summed over partitions.",
+    ),
+    (
+        "replication_lag_seconds",
+        "Age of the oldest record a replication has not copied yet.",
+    ),
+    (
+        "replication_checkpoint_age_seconds",
+        "How long a replication's consumer group has committed past its newest checkpoint (the most over groups; 0 while current).",
     ),
 ];
 
@@ -376,6 +388,50 @@ impl Monitor {
                         message: format!("delivery {} is {lag} records behind its topics: check the sink connector's state and the destination's health", d.name),
                     });
                 }
+            }
+        }
+        // Replications: what the target has not copied yet, and how old the checkpoints are.
+        for r in crate::replications::list(&self.pool, &system)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.to_string()))?
+        {
+            present.push(r.name.clone());
+            let Ok(d) = crate::replications::detail(&self.pool, &self.store, &system, &r.id).await
+            else {
+                continue;
+            };
+            let p = &d.progress;
+            if p.error.is_some() || p.partitions.is_empty() {
+                continue;
+            }
+            seen.push(Observation {
+                kind: "replication_lag_records",
+                subject: r.name.clone(),
+                value: p.lag_records as f64,
+                message: format!("replication {} is {} records behind on {}: check its source connector and the target cluster", r.name, p.lag_records, d.target_cluster),
+            });
+            if let Some(secs) = p.lag_secs {
+                seen.push(Observation {
+                    kind: "replication_lag_seconds",
+                    subject: r.name.clone(),
+                    value: secs,
+                    message: format!(
+                        "replication {} has not copied a record that is {secs:.0} s old to {}",
+                        r.name, d.target_cluster
+                    ),
+                });
+            }
+            let stalest = p
+                .checkpoints
+                .iter()
+                .max_by(|a, b| a.stale_secs.total_cmp(&b.stale_secs));
+            if let Some(g) = stalest {
+                seen.push(Observation {
+                    kind: "replication_checkpoint_age_seconds",
+                    subject: r.name.clone(),
+                    value: g.stale_secs,
+                    message: format!("group {} has committed on the source past its newest checkpoint on {}, which is {:.0} s old: a failover now would resume it further back; is the checkpoint connector running?", g.group, d.target_cluster, g.stale_secs),
+                });
             }
         }
         // Replication slots of PostgreSQL pipelines.

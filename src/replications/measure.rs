@@ -49,6 +49,13 @@ pub struct GroupCheckpoints {
     pub group: String,
     pub newest_at: Option<String>,
     pub age_secs: Option<f64>,
+    /// Whether every checkpoint carries the group's current committed offset on the source.
+    /// MirrorMaker writes a checkpoint only when the translation changes, so an idle group's
+    /// newest checkpoint grows old while it is still current.
+    pub current: bool,
+    /// How long the group's commits have gone without a checkpoint: the newest checkpoint's
+    /// age while the group has committed past it, 0 while it is current.
+    pub stale_secs: f64,
     pub partitions: Vec<Checkpoint>,
 }
 
@@ -266,6 +273,14 @@ async fn measure(
     for rec in checkpoints.unwrap_or_default() {
         if let (Some(k), Some(v)) = (&rec.key, &rec.value) {
             if let Some((group, mut c)) = parse_checkpoint(k, v) {
+                // The checkpoints topic is per source alias: other replications' topics (or
+                // topics this one no longer copies) are not this one's to show.
+                if !remote_wanted
+                    .iter()
+                    .any(|(t, p)| *t == c.topic && *p == c.partition)
+                {
+                    continue;
+                }
                 // Offsets after a sync follow one to one, so the copy of source offset C is
                 // at sync.downstream + (C − sync.upstream).
                 let sync = upstream_topic(r, &c.topic).and_then(|t| latest.get(&(t, c.partition)));
@@ -281,17 +296,38 @@ async fn measure(
             }
         }
     }
-    let checkpoints = groups
-        .into_iter()
-        .map(|(group, (newest, parts))| GroupCheckpoints {
+    let source_topics: Vec<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
+    let mut checkpoints = Vec::new();
+    for (group, (newest, parts)) in groups {
+        let partitions: Vec<Checkpoint> = parts.into_values().collect();
+        // The group's commits on the source now: a checkpoint behind them is stale.
+        let committed: HashMap<(String, i32), i64> = kafka::group_lag(&src, &group, &source_topics)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|l| l.committed.map(|c| ((l.topic, l.partition), c)))
+            .collect();
+        let current = partitions.iter().all(|c| {
+            upstream_topic(r, &c.topic)
+                .and_then(|t| committed.get(&(t, c.partition)))
+                .is_none_or(|&now| now <= c.upstream)
+        });
+        let age_secs = newest.map(|ms| age(now, ms));
+        checkpoints.push(GroupCheckpoints {
             group,
             newest_at: newest
                 .and_then(chrono::DateTime::from_timestamp_millis)
                 .map(crate::time::format),
-            age_secs: newest.map(|ms| age(now, ms)),
-            partitions: parts.into_values().collect(),
-        })
-        .collect();
+            stale_secs: if current {
+                0.0
+            } else {
+                age_secs.unwrap_or(0.0)
+            },
+            current,
+            age_secs,
+            partitions,
+        });
+    }
     let heartbeat_age_secs = newest_record(&dst, "heartbeats")
         .await
         .map(|ms| age(now, ms));

@@ -719,3 +719,84 @@ pub async fn detail(
         replication: r,
     })
 }
+
+/// Seed 004's checks before anyone resumes consumers on the target; ClueCDC cannot verify
+/// them, so they are shown unchecked, every time.
+pub const CHECKLIST: &[&str] = &[
+    "Old writers are fenced: the pipelines and producers that write to the source are stopped, so nothing lands there after the switch.",
+    "Consumers have permission on the target: ACLs for the copied topic names and for their consumer groups.",
+    "The schemas the records need are available on the target side (a schema registry, if one is used, is reachable from there).",
+    "Clients have the target's endpoints ready: bootstrap servers, credentials and CA certificate.",
+];
+
+#[derive(Debug, Serialize)]
+pub struct ChecklistItem {
+    pub item: &'static str,
+    pub checked: bool,
+}
+
+/// Failover readiness for one consumer group: per partition where it would resume on the
+/// target and what that resume would replay or miss. ClueCDC performs no cutover.
+#[derive(Debug, Serialize)]
+pub struct Readiness {
+    pub replication: String,
+    pub group: String,
+    pub newest_checkpoint_age_secs: Option<f64>,
+    pub partitions: Vec<measure::Checkpoint>,
+    pub replay: i64,
+    pub miss: i64,
+    /// Records on the source not copied yet: lost to a failover now.
+    pub not_copied: i64,
+    pub checklist: Vec<ChecklistItem>,
+    /// Groups with checkpoints, to choose from.
+    pub groups: Vec<String>,
+}
+
+pub async fn readiness(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    group: &str,
+) -> Result<Readiness> {
+    let d = detail(pool, store, who, id).await?;
+    let groups: Vec<String> = d
+        .progress
+        .checkpoints
+        .iter()
+        .map(|g| g.group.clone())
+        .collect();
+    let Some(g) = d
+        .progress
+        .checkpoints
+        .into_iter()
+        .find(|g| g.group == group)
+    else {
+        return Err(Error::NotFound(format!(
+            "a checkpoint of group {group} in replication {} (checkpointed groups: {})",
+            d.replication.name,
+            if groups.is_empty() {
+                "none yet".to_string()
+            } else {
+                groups.join(", ")
+            }
+        )));
+    };
+    Ok(Readiness {
+        replication: d.replication.name,
+        group: g.group,
+        newest_checkpoint_age_secs: g.age_secs,
+        replay: g.partitions.iter().filter_map(|p| p.replay).sum(),
+        miss: g.partitions.iter().filter_map(|p| p.miss).sum(),
+        not_copied: d.progress.lag_records,
+        partitions: g.partitions,
+        checklist: CHECKLIST
+            .iter()
+            .map(|item| ChecklistItem {
+                item,
+                checked: false,
+            })
+            .collect(),
+        groups,
+    })
+}

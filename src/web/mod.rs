@@ -492,6 +492,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             replications::page_detail,
         ),
         r(
+            M::GET,
+            "/replications/:id/readiness",
+            Viewer,
+            "failover readiness of a consumer group: where it would resume, what it would replay",
+            replications::page_readiness,
+        ),
+        r(
             M::POST,
             "/replications/:id/:action",
             Operator,
@@ -1254,6 +1261,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Viewer,
             "a replication with its connectors, lag per partition, checkpoints and heartbeat age",
             replications::api_get,
+        ),
+        r(
+            M::GET,
+            "/api/v1/replications/:id/readiness",
+            Viewer,
+            "failover readiness of a consumer group (?group=G): translated offsets, replay and miss",
+            replications::api_readiness,
         ),
         r(
             M::DELETE,

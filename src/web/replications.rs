@@ -4,7 +4,7 @@
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
-use poem::web::{Data, Form, Json, Path};
+use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -396,4 +396,73 @@ pub async fn page_act(
         _ => return Err(Error::NotFound(format!("action {action}")).into()),
     }
     Ok(redirect(req, &format!("/replications/{id}")))
+}
+
+#[derive(Deserialize)]
+pub struct GroupQuery {
+    #[serde(default)]
+    group: String,
+}
+
+#[handler]
+pub async fn api_readiness(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Query(q): Query<GroupQuery>,
+) -> ApiResult<Json<replications::Readiness>> {
+    Ok(Json(
+        replications::readiness(&state.pool, &state.inner.secrets, &who, &id, &q.group).await?,
+    ))
+}
+
+/// Failover readiness of one group (the first checkpointed one when none is chosen).
+#[derive(Template)]
+#[template(path = "replications/readiness.html")]
+struct ReadinessPage {
+    layout: Layout,
+    id: String,
+    r: Option<replications::Readiness>,
+    problem: Option<String>,
+}
+
+#[handler]
+pub async fn page_readiness(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Query(q): Query<GroupQuery>,
+) -> PageResult<Response> {
+    let rep = replications::load(&state.pool, &id).await?;
+    let mut group = q.group;
+    if group.is_empty() {
+        let d = replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+        group = d
+            .progress
+            .checkpoints
+            .first()
+            .map(|g| g.group.clone())
+            .unwrap_or_default();
+    }
+    let (r, problem) =
+        match replications::readiness(&state.pool, &state.inner.secrets, &who, &id, &group).await {
+            Ok(r) => (Some(r), None),
+            Err(Error::NotFound(m)) => (None, Some(format!("No {m}."))),
+            Err(e) => return Err(e.into()),
+        };
+    page_with_status(
+        StatusCode::OK,
+        &ReadinessPage {
+            layout: Layout::new(
+                format!("Failover readiness: {}", rep.name),
+                paths::REPLICATIONS,
+                &who,
+                jar,
+            ),
+            id: rep.id,
+            r,
+            problem,
+        },
+    )
 }

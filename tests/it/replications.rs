@@ -84,7 +84,10 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
     let dr_bootstrap = var("KAFKA2_BOOTSTRAP");
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api();
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "2s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
     let (kafka, connect) = stack_clusters(&api).await;
     let (status, dr) = api
         .post(
@@ -236,17 +239,48 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
         assert_eq!(original.len(), 10_003);
         assert_eq!(copy, original, "the burst copied record by record");
 
-        // Paused, the replication falls behind by what the pipeline writes; resumed, it catches up.
+        // Paused, the replication falls behind by what the pipeline writes, and its lag and
+        // checkpoint alerts fire; resumed, it catches up and they resolve. A group checkpointed
+        // first, so there is a checkpoint to grow old.
+        consume_and_commit(&s.kafka_bootstrap, &format!("it-dr-{tag}"), &topic, 1000);
+        eventually(Duration::from_secs(90), "a first checkpoint", || async {
+            let (_, d) = lag(&api, &id).await?;
+            (!d["progress"]["checkpoints"].as_array()?.is_empty()).then_some(())
+        })
+        .await;
+        // The checkpoint rule is off by default (see the README): switched on here.
+        for (kind, threshold) in [
+            ("replication_lag_records", 10),
+            ("replication_lag_seconds", 1),
+            ("replication_checkpoint_age_seconds", 20),
+        ] {
+            let (status, body) = api
+                .patch(
+                    &format!("/api/v1/alert-rules/{kind}"),
+                    json!({"threshold": threshold, "for_secs": 0, "enabled": true}),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
         let (status, body) = api
             .post(&format!("/api/v1/replications/{id}/pause"), json!({}))
             .await;
         assert_eq!(status, 200, "{body}");
         eventually(
             Duration::from_secs(60),
-            "the source connector paused",
+            "the three connectors and their tasks paused",
             || async {
-                let st = connect_status(&s.connect_url, "cluecdc-mirror-dr-copy-source").await?;
-                (st["connector"]["state"] == "PAUSED").then_some(())
+                for kind in ["source", "checkpoint", "heartbeat"] {
+                    let name = format!("cluecdc-mirror-dr-copy-{kind}");
+                    let st = connect_status(&s.connect_url, &name).await?;
+                    let tasks = st["tasks"].as_array()?;
+                    if st["connector"]["state"] != "PAUSED"
+                        || tasks.iter().any(|t| t["state"] != "PAUSED")
+                    {
+                        return None;
+                    }
+                }
+                Some(())
             },
         )
         .await;
@@ -263,10 +297,24 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
         )
         .await;
         assert_eq!(behind, 50, "{detail}");
+        // The group reads on while the checkpoint connector is paused: its checkpoint falls
+        // behind its commits.
+        consume_and_commit(&s.kafka_bootstrap, &format!("it-dr-{tag}"), &topic, 500);
         assert!(
             detail["progress"]["lag_secs"].as_f64().unwrap() > 0.0,
             "{detail}"
         );
+        for kind in [
+            "replication_lag_records",
+            "replication_lag_seconds",
+            "replication_checkpoint_age_seconds",
+        ] {
+            let firing = alert_becomes(&api, &id, kind, true).await.unwrap();
+            assert!(
+                firing["message"].as_str().unwrap().contains("dr"),
+                "{firing}"
+            );
+        }
         let (status, body) = api
             .post(&format!("/api/v1/replications/{id}/resume"), json!({}))
             .await;
@@ -277,9 +325,14 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
             || async { lag(&api, &id).await.filter(|(l, _)| *l == 0).map(|_| ()) },
         )
         .await;
+        // Caught up, the lag alerts resolve. The checkpoint may stay behind the group's
+        // commits: MirrorMaker writes a checkpoint only when the translated offset changes.
+        for kind in ["replication_lag_records", "replication_lag_seconds"] {
+            alert_becomes(&api, &id, kind, false).await;
+        }
 
-        // Checkpoints: a group that read the source topic gets translated offsets on the target.
-        consume_and_commit(&s.kafka_bootstrap, &format!("it-dr-{tag}"), &topic, 1000);
+        // Checkpoints: the group that read the source topic has translated offsets on the
+        // target, and the readiness figures say what a resume there replays.
         let (_, detail) = eventually(
             Duration::from_secs(90),
             "a checkpoint for the group",
@@ -306,11 +359,14 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
             remote.as_str(),
             "checkpoints name the target topic: {group}"
         );
-        assert_eq!(cp["upstream"], 1000, "{group}");
+        // The group committed 1000, then 1500 while the checkpoint connector was paused;
+        // the newest checkpoint carries one of them.
+        let up = cp["upstream"].as_i64().unwrap();
+        assert!(up == 1000 || up == 1500, "{group}");
         let down = cp["downstream"].as_i64().unwrap();
         assert_eq!(
-            cp["position_on_target"], 1000,
-            "the copy of source offset 1000: {group}"
+            cp["position_on_target"], up,
+            "the copy of source offset {up}: {group}"
         );
         assert_eq!(cp["miss"], 0, "{group}");
         // A consumer that resumes on the target at the translated offset reads again exactly
@@ -318,13 +374,31 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
         let replay = cp["replay"].as_i64().unwrap();
         let source_records = records(&s.kafka_bootstrap, &topic);
         let target_records = records(&dr_bootstrap, &remote);
-        let first_unread = &source_records[1000];
+        let first_unread = &source_records[up as usize];
         let reread = target_records[down as usize..]
             .iter()
             .position(|r| r == first_unread)
             .unwrap();
         assert_eq!(reread as i64, replay, "replayed on resume: {group}");
-        assert!(group["age_secs"].as_f64().unwrap() < 60.0, "{group}");
+        let (status, ready) = api
+            .get(&format!(
+                "/api/v1/replications/{id}/readiness?group=it-dr-{tag}"
+            ))
+            .await;
+        assert_eq!(status, 200, "{ready}");
+        assert_eq!(ready["partitions"][0]["replay"], replay, "{ready}");
+        assert!(
+            ready["checklist"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["checked"] == false),
+            "{ready}"
+        );
+        let (status, _) = api
+            .get(&format!("/api/v1/replications/{id}/readiness?group=nobody"))
+            .await;
+        assert_eq!(status, 404);
         assert!(
             detail["progress"]["heartbeat_age_secs"].as_f64().is_some(),
             "{detail}"
@@ -376,4 +450,25 @@ fn records_end(bootstrap: &str, topic: &str) -> i64 {
     c.fetch_watermarks(topic, 0, Duration::from_secs(10))
         .map(|(_, h)| h)
         .unwrap_or(0)
+}
+
+/// Waits (90 s) until the alert of `kind` on "dr copy" is firing (or no longer firing); panics
+/// with the checkpoints measured and the alerts otherwise.
+async fn alert_becomes(api: &Api, id: &str, kind: &str, firing: bool) -> Option<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let a = alert(api, kind, "dr copy", "firing").await;
+        if a.is_some() == firing {
+            return a;
+        }
+        if std::time::Instant::now() > deadline {
+            let (_, d) = api.get(&format!("/api/v1/replications/{id}")).await;
+            let (_, alerts) = api.get("/api/v1/alerts").await;
+            panic!(
+                "{kind} firing={} expected {firing}: {} / {alerts}",
+                !firing, d["progress"]["checkpoints"]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
