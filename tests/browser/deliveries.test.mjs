@@ -1,9 +1,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -18,11 +17,6 @@ const replicaName = `bw${pid} replica`;
 const connectorOf = (name) => `cluecdc-deliver-${name.toLowerCase().replace(/[^a-z0-9]/g, '-')}`;
 let app, browser, token, pipeline, lake, replica;
 
-function psql(db, sql) {
-  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', db, '-tA', '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
-  if (out.status !== 0) throw new Error(out.stderr);
-  return out.stdout.trim();
-}
 const source = (sql) => psql(env.PG_SOURCE_DB, sql);
 const dest = (sql) => psql(env.PG_DEST_DB, sql);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -77,14 +71,7 @@ after(async () => {
   }
   // The slot can be dropped once the deleted connector's task has let go of it; a slot left
   // behind would keep WAL on the shared fixture server for good.
-  for (let i = 0; i < 60; i++) {
-    try {
-      source(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '${slot}' AND NOT active`);
-      if (source(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '${slot}'`) === '0') break;
-    } catch { /* retried */ }
-    await sleep(500);
-  }
-  try { source(`DROP PUBLICATION IF EXISTS ${slot}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`); } catch (e) { console.error(e.message); }
+  await dropCaptureFixture(slot, schema);
   try { dest(`DROP TABLE IF EXISTS ${destTable('orders')}, ${destTable('customers')};`); } catch (e) { console.error(e.message); }
   if (env.S3_DATA_DIR) rmSync(join(env.S3_DATA_DIR, env.S3_BUCKET, objectPrefix.replace(/\/$/, '')), { recursive: true, force: true });
 });

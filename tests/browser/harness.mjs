@@ -110,3 +110,28 @@ export async function api(app, token, method, path, body) {
   try { json = JSON.parse(text); } catch { json = text; }
   return [res.status, json];
 }
+
+/** Runs SQL with psql as the stack's connector user on database `db`; its output, trimmed. */
+export function psql(db, sql) {
+  const env = process.env;
+  const out = spawnSync('psql', ['-h', env.PG_HOST, '-p', env.PG_PORT, '-U', env.PG_USER, '-d', db, '-tA', '-v', 'ON_ERROR_STOP=1', '-c', sql], { env: { ...env, PGPASSWORD: env.PG_PASSWORD }, encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(out.stderr);
+  return out.stdout.trim();
+}
+
+/**
+ * Removes what a capture test leaves in the stack's source database: the slot once the deleted
+ * connector's task has let go of it (a slot left behind keeps WAL on the shared server for
+ * good), the publication of the same name, and the schema.
+ */
+export async function dropCaptureFixture(slot, schema) {
+  const source = (sql) => psql(process.env.PG_SOURCE_DB, sql);
+  for (let i = 0; i < 60; i++) {
+    try {
+      source(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '${slot}' AND NOT active`);
+      if (source(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '${slot}'`) === '0') break;
+    } catch { /* retried */ }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  try { source(`DROP PUBLICATION IF EXISTS ${slot}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`); } catch (e) { console.error(e.message); }
+}

@@ -1,0 +1,102 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { renameSync, writeFileSync } from 'node:fs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture } from './harness.mjs';
+
+const env = process.env;
+const pid = process.pid;
+const schema = `bwr_${pid}`;
+const prefix = `bwr-${pid}`;
+const slot = `bwr_${pid}`;
+const name = `bw${pid} dr`;
+const connectorOf = (kind) => `cluecdc-mirror-bw${pid}-dr-${kind}`;
+let app, browser, token, pipeline, kafka, dr, connect;
+
+const source = (sql) => psql(env.PG_SOURCE_DB, sql);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+before(async () => {
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h' } });
+  createUser(app, 'ada', 'admin');
+  createUser(app, 'otto', 'operator');
+  token = createToken(app, 'ada');
+  browser = await launchBrowser();
+  source(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total int); INSERT INTO ${schema}.orders VALUES (1, 9), (2, 12);`);
+  [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
+  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
+  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
+  [, dr] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'dr', bootstrap_servers: env.KAFKA2_BOOTSTRAP });
+  const [, src] = await api(app, token, 'POST', '/api/v1/connections', {
+    name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
+    settings: { host: env.PG_HOST, port: Number(env.PG_PORT), database: env.PG_SOURCE_DB, user: env.PG_USER, tls_mode: 'disable', slot_name: slot, publication_name: slot },
+    secrets: { password: env.PG_PASSWORD },
+  });
+  const [s, p] = await api(app, token, 'POST', '/api/v1/pipelines', {
+    name: 'shop', source_connection_id: src.id, kafka_cluster_id: kafka.id, connect_cluster_id: connect.id,
+    tables: [`${schema}.orders`], topic_prefix: prefix,
+  });
+  assert.equal(s, 201, JSON.stringify(p));
+  pipeline = p;
+});
+
+after(async () => {
+  const [, list] = await api(app, token, 'GET', '/api/v1/replications');
+  for (const r of list?.items ?? []) await api(app, token, 'DELETE', `/api/v1/replications/${r.id}`);
+  await browser?.close();
+  await app?.stop();
+  for (const c of [`cluecdc-capture-${prefix}`, connectorOf('source'), connectorOf('checkpoint'), connectorOf('heartbeat')]) {
+    await fetch(`${env.CONNECT_URL}/connectors/${c}`, { method: 'DELETE' }).catch(() => {});
+  }
+  await dropCaptureFixture(slot, schema);
+});
+
+test('an operator creates a replication from the page: the same cluster twice is refused inline, the preview shows the topics it takes, and the new replication runs with its lag', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.getByRole('link', { name: 'Replications', exact: true }).click();
+  await page.getByRole('link', { name: 'Create replication' }).click();
+  await page.getByLabel('Name', { exact: true }).fill(name);
+  await page.getByLabel('Source Kafka cluster').selectOption(kafka.id);
+  await page.getByLabel('Target Kafka cluster').selectOption(kafka.id);
+  await page.getByLabel('Connect cluster that runs it').selectOption(connect.id);
+  await page.getByLabel('Topics (regular expressions, comma-separated)').fill(`${prefix}\\..*`);
+  const [refused] = await Promise.all([
+    page.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith('/replications/new')),
+    page.getByRole('button', { name: 'Preview' }).click(),
+  ]);
+  assert.equal(refused.status(), 422);
+  assert.match(await page.locator('#target-error').innerText(), /is the source too/);
+  assert.equal(await page.getByLabel('Name', { exact: true }).inputValue(), name, 'what was typed stays');
+
+  await page.getByLabel('Target Kafka cluster').selectOption(dr.id);
+  // The pipeline's topic exists once its snapshot ran.
+  const topic = `${prefix}.${schema}.orders`;
+  for (let i = 0; i < 120; i++) {
+    const [, t] = await api(app, token, 'GET', `/api/v1/kafka-clusters/${kafka.id}/topics?q=${topic}`);
+    if ((t.items ?? []).some((x) => x.name === topic && x.partitions[0].high_watermark >= 2)) break;
+    await sleep(500);
+  }
+  await page.getByRole('button', { name: 'Preview' }).click();
+  const review = page.getByRole('region', { name: 'What it copies' });
+  await review.waitFor({ timeout: 60_000 });
+  assert.match(await review.innerText(), new RegExp(`stack-kafka\\.${prefix}\\.${schema}\\.orders`), 'the name each topic gets on the target');
+  assert.match(await review.innerText(), /The MirrorMaker plugin accepts all three configs/);
+  await screenshot(page, 'replication-preview');
+  await page.getByRole('button', { name: 'Create replication' }).click();
+  await page.waitForURL(/\/replications\/rp_[0-9a-f]+$/, { timeout: 60_000 });
+  assert.match(await page.locator('main').innerText(), new RegExp(`Replication ${name} created`));
+  // The page refreshes itself: the connectors come up and the lag falls to 0.
+  await page.locator('#replication-status .state-running').nth(1).waitFor({ timeout: 120_000 });
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const rows = await page.locator(`#replication-status tr:has-text("${topic}")`).count();
+    if (rows > 0 && (await page.locator('#lag-records').innerText()) === '0') break;
+    await sleep(1000);
+  }
+  assert.equal(await page.locator('#lag-records').innerText(), '0', 'every record copied');
+  assert.match(await page.getByRole('region', { name: 'Replication lag' }).innerText(), new RegExp(`stack-kafka\\.${prefix}`));
+  await screenshot(page, 'replication-detail');
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
