@@ -167,6 +167,54 @@ async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<Ove
             phase,
         });
     }
+    // Replications: the source connector's state and how far behind the target is.
+    for r in crate::replications::list(&state.pool, who)
+        .await?
+        .into_iter()
+        .take(OVERVIEW_ROWS as usize)
+    {
+        let views = crate::connectors::views(&state.pool, &r.connector_ids).await?;
+        let phase = r
+            .connector_ids
+            .first()
+            .and_then(|id| views.get(id))
+            .map_or_else(|| "UNKNOWN".to_string(), |c| c.phase.clone());
+        let lag = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "replication_lag_records",
+            &r.name,
+            120,
+        )
+        .await?;
+        let values: Vec<f64> = lag.iter().map(|s| s.value).collect();
+        let mut figure = values
+            .last()
+            .map(|v| format!("{v} records not copied"))
+            .unwrap_or_else(|| "no lag data yet".into());
+        if let Some(secs) = crate::monitor::signals::history(
+            &state.pool,
+            who,
+            "replication_lag_seconds",
+            &r.name,
+            1,
+        )
+        .await?
+        .last()
+        .filter(|s| s.value > 0.0)
+        {
+            figure.push_str(&format!(" (oldest {:.0} s)", secs.value));
+        }
+        rows.push(OverviewRow {
+            kind: "replication",
+            figure,
+            chart: super::charts::sparkline(&values, &format!("replication lag of {}", r.name)),
+            href: format!("/replications/{}", r.id),
+            alerts: open(&r.name),
+            name: r.name,
+            phase,
+        });
+    }
     Ok(Overview {
         rows,
         alerts,

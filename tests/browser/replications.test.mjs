@@ -16,7 +16,7 @@ const source = (sql) => psql(env.PG_SOURCE_DB, sql);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
-  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h' } });
+  app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '2s' } });
   createUser(app, 'ada', 'admin');
   createUser(app, 'otto', 'operator');
   token = createToken(app, 'ada');
@@ -98,5 +98,14 @@ test('an operator creates a replication from the page: the same cluster twice is
   assert.equal(await page.locator('#lag-records').innerText(), '0', 'every record copied');
   assert.match(await page.getByRole('region', { name: 'Replication lag' }).innerText(), new RegExp(`stack-kafka\\.${prefix}`));
   await screenshot(page, 'replication-detail');
+  // The overview lists it beside pipelines and deliveries, with its figure.
+  await page.getByRole('link', { name: 'Overview', exact: true }).click();
+  const row = page.locator(`tr:has-text("${name}")`);
+  for (let i = 0; i < 30 && !/records not copied/.test(await row.innerText()); i++) {
+    await sleep(1000);
+    await page.reload();
+  }
+  assert.match(await row.innerText(), /replication/);
+  assert.match(await row.innerText(), /0 records not copied/, 'the monitor\'s latest sample');
   assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
 });

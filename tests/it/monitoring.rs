@@ -555,6 +555,9 @@ async fn rules_and_webhooks_validate_their_input() {
             "orphan_slot",
             "pipeline_no_new_data_seconds",
             "pipeline_source_unreachable",
+            "replication_checkpoint_age_seconds",
+            "replication_lag_records",
+            "replication_lag_seconds",
             "slot_inactive",
             "slot_retained_wal_bytes"
         ]

@@ -414,6 +414,18 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
                 .contains("loop"),
             "{err}"
         );
+        // A pattern that matches nothing yet is created once confirmed (topics created later
+        // are picked up), with the default policy the other way.
+        let back = json!({"name": "back", "source_kafka_cluster_id": dr, "target_kafka_cluster_id": kafka, "connect_cluster_id": connect, "topics": "later\\..*"});
+        let (status, err) = api.post("/api/v1/replications", back.clone()).await;
+        assert_eq!(status, 422, "unconfirmed: {err}");
+        let mut confirmed = back.clone();
+        confirmed["confirm_empty"] = json!(true);
+        let (status, r) = api.post("/api/v1/replications", confirmed).await;
+        assert_eq!(status, 201, "{r}");
+        created
+            .borrow_mut()
+            .push(r["id"].as_str().unwrap().to_string());
     };
     with_cleanup(result, async {
         for id in created.borrow().iter() {
