@@ -7,8 +7,6 @@ pub mod config;
 pub mod objects;
 pub mod replay;
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::SqlitePool;
@@ -959,18 +957,8 @@ pub async fn delete(
     tx.commit().await?;
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
-    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
-    match op.state.as_str() {
-        "done" => Ok(()),
-        "running" => Err(Error::Unavailable(format!(
-            "the sink connector was not removed from Connect within 60 s ({}); operation {} keeps trying and deletes the delivery once it is gone",
-            op.error.unwrap_or_else(|| "no answer yet".into()),
-            op.id
-        ))),
-        _ => Err(Error::Unavailable(
-            op.error.unwrap_or_else(|| "the delete did not finish".into()),
-        )),
-    }
+    crate::operations::delete_finished(pool, &op, "the sink connector").await?;
+    Ok(())
 }
 
 /// The steps of a delivery delete: wait until the reconciler has removed the connector, then

@@ -510,6 +510,23 @@ pub async fn connector_gone(pool: &SqlitePool, connector_id: &str) -> Result<boo
     Ok(left == 0)
 }
 
+/// What a delete request answers: waits up to 60 s for the delete operation, and says it goes
+/// on without the request when Connect is slower than that. `what` names the connectors.
+pub async fn delete_finished(pool: &SqlitePool, id: &str, what: &str) -> Result<Operation> {
+    let op = wait(pool, id, Duration::from_secs(60)).await?;
+    match op.state.as_str() {
+        "done" => Ok(op),
+        "running" => Err(Error::Unavailable(format!(
+            "{what} was not removed from Connect within 60 s ({}); operation {} keeps trying and finishes the delete once it is gone",
+            op.error.unwrap_or_else(|| "no answer yet".into()),
+            op.id
+        ))),
+        _ => Err(Error::Unavailable(
+            op.error.unwrap_or_else(|| "the delete did not finish".into()),
+        )),
+    }
+}
+
 /// Waits (up to `within`) for an operation to end; its last state either way.
 pub async fn wait(pool: &SqlitePool, id: &str, within: Duration) -> Result<Operation> {
     let deadline = std::time::Instant::now() + within;

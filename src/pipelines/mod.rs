@@ -7,7 +7,6 @@ pub mod source;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -1128,24 +1127,16 @@ pub async fn delete(
     wake.wake();
     // The operation removes the connector, drops the slot when asked and forgets the
     // pipeline, in whichever process holds the operations lease; this request waits for it.
-    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
-    match op.state.as_str() {
-        "done" => Ok(Deleted {
-            connector_removed: true,
-            slot_dropped: op.params["slot_dropped"].as_bool().unwrap_or(false),
-            topics_kept: p
-                .tables
-                .iter()
-                .map(|t| table_topic(&p.topic_prefix, t))
-                .collect(),
-        }),
-        "running" => Err(Error::Unavailable(format!(
-            "the connector was not removed from Connect within 60 s ({}); operation {} keeps trying and deletes the pipeline once it is gone",
-            op.error.unwrap_or_else(|| "no answer yet".into()),
-            op.id
-        ))),
-        _ => Err(Error::Unavailable(op.error.unwrap_or_else(|| "the delete did not finish".into()))),
-    }
+    let op = crate::operations::delete_finished(pool, &op, "the connector").await?;
+    Ok(Deleted {
+        connector_removed: true,
+        slot_dropped: op.params["slot_dropped"].as_bool().unwrap_or(false),
+        topics_kept: p
+            .tables
+            .iter()
+            .map(|t| table_topic(&p.topic_prefix, t))
+            .collect(),
+    })
 }
 
 /// The steps of a pipeline delete: wait until the reconciler has removed the connector (it

@@ -10,7 +10,6 @@ pub mod config;
 pub mod measure;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -642,15 +641,8 @@ pub async fn delete(
     tx.commit().await?;
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
-    let op = crate::operations::wait(pool, &op, Duration::from_secs(60)).await?;
-    match op.state.as_str() {
-        "done" => Ok(()),
-        _ => Err(Error::Unavailable(format!(
-            "the connectors were not removed from Connect within 60 s ({}); operation {} keeps trying",
-            op.error.unwrap_or_else(|| "no answer yet".into()),
-            op.id
-        ))),
-    }
+    crate::operations::delete_finished(pool, &op, "the MirrorMaker connectors").await?;
+    Ok(())
 }
 
 /// The steps of a replication delete: every connector gone, then the row.

@@ -179,6 +179,9 @@ pub struct NewForm {
     connect_cluster_id: String,
     #[serde(default)]
     topics: String,
+    /// Instead of a pattern: the topics of this pipeline.
+    #[serde(default)]
+    pipeline_id: String,
     #[serde(default)]
     groups: String,
     #[serde(default)]
@@ -204,7 +207,7 @@ impl NewForm {
             target_kafka_cluster_id: some(&self.target_kafka_cluster_id),
             connect_cluster_id: some(&self.connect_cluster_id),
             topics: some(&self.topics),
-            pipeline_ids: None,
+            pipeline_ids: some(&self.pipeline_id).map(|p| vec![p]),
             groups: some(&self.groups),
             replication_policy: some(&self.replication_policy),
             separator: some(&self.separator),
@@ -222,6 +225,7 @@ struct NewPage {
     f: NewForm,
     kafka: Vec<(String, String)>,
     connect: Vec<(String, String)>,
+    pipelines: Vec<(String, String)>,
     preview: Option<Preview>,
     errors: FieldErrors,
     problem: Option<String>,
@@ -244,6 +248,11 @@ async fn new_page(
         layout: Layout::new("New replication", paths::REPLICATIONS, who, jar),
         kafka: cluster_names(state, who).await?,
         connect: crate::clusters::connect::choices(&state.pool).await?,
+        pipelines: crate::pipelines::list(&state.pool, who)
+            .await?
+            .into_iter()
+            .map(|p| (p.id, p.name))
+            .collect(),
         f,
         preview: None,
         errors: FieldErrors::new(),

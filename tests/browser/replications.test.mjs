@@ -78,6 +78,9 @@ test('an operator creates a replication from the page: the same cluster twice is
     if ((t.items ?? []).some((x) => x.name === topic && x.partitions[0].high_watermark >= 2)) break;
     await sleep(500);
   }
+  // This time by pipeline instead of a pattern: the pattern becomes the pipeline's prefix.
+  await page.getByLabel('Topics (regular expressions, comma-separated)').fill('');
+  await page.getByLabel('Or the topics of a pipeline').selectOption(pipeline.id);
   await page.getByRole('button', { name: 'Preview' }).click();
   const review = page.getByRole('region', { name: 'What it copies' });
   await review.waitFor({ timeout: 60_000 });
