@@ -541,11 +541,61 @@ impl Drop for TempPostgres {
 
 /// The stack runs one Connect worker whose `cluecdc` config provider reads its target (URL and
 /// token) from one file; tests that point it at their own ClueCDC take this lock first.
-pub async fn provider_lock() -> tokio::sync::MutexGuard<'static, ()> {
+///
+/// Held within this test binary by a mutex, and across processes (two test runs against the one
+/// stack) by a lock file beside the provider file that names its holder's pid; a lock file whose
+/// process is gone is stale and taken over.
+pub struct ProviderLock {
+    _local: tokio::sync::MutexGuard<'static, ()>,
+    file: PathBuf,
+}
+
+impl Drop for ProviderLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+pub async fn provider_lock() -> ProviderLock {
     static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
+    let local = LOCK
+        .get_or_init(|| tokio::sync::Mutex::new(()))
         .lock()
-        .await
+        .await;
+    let file = PathBuf::from(format!(
+        "{}.lock",
+        std::env::var("CLUECDC_PROVIDER_FILE")
+            .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`")
+    ));
+    let me = std::process::id().to_string();
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(me.as_bytes()).unwrap();
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(&file).unwrap_or_default();
+                let alive = !holder.trim().is_empty()
+                    && Path::new(&format!("/proc/{}", holder.trim())).exists();
+                if !alive && !holder.is_empty() {
+                    let _ = std::fs::remove_file(&file);
+                } else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            Err(e) => panic!("provider lock {}: {e}", file.display()),
+        }
+    }
+    ProviderLock {
+        _local: local,
+        file,
+    }
 }
 
 /// The stack's Kafka and Connect clusters registered in `api` (Connect's config provider pointed
