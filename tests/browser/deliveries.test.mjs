@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -92,8 +92,11 @@ function tooWide(page) {
 async function openForm(page, destinationId) {
   await page.getByRole('link', { name: 'Deliveries', exact: true }).click();
   await page.getByRole('link', { name: 'Create delivery' }).click();
+  await page.waitForURL(/\/deliveries\/new/);
+  await htmxReady(page);
   await page.getByLabel('1. Pipeline').selectOption(pipeline.id);
   await page.waitForURL(/pipeline_id=pl_/);
+  await htmxReady(page);
   await page.getByLabel('2. Destination').selectOption(destinationId);
   await page.waitForURL(new RegExp(`destination_connection_id=${destinationId}`));
   await page.getByLabel('Delivery name').waitFor();
@@ -187,6 +190,8 @@ test('an operator creates a database delivery from the browser; pause and resume
   // From the pipeline's page this time: the pipeline comes preselected.
   await page.goto(`${app.url}/pipelines/${pipeline.id}`);
   await page.getByRole('link', { name: 'Create delivery' }).click();
+  await page.waitForURL(/\/deliveries\/new/);
+  await htmxReady(page);
   assert.equal(await page.getByLabel('1. Pipeline').inputValue(), pipeline.id);
   await page.getByLabel('2. Destination').selectOption(replica.id);
   await page.getByLabel('Table name format').waitFor();

@@ -55,6 +55,12 @@ export async function launchBrowser() {
   });
 }
 
+/** Waits until htmx has processed the page (it loads deferred and binds on DOMContentLoaded):
+ * an element can be in the DOM, and be acted on, before its hx- attributes listen. */
+export async function htmxReady(page) {
+  await page.waitForFunction(() => document.readyState !== 'loading' && window.htmx !== undefined && document.body && !document.body.classList.contains('htmx-request'));
+}
+
 /** Collects console errors (a CSP violation shows up here) for a page. A 422 is how a form
  * answers with inline field errors, so the browser's note about it is not an error here. */
 export function watchConsole(page) {

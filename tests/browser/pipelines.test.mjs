@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { renameSync, writeFileSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady } from './harness.mjs';
 
 const env = process.env;
 const schema = `bw_${process.pid}`;
@@ -56,6 +56,8 @@ test('an operator creates a pipeline through the wizard: tables from discovery, 
   await signIn(page, app, 'ada');
   await page.getByRole('link', { name: 'Pipelines' }).click();
   await page.getByRole('link', { name: 'Create pipeline' }).click();
+  await page.waitForURL(/\/pipelines\/new/);
+  await htmxReady(page);
   await page.getByLabel('1. Source connection').selectOption(src.id);
   await page.getByLabel(`${schema}.orders`).check();
   assert.match(await page.locator(`tr:has-text("${schema}.notes")`).innerText(), /no key/, 'a keyless table is flagged');
