@@ -164,6 +164,8 @@ pub struct Filter {
     pub action: String,
     pub target: String,
     pub outcome: String,
+    /// The request (or apply change set) that wrote the rows.
+    pub request: String,
     pub since: String,
     pub until: String,
     /// Paging: rows older than this id (newest first).
@@ -200,6 +202,10 @@ fn push_filters(q: &mut sqlx::QueryBuilder<'_, Sqlite>, filter: &Filter, outcome
         q.push(" OR target_kind = ")
             .push_bind(filter.target.clone())
             .push(")");
+    }
+    if !filter.request.is_empty() {
+        q.push(" AND request_id = ")
+            .push_bind(filter.request.clone());
     }
     if outcome && !filter.outcome.is_empty() {
         q.push(" AND outcome = ").push_bind(filter.outcome.clone());

@@ -212,3 +212,257 @@ pub async fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+// ---- configuration as code and recovery ------------------------------------------------------
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// `cluecdc` (the declarative document) or `strimzi` (KafkaConnector and KafkaTopic
+    /// resources).
+    #[arg(long, default_value = "cluecdc")]
+    pub format: String,
+    /// Write to this file instead of standard output.
+    #[arg(short = 'o', long)]
+    pub output: Option<std::path::PathBuf>,
+    /// Strimzi: the namespace of the resources.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Strimzi: the KafkaConnect resource the connectors belong to.
+    #[arg(long)]
+    pub connect_cluster: Option<String>,
+    /// Strimzi: the Kafka resource the topics belong to (default: the ClueCDC Kafka cluster's
+    /// name).
+    #[arg(long)]
+    pub kafka_cluster: Option<String>,
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DocumentArgs {
+    /// The document: a YAML file, or a folder of them.
+    #[arg(short = 'f', long = "file")]
+    pub file: std::path::PathBuf,
+    /// Also delete what the document leaves out (never without this flag).
+    #[arg(long)]
+    pub prune: bool,
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// `strimzi`: KafkaConnector (and KafkaTopic) resources.
+    #[arg(long)]
+    pub format: String,
+    /// The resources (YAML, several documents or a `kind: List`).
+    pub file: std::path::PathBuf,
+    /// Write the declarative document to this file instead of standard output.
+    #[arg(short = 'o', long)]
+    pub output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BackupArgs {
+    /// The backup file to write (it must not exist).
+    #[arg(long)]
+    pub to: std::path::PathBuf,
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// The backup file to restore.
+    #[arg(long)]
+    pub from: std::path::PathBuf,
+    #[command(flatten)]
+    pub data: DataSettings,
+}
+
+/// The service layer's refusal of a document, one `path: why` per line.
+fn refused(e: Error) -> anyhow::Error {
+    match e {
+        Error::Invalid { fields, message } if !fields.is_empty() => {
+            let _ = message;
+            anyhow::anyhow!(
+                "the document was refused, nothing changed:\n{}",
+                fields
+                    .iter()
+                    .map(|(k, v)| format!("  {k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        }
+        other => anyhow::anyhow!(other.to_string()),
+    }
+}
+
+fn write_out(path: &Option<std::path::PathBuf>, text: &str) -> anyhow::Result<()> {
+    match path {
+        Some(p) => std::fs::write(p, text)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+struct Local {
+    pool: sqlx::SqlitePool,
+    store: std::sync::Arc<crate::secrets::store::SecretStore>,
+    wake: std::sync::Arc<crate::reconcile::Handle>,
+    who: Principal,
+}
+
+impl Local {
+    async fn open(data: &DataSettings) -> anyhow::Result<Local> {
+        let pool = app::open_database(data).await?;
+        let keyring = crate::secrets::Keyring::load(data)?;
+        Ok(Local {
+            store: std::sync::Arc::new(crate::secrets::store::SecretStore::new(
+                pool.clone(),
+                keyring,
+            )),
+            pool,
+            wake: Default::default(),
+            who: Principal::cli(),
+        })
+    }
+    fn ctx(&self) -> crate::manifest::plan::Ctx<'_> {
+        crate::manifest::plan::Ctx {
+            pool: &self.pool,
+            store: &self.store,
+            wake: &self.wake,
+            who: &self.who,
+        }
+    }
+}
+
+pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let local = Local::open(&args.data).await?;
+    let text = match args.format.as_str() {
+        "cluecdc" => crate::manifest::export::export(&local.pool, &local.store, &local.who)
+            .await
+            .map_err(explain)?,
+        "strimzi" => {
+            let (Some(namespace), Some(connect_cluster)) = (args.namespace, args.connect_cluster)
+            else {
+                anyhow::bail!("--format strimzi needs --namespace and --connect-cluster (the KafkaConnect resource's name)");
+            };
+            let target = crate::manifest::strimzi::Target {
+                namespace,
+                connect_cluster,
+                kafka_cluster: args.kafka_cluster,
+            };
+            let (text, warnings) =
+                crate::manifest::strimzi::export(&local.pool, &local.store, &local.who, &target)
+                    .await
+                    .map_err(explain)?;
+            for w in warnings {
+                eprintln!("note: {w}");
+            }
+            text
+        }
+        other => anyhow::bail!("--format {other}: choose cluecdc or strimzi"),
+    };
+    write_out(&args.output, &text)
+}
+
+fn load(file: &std::path::Path) -> anyhow::Result<crate::manifest::doc::Loaded> {
+    crate::manifest::doc::read(file)
+        .map_err(|problems| refused(crate::manifest::plan::refusal(problems)))
+}
+
+pub async fn plan(args: DocumentArgs) -> anyhow::Result<()> {
+    let loaded = load(&args.file)?;
+    let local = Local::open(&args.data).await?;
+    let plan = crate::manifest::plan::plan(&local.ctx(), &loaded, args.prune)
+        .await
+        .map_err(refused)?;
+    write_out(&None, &plan.text())
+}
+
+pub async fn apply(args: DocumentArgs) -> anyhow::Result<()> {
+    let loaded = load(&args.file)?;
+    let local = Local::open(&args.data).await?;
+    let ctx = local.ctx();
+    let plan = crate::manifest::plan::plan(&ctx, &loaded, args.prune)
+        .await
+        .map_err(refused)?;
+    if plan.is_empty() {
+        return write_out(&None, &plan.text());
+    }
+    write_out(&None, &plan.text())?;
+    let report = crate::manifest::apply::apply(&ctx, plan, args.prune).await;
+    write_out(&None, &report.text())?;
+    if report.failed.is_some() {
+        anyhow::bail!("apply stopped part way; see above for what is done and what is left");
+    }
+    Ok(())
+}
+
+pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
+    if args.format != "strimzi" {
+        anyhow::bail!("--format {}: only strimzi can be imported", args.format);
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {}", args.file.display(), e.kind()))?;
+    // References to this instance's secrets name their connections, when there is a database
+    // to ask (import never creates one).
+    let mut refs = std::collections::HashMap::new();
+    if args.data.database_path().exists() {
+        let pool = app::open_database(&args.data).await?;
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT secret_ref, name FROM connections")
+                .fetch_all(&pool)
+                .await?;
+        refs.extend(rows);
+    }
+    let lookup = |r: &str| refs.get(r).cloned();
+    let (doc, problems) = crate::manifest::strimzi::import(&text, &lookup);
+    for p in &problems {
+        eprintln!("not carried over: {p}");
+    }
+    write_out(&args.output, &crate::manifest::doc::to_yaml(&doc))?;
+    if !problems.is_empty() {
+        eprintln!(
+            "{} finding(s): the document above leaves those values out; review it before applying",
+            problems.len()
+        );
+    }
+    Ok(())
+}
+
+pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let r = crate::backup::backup(&args.data, &args.to).await?;
+    eprintln!(
+        "backup written to {} ({} bytes, integrity ok, {} encrypted secret values).",
+        r.path.display(),
+        r.bytes,
+        r.secrets
+    );
+    eprintln!(
+        "Keep the master key with it ({}): without that key the credentials in the backup cannot be decrypted, and restore refuses it.",
+        r.key_source
+    );
+    Ok(())
+}
+
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let r = crate::backup::restore(&args.data, &args.from).await?;
+    eprintln!(
+        "restored {} into {} ({} secret values decrypt with the master key).",
+        args.from.display(),
+        r.database.display(),
+        r.secrets
+    );
+    if let Some(p) = r.previous {
+        eprintln!("the database it replaced is kept at {}", p.display());
+    }
+    Ok(())
+}

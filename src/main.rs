@@ -40,6 +40,18 @@ enum Command {
     Keys(cli::KeysCommand),
     /// Print every HTTP route with who may call it, as JSON.
     Routes,
+    /// Write the setup as one declarative YAML document (or Strimzi resources).
+    Export(cli::ExportArgs),
+    /// Show what applying a document would create, change and delete; changes nothing.
+    Plan(cli::DocumentArgs),
+    /// Apply a document through the same checks and service functions as the API.
+    Apply(cli::DocumentArgs),
+    /// Read Strimzi KafkaConnector resources into the declarative form (standard output).
+    Import(cli::ImportArgs),
+    /// Copy the database while ClueCDC runs (keep the master key with the copy).
+    Backup(cli::BackupArgs),
+    /// Replace the database with a backup (ClueCDC stopped; the master key must decrypt it).
+    Restore(cli::RestoreArgs),
 }
 
 /// `cluecdc` with no subcommand behaves as `cluecdc serve`.
@@ -62,6 +74,12 @@ async fn main() -> std::process::ExitCode {
         Some(Command::User(cmd)) => cli::user(cmd).await,
         Some(Command::Token(cmd)) => cli::token(cmd).await,
         Some(Command::Keys(cmd)) => cli::keys(cmd).await,
+        Some(Command::Export(args)) => cli::export(args).await,
+        Some(Command::Plan(args)) => cli::plan(args).await,
+        Some(Command::Apply(args)) => cli::apply(args).await,
+        Some(Command::Import(args)) => cli::import(args).await,
+        Some(Command::Backup(args)) => cli::backup(args).await,
+        Some(Command::Restore(args)) => cli::restore(args).await,
         Some(Command::Routes) => {
             println!(
                 "{}",

@@ -43,6 +43,9 @@ pub struct ConnectClusterInput {
     pub basic_auth_user: Option<String>,
     /// Write-only.
     pub basic_auth_password: Option<crate::secrets::Secret<String>>,
+    /// Write-only: the config provider token to accept instead of issuing one (so a Connect
+    /// worker's configuration can outlive a rebuilt ClueCDC). At least 32 characters.
+    pub provider_token: Option<crate::secrets::Secret<String>>,
 }
 
 /// The created cluster and its config provider token, shown this once.
@@ -79,7 +82,8 @@ pub fn validate_url(u: &str) -> std::result::Result<String, String> {
     Ok(url.as_str().trim_end_matches('/').to_string())
 }
 
-fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
+/// Name, URL and `managed_by`, checked and normalized; nothing stored.
+pub fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)> {
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = crate::connections::validate_name(&name) {
@@ -174,7 +178,10 @@ pub async fn create(
     }
     let secret_ref = user.as_ref().map(|_| crate::secrets::store::new_ref());
     let id = format!("cc_{}", uuid::Uuid::new_v4().simple());
-    let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
+    let token = match &input.provider_token {
+        Some(t) => checked_token(t)?,
+        None => format!("{PROVIDER_TOKEN_PREFIX}{}", random_token()),
+    };
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(
@@ -252,6 +259,7 @@ pub async fn update(
             .basic_auth_user
             .clone()
             .or_else(|| cur.basic_auth_user.clone()),
+        provider_token: None,
         basic_auth_password: None,
     };
     let (name, url, managed_by) = validate(&merged)?;
@@ -318,6 +326,52 @@ pub async fn update(
     crate::reconcile::bump_desired_version(&mut *tx).await?;
     tx.commit().await?;
     get(pool, who, id).await
+}
+
+fn checked_token(t: &crate::secrets::Secret<String>) -> Result<String> {
+    let t = t.expose().trim();
+    if t.len() < 32 || t.len() > 256 || !t.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(Error::field(
+            "provider_token",
+            "32 to 256 printable characters without spaces (or leave it out to have one issued)",
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// Replaces the provider token with a given one (the declarative apply); the old one stops
+/// working at once.
+pub async fn set_provider_token(
+    pool: &SqlitePool,
+    who: &Principal,
+    id: &str,
+    token: &crate::secrets::Secret<String>,
+) -> Result<()> {
+    who.require(Role::Admin, "manage clusters")?;
+    let cluster = get(pool, who, id).await?;
+    let token = checked_token(token)?;
+    let mut tx = pool.begin().await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "connect_cluster.provider_token",
+            target_kind: "connect_cluster",
+            target_id: id,
+            outcome: Outcome::Success,
+            summary: json!({"name": cluster.name, "given": true}),
+        },
+    )
+    .await?;
+    sqlx::query("UPDATE connect_clusters SET provider_token_hash = ?, provider_token_at = ?, updated_at = ? WHERE id = ?")
+        .bind(token_hash(&token))
+        .bind(crate::time::now())
+        .bind(crate::time::now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Issues a new provider token; the old one stops working at once.

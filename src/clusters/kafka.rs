@@ -106,7 +106,8 @@ fn check_bootstrap(s: &str) -> std::result::Result<String, String> {
     Ok(parts.join(","))
 }
 
-fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Option<String>)> {
+/// Name, bootstrap servers, protocol and mechanism, checked and normalized; nothing stored.
+pub fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Option<String>)> {
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = crate::connections::validate_name(&name) {
@@ -267,10 +268,12 @@ pub async fn update(
             .sasl_username
             .clone()
             .or_else(|| cur.sasl_username.clone().filter(|_| sasl)),
-        tls_ca_certificate: patch
-            .tls_ca_certificate
-            .clone()
-            .or_else(|| cur.tls_ca_certificate.clone()),
+        // An empty certificate removes it (the public roots are trusted again).
+        tls_ca_certificate: match &patch.tls_ca_certificate {
+            Some(pem) if pem.trim().is_empty() => None,
+            Some(pem) => Some(pem.clone()),
+            None => cur.tls_ca_certificate.clone(),
+        },
         // The stored password counts as given (validation only; it is not rewritten).
         sasl_password: patch
             .sasl_password

@@ -84,6 +84,12 @@ pub enum Capability {
 }
 
 impl Capability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Source => "SOURCE",
+            Capability::Destination => "DESTINATION",
+        }
+    }
     pub fn parse(s: &str) -> Option<Capability> {
         match s.trim().to_ascii_uppercase().as_str() {
             "SOURCE" => Some(Capability::Source),
@@ -299,11 +305,33 @@ pub fn validate_name(name: &str) -> std::result::Result<(), String> {
     }
 }
 
-struct Validated {
-    name: String,
-    provider: Provider,
-    capabilities: Vec<Capability>,
-    settings: Settings,
+pub struct Validated {
+    pub name: String,
+    pub provider: Provider,
+    pub capabilities: Vec<Capability>,
+    pub settings: Settings,
+}
+
+/// A new connection's fields checked as `create` checks them (secrets included), without
+/// storing anything: the declarative plan normalizes with it.
+pub fn normalize(
+    input: &ConnectionInput,
+) -> std::result::Result<(Validated, BTreeMap<String, Secret<String>>), FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let validated = validate(input, None, &mut errors);
+    let secrets = match &validated {
+        Some(v) => parse_secrets(
+            v.provider,
+            input.secrets.as_ref().unwrap_or(&Map::new()),
+            true,
+            &mut errors,
+        ),
+        None => BTreeMap::new(),
+    };
+    match validated {
+        Some(v) if errors.is_empty() => Ok((v, secrets)),
+        _ => Err(errors),
+    }
 }
 
 fn validate(

@@ -361,10 +361,7 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             Kind::Database
         },
     );
-    let options = match kind {
-        Kind::Database => Options::Database(database_options(input, &mut errors)),
-        Kind::ObjectStorage => Options::ObjectStorage(object_storage_options(input, &mut errors)),
-    };
+    let options = options_of(kind, input, &mut errors);
     if let (Options::ObjectStorage(o), Some(s)) =
         (&options, dest.as_ref().and_then(|d| d.object_storage()))
     {
@@ -382,6 +379,29 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             );
         }
     }
+    Error::check(errors)?;
+    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "checked input lost a reference"
+        )));
+    };
+    Ok(Checked {
+        name,
+        pipeline,
+        cluster,
+        dest,
+        topics,
+        options,
+    })
+}
+
+/// A kind's options from the input, with their defaults and the error-policy rules; the
+/// fields of the other kind are refused.
+fn options_of(kind: Kind, input: &DeliveryInput, errors: &mut FieldErrors) -> Options {
+    let options = match kind {
+        Kind::Database => Options::Database(database_options(input, errors)),
+        Kind::ObjectStorage => Options::ObjectStorage(object_storage_options(input, errors)),
+    };
     let (policy, dlq) = options.error_policy();
     if !["fail", "continue"].contains(&policy) {
         errors.insert(
@@ -399,20 +419,22 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             errors.insert("dead_letter_topic".into(), why);
         }
     }
-    Error::check(errors)?;
-    let (Some(pipeline), Some(cluster), Some(dest)) = (pipeline, cluster, dest) else {
-        return Err(Error::Unexpected(anyhow::anyhow!(
-            "checked input lost a reference"
-        )));
-    };
-    Ok(Checked {
-        name,
-        pipeline,
-        cluster,
-        dest,
-        topics,
-        options,
-    })
+    options
+}
+
+/// The options as stored (defaults filled in), or the field errors `create` would give: the
+/// declarative plan normalizes with it.
+pub fn normalize_options(
+    kind: Kind,
+    input: &DeliveryInput,
+) -> std::result::Result<serde_json::Value, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let options = options_of(kind, input, &mut errors);
+    if errors.is_empty() {
+        Ok(json!(options))
+    } else {
+        Err(errors)
+    }
 }
 
 /// The topics a delivery of this pipeline may read: its table topics and its heartbeat topic.
@@ -825,17 +847,15 @@ fn merged(d: &Delivery, patch: &DeliveryInput) -> DeliveryInput {
     input
 }
 
-/// Changes a delivery's topics or settings: the new sink config is validated by the plugin,
-/// then becomes the connector's next generation (the reconciler applies it). The pipeline,
-/// destination, cluster and name stay: those make a new delivery.
-pub async fn update(
+/// A change checked as `update` checks it (the plugin's validation and the destination's test
+/// included), without storing anything.
+async fn checked_update(
     pool: &SqlitePool,
     store: &SecretStore,
-    wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
     patch: &DeliveryInput,
-) -> Result<Delivery> {
+) -> Result<(Delivery, Checked, Preview)> {
     who.require(Role::Operator, "change deliveries")?;
     let d = load(pool, id).await?;
     crate::operations::refuse_if_held(pool, &d.connector_id, "change the delivery").await?;
@@ -864,6 +884,32 @@ pub async fn update(
     Error::check(errors)?;
     let c = check(pool, who, &merged(&d, patch)).await?;
     let preview = accepted_preview(pool, store, who, &c).await?;
+    Ok((d, c, preview))
+}
+
+/// What `update` would deploy, checked the same way; changes nothing.
+pub async fn preview_update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    patch: &DeliveryInput,
+) -> Result<Preview> {
+    Ok(checked_update(pool, store, who, id, patch).await?.2)
+}
+
+/// Changes a delivery's topics or settings: the new sink config is validated by the plugin,
+/// then becomes the connector's next generation (the reconciler applies it). The pipeline,
+/// destination, cluster and name stay: those make a new delivery.
+pub async fn update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    patch: &DeliveryInput,
+) -> Result<Delivery> {
+    let (d, c, preview) = checked_update(pool, store, who, id, patch).await?;
     ensure_dead_letter_topic(pool, store, who, &c).await?;
     let mut tx = pool.begin().await?;
     audit::record(

@@ -41,13 +41,8 @@ pub struct RulePatch {
     pub enabled: Option<bool>,
 }
 
-pub async fn set_rule(
-    pool: &SqlitePool,
-    who: &Principal,
-    kind: &str,
-    patch: &RulePatch,
-) -> Result<Rule> {
-    who.require(Role::Admin, "change alert rules")?;
+/// What is wrong with a rule change, by field (empty when nothing is).
+pub fn check_rule(patch: &RulePatch) -> crate::error::FieldErrors {
     let mut errors = crate::error::FieldErrors::new();
     if patch.threshold.is_some_and(|t| t < 0.0 || !t.is_finite()) {
         errors.insert("threshold".into(), "a number ≥ 0".into());
@@ -55,7 +50,17 @@ pub async fn set_rule(
     if patch.for_secs.is_some_and(|s| !(0..=86_400).contains(&s)) {
         errors.insert("for_secs".into(), "0 to 86400 seconds".into());
     }
-    Error::check(errors)?;
+    errors
+}
+
+pub async fn set_rule(
+    pool: &SqlitePool,
+    who: &Principal,
+    kind: &str,
+    patch: &RulePatch,
+) -> Result<Rule> {
+    who.require(Role::Admin, "change alert rules")?;
+    Error::check(check_rule(patch))?;
     let done = sqlx::query("UPDATE alert_rules SET threshold = COALESCE(?, threshold), for_secs = COALESCE(?, for_secs), enabled = COALESCE(?, enabled) WHERE kind = ?")
         .bind(patch.threshold)
         .bind(patch.for_secs)

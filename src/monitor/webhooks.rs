@@ -42,13 +42,8 @@ pub struct WebhookInput {
     pub secret: Option<Secret<String>>,
 }
 
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &WebhookInput,
-) -> Result<Webhook> {
-    who.require(Role::Admin, "manage webhooks")?;
+/// The URL normalized and the signing secret, or the field that is wrong; nothing stored.
+pub fn check(input: &WebhookInput) -> Result<(String, Secret<String>)> {
     let url = crate::clusters::validate_url(input.url.as_deref().unwrap_or(""))
         .map_err(|why| Error::field("url", why))?;
     let secret = input
@@ -61,6 +56,17 @@ pub async fn create(
                 "a shared signing secret of at least 16 characters",
             )
         })?;
+    Ok((url, secret))
+}
+
+pub async fn create(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    input: &WebhookInput,
+) -> Result<Webhook> {
+    who.require(Role::Admin, "manage webhooks")?;
+    let (url, secret) = check(input)?;
     let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
     let secret_ref = new_ref();
     let mut tx = pool.begin().await?;

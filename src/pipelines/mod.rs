@@ -97,6 +97,132 @@ fn check_prefix(p: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// A pipeline's own fields, checked and with their defaults: everything `check` decides
+/// without asking a database, Kafka or Connect (the declarative plan normalizes with it too).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fields {
+    pub tables: Vec<String>,
+    pub prefix: String,
+    pub partitions: i32,
+    pub rf: i32,
+    pub retention_ms: Option<i64>,
+    pub snapshot_mode: String,
+    pub publication_mode: String,
+    pub options: BTreeMap<String, String>,
+    pub heartbeat: bool,
+}
+
+pub fn check_fields(input: &PipelineInput, errors: &mut FieldErrors) -> Fields {
+    let name = input.name.clone().unwrap_or_default().trim().to_string();
+    let mut tables: Vec<String> = input
+        .tables
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.trim().to_string())
+        .collect();
+    tables.dedup();
+    if tables.is_empty() {
+        errors.insert(
+            "tables".into(),
+            "choose at least one table, as schema.table".into(),
+        );
+    } else if let Some(bad) = tables
+        .iter()
+        .find(|t| t.split('.').count() != 2 || t.split('.').any(str::is_empty))
+    {
+        errors.insert(
+            "tables".into(),
+            format!("{bad:?}: write schema.table (for MySQL and MariaDB: database.table)"),
+        );
+    } else if tables
+        .iter()
+        .any(|t| t.ends_with(&format!(".{}", config::SIGNAL_TABLE)))
+    {
+        errors.insert(
+            "tables".into(),
+            "the signal table is captured automatically; leave it out".into(),
+        );
+    }
+    let prefix = input
+        .topic_prefix
+        .clone()
+        .unwrap_or_else(|| connections::settings::slug(&name).replace('_', "-"));
+    if let Err(why) = check_prefix(&prefix) {
+        errors.insert("topic_prefix".into(), why);
+    }
+    let partitions = input.partitions.unwrap_or(1);
+    if !(1..=1000).contains(&partitions) {
+        errors.insert("partitions".into(), "1 to 1000".into());
+    }
+    let rf = input.replication_factor.unwrap_or(1);
+    if !(1..=10).contains(&rf) {
+        errors.insert(
+            "replication_factor".into(),
+            "1 to 10, at most the number of brokers".into(),
+        );
+    }
+    let retention_ms = Some(input.retention_ms.unwrap_or(7 * 24 * 3_600_000));
+    if retention_ms.is_some_and(|r| r != -1 && r < 60_000) {
+        errors.insert(
+            "retention_ms".into(),
+            "at least 60000 (one minute), or -1 to keep forever".into(),
+        );
+    }
+    let snapshot_mode = input
+        .snapshot_mode
+        .clone()
+        .unwrap_or_else(|| "initial".into());
+    if !SNAPSHOT_MODES.contains(&snapshot_mode.as_str()) {
+        errors.insert(
+            "snapshot_mode".into(),
+            format!("choose one of {}", SNAPSHOT_MODES.join(", ")),
+        );
+    }
+    let publication_mode = input
+        .publication_mode
+        .clone()
+        .unwrap_or_else(|| "filtered".into());
+    if !["filtered", "disabled"].contains(&publication_mode.as_str()) {
+        errors.insert("publication_mode".into(), "filtered (ClueCDC's connector creates and updates the publication) or disabled (a table owner creates it)".into());
+    }
+    let mut option_errors = FieldErrors::new();
+    let options = connectors::validate_config(
+        &input
+            .options
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .chain([("connector.class".to_string(), json!("x"))])
+            .collect(),
+        &mut option_errors,
+    );
+    for (k, v) in option_errors {
+        errors.insert(k.replacen("config.", "options.", 1), v);
+    }
+    let mut options = options;
+    options.remove("connector.class");
+    for k in options.keys() {
+        if config::managed_keys().contains(&k.as_str()) {
+            errors.insert(
+                format!("options.{k}"),
+                "ClueCDC sets this key itself; use the pipeline's own field".into(),
+            );
+        }
+    }
+    Fields {
+        tables,
+        prefix,
+        partitions: partitions as i32,
+        rf: rf as i32,
+        retention_ms,
+        snapshot_mode,
+        publication_mode,
+        options,
+        heartbeat: input.heartbeat.unwrap_or(false),
+    }
+}
+
 async fn check(
     pool: &SqlitePool,
     store: &SecretStore,
@@ -162,113 +288,29 @@ async fn check(
         }
         _ => {}
     }
-    let mut tables: Vec<String> = input
-        .tables
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| t.trim().to_string())
-        .collect();
-    tables.dedup();
-    if tables.is_empty() {
-        errors.insert(
-            "tables".into(),
-            "choose at least one table, as schema.table".into(),
-        );
-    } else if let Some(bad) = tables
-        .iter()
-        .find(|t| t.split('.').count() != 2 || t.split('.').any(str::is_empty))
-    {
-        errors.insert(
-            "tables".into(),
-            format!("{bad:?}: write schema.table (for MySQL and MariaDB: database.table)"),
-        );
-    } else if tables
-        .iter()
-        .any(|t| t.ends_with(&format!(".{}", config::SIGNAL_TABLE)))
-    {
-        errors.insert(
-            "tables".into(),
-            "the signal table is captured automatically; leave it out".into(),
-        );
-    }
-    let prefix = input
-        .topic_prefix
-        .clone()
-        .unwrap_or_else(|| connections::settings::slug(&name).replace('_', "-"));
-    if let Err(why) = check_prefix(&prefix) {
-        errors.insert("topic_prefix".into(), why);
-    }
+    let fields = check_fields(input, &mut errors);
+    let Fields {
+        tables,
+        prefix,
+        partitions,
+        rf,
+        retention_ms,
+        snapshot_mode,
+        publication_mode,
+        options,
+        heartbeat,
+    } = fields;
     let taken: Option<String> =
         sqlx::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = ? AND id <> ?")
             .bind(&prefix)
             .bind(existing_id.unwrap_or(""))
             .fetch_optional(pool)
             .await?;
-    if let Some(other) = taken {
+    if let Some(other) = taken.filter(|_| !errors.contains_key("topic_prefix")) {
         errors.insert(
             "topic_prefix".into(),
             format!("pipeline {other} uses this prefix; topics would collide"),
         );
-    }
-    let partitions = input.partitions.unwrap_or(1);
-    if !(1..=1000).contains(&partitions) {
-        errors.insert("partitions".into(), "1 to 1000".into());
-    }
-    let rf = input.replication_factor.unwrap_or(1);
-    if !(1..=10).contains(&rf) {
-        errors.insert(
-            "replication_factor".into(),
-            "1 to 10, at most the number of brokers".into(),
-        );
-    }
-    let retention_ms = Some(input.retention_ms.unwrap_or(7 * 24 * 3_600_000));
-    if retention_ms.is_some_and(|r| r != -1 && r < 60_000) {
-        errors.insert(
-            "retention_ms".into(),
-            "at least 60000 (one minute), or -1 to keep forever".into(),
-        );
-    }
-    let snapshot_mode = input
-        .snapshot_mode
-        .clone()
-        .unwrap_or_else(|| "initial".into());
-    if !SNAPSHOT_MODES.contains(&snapshot_mode.as_str()) {
-        errors.insert(
-            "snapshot_mode".into(),
-            format!("choose one of {}", SNAPSHOT_MODES.join(", ")),
-        );
-    }
-    let publication_mode = input
-        .publication_mode
-        .clone()
-        .unwrap_or_else(|| "filtered".into());
-    if !["filtered", "disabled"].contains(&publication_mode.as_str()) {
-        errors.insert("publication_mode".into(), "filtered (ClueCDC's connector creates and updates the publication) or disabled (a table owner creates it)".into());
-    }
-    let mut option_errors = FieldErrors::new();
-    let options = connectors::validate_config(
-        &input
-            .options
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .chain([("connector.class".to_string(), json!("x"))])
-            .collect(),
-        &mut option_errors,
-    );
-    for (k, v) in option_errors {
-        errors.insert(k.replacen("config.", "options.", 1), v);
-    }
-    let mut options = options;
-    options.remove("connector.class");
-    for k in options.keys() {
-        if config::managed_keys().contains(&k.as_str()) {
-            errors.insert(
-                format!("options.{k}"),
-                "ClueCDC sets this key itself; use the pipeline's own field".into(),
-            );
-        }
     }
     // The tables must exist in the source: one query for just these names, on the session
     // the create then runs its source statements on.
@@ -316,13 +358,13 @@ async fn check(
             connect,
             tables,
             prefix,
-            partitions: partitions as i32,
-            rf: rf as i32,
+            partitions,
+            rf,
             retention_ms,
             snapshot_mode,
             publication_mode,
             options,
-            heartbeat: input.heartbeat.unwrap_or(false),
+            heartbeat,
         },
         session,
     ))
@@ -346,54 +388,94 @@ fn spec_of(c: &Checked) -> CaptureSpec {
 }
 
 fn topics_of(c: &Checked) -> Vec<TopicSpec> {
-    let d = c.source.database().cloned();
+    topic_specs(
+        &c.source,
+        &TopicSettings {
+            prefix: &c.prefix,
+            tables: &c.tables,
+            partitions: c.partitions,
+            rf: c.rf,
+            retention_ms: c.retention_ms,
+            heartbeat: c.heartbeat,
+        },
+    )
+}
+
+/// What decides a pipeline's topics.
+pub struct TopicSettings<'a> {
+    pub prefix: &'a str,
+    pub tables: &'a [String],
+    pub partitions: i32,
+    pub rf: i32,
+    pub retention_ms: Option<i64>,
+    pub heartbeat: bool,
+}
+
+impl<'a> TopicSettings<'a> {
+    pub fn of(p: &'a Pipeline) -> Self {
+        TopicSettings {
+            prefix: &p.topic_prefix,
+            tables: &p.tables,
+            partitions: p.partitions as i32,
+            rf: p.replication_factor as i32,
+            retention_ms: p.retention_ms,
+            heartbeat: p.heartbeat,
+        }
+    }
+}
+
+/// Every topic a pipeline's create makes, with its settings: a topic per table, the signal
+/// table's and (opted in) the heartbeat table's, Debezium's heartbeat topic, and for
+/// MySQL/MariaDB the schema history.
+pub fn topic_specs(source: &Connection, t: &TopicSettings<'_>) -> Vec<TopicSpec> {
+    let d = source.database().cloned();
     let signal = d
         .as_ref()
-        .map(|d| signal_collection(c.source.provider, d, &c.tables))
+        .map(|d| signal_collection(source.provider, d, t.tables))
         .unwrap_or_default();
     let data = |name: String| TopicSpec {
         name,
-        partitions: c.partitions,
-        replication_factor: c.rf,
+        partitions: t.partitions,
+        replication_factor: t.rf,
         configs: [
             ("cleanup.policy".to_string(), "delete".to_string()),
             (
                 "retention.ms".to_string(),
-                c.retention_ms.unwrap_or(-1).to_string(),
+                t.retention_ms.unwrap_or(-1).to_string(),
             ),
         ]
         .into(),
     };
-    let mut out: Vec<TopicSpec> = c
+    let mut out: Vec<TopicSpec> = t
         .tables
         .iter()
-        .map(|t| data(table_topic(&c.prefix, t)))
+        .map(|table| data(table_topic(t.prefix, table)))
         .collect();
-    out.push(data(table_topic(&c.prefix, &signal)));
-    if c.heartbeat {
+    out.push(data(table_topic(t.prefix, &signal)));
+    if t.heartbeat {
         if let Some(d) = &d {
             out.push(data(table_topic(
-                &c.prefix,
-                &config::heartbeat_collection(c.source.provider, d, &c.tables),
+                t.prefix,
+                &config::heartbeat_collection(source.provider, d, t.tables),
             )));
         }
     }
     out.push(TopicSpec {
-        name: config::heartbeat_topic(&c.prefix),
+        name: config::heartbeat_topic(t.prefix),
         partitions: 1,
-        replication_factor: c.rf,
+        replication_factor: t.rf,
         configs: [
             ("cleanup.policy".to_string(), "delete".to_string()),
             ("retention.ms".to_string(), "86400000".to_string()),
         ]
         .into(),
     });
-    if c.source.provider != Provider::Postgresql {
+    if source.provider != Provider::Postgresql {
         // Debezium needs the whole schema history: one partition, kept forever.
         out.push(TopicSpec {
-            name: schema_history_topic(&c.prefix),
+            name: schema_history_topic(t.prefix),
             partitions: 1,
-            replication_factor: c.rf,
+            replication_factor: t.rf,
             configs: [
                 ("cleanup.policy".to_string(), "delete".to_string()),
                 ("retention.ms".to_string(), "-1".to_string()),
@@ -732,19 +814,19 @@ pub async fn create(
     load(pool, &id).await
 }
 
-/// Adds and removes tables on a running pipeline as one action: topics for added tables, the
-/// new include list (the connector updates its filtered publication when it restarts), and
-/// an incremental snapshot of only the added tables, signalled once the new config runs.
-pub async fn set_tables(
+/// A table change checked as `set_tables` checks it (the tables in the source, the plugin's
+/// validation), without storing anything.
+async fn checked_tables(
     pool: &SqlitePool,
-    store: &Arc<SecretStore>,
-    wake: &Arc<crate::reconcile::Handle>,
+    store: &SecretStore,
     who: &Principal,
     id: &str,
     tables: Vec<String>,
-) -> Result<(Pipeline, Vec<String>)> {
+) -> Result<(Pipeline, Checked, Preview)> {
     who.require(Role::Operator, "change pipelines")?;
     let p = load(pool, id).await?;
+    crate::operations::refuse_if_held(pool, &p.connector_id, "change the pipeline's tables")
+        .await?;
     let input = PipelineInput {
         name: Some(p.name.clone()),
         source_connection_id: Some(p.source_connection_id.clone()),
@@ -766,6 +848,36 @@ pub async fn set_tables(
         heartbeat: Some(p.heartbeat),
     };
     let (c, _) = check(pool, store, who, &input, Some(&p.id)).await?;
+    let preview = preview_of(store, &c).await?;
+    if !preview.validation_errors.is_empty() {
+        return Err(plugin_errors(&preview.validation_errors));
+    }
+    Ok((p, c, preview))
+}
+
+/// What `set_tables` would deploy, checked the same way; changes nothing.
+pub async fn preview_tables(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    tables: Vec<String>,
+) -> Result<Preview> {
+    Ok(checked_tables(pool, store, who, id, tables).await?.2)
+}
+
+/// Adds and removes tables on a running pipeline as one action: topics for added tables, the
+/// new include list (the connector updates its filtered publication when it restarts), and
+/// an incremental snapshot of only the added tables, signalled once the new config runs.
+pub async fn set_tables(
+    pool: &SqlitePool,
+    store: &Arc<SecretStore>,
+    wake: &Arc<crate::reconcile::Handle>,
+    who: &Principal,
+    id: &str,
+    tables: Vec<String>,
+) -> Result<(Pipeline, Vec<String>)> {
+    let (p, c, preview) = checked_tables(pool, store, who, id, tables).await?;
     let added: Vec<String> = c
         .tables
         .iter()
@@ -778,10 +890,6 @@ pub async fn set_tables(
         .filter(|t| !c.tables.contains(t))
         .cloned()
         .collect();
-    let preview = preview_of(store, &c).await?;
-    if !preview.validation_errors.is_empty() {
-        return Err(plugin_errors(&preview.validation_errors));
-    }
     create_topics(store, &c.kafka, &topics_of(&c)).await?;
     let mut tx = pool.begin().await?;
     audit::record(

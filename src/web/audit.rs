@@ -25,6 +25,9 @@ pub struct AuditQuery {
     target: String,
     #[serde(default)]
     outcome: String,
+    /// A request id, or an apply's change set: every row it wrote.
+    #[serde(default)]
+    request: String,
     #[serde(default)]
     since: String,
     #[serde(default)]
@@ -63,6 +66,7 @@ impl AuditQuery {
             action: self.action.trim().into(),
             target: self.target.trim().into(),
             outcome: self.outcome.clone(),
+            request: self.request.trim().into(),
             since: norm(&self.since),
             until: norm(&self.until),
             before_id: self.before_id,
@@ -78,6 +82,7 @@ impl AuditQuery {
             ("action", &self.action),
             ("target", &self.target),
             ("outcome", &self.outcome),
+            ("request", &self.request),
             ("since", &self.since),
             ("until", &self.until),
         ] {

@@ -300,6 +300,7 @@ pub async fn page_connect_update(
             .and_then(|k| changed(&k, cur.kafka_cluster_id.as_deref())),
         managed_by: changed(&form.managed_by, Some(&cur.managed_by)),
         basic_auth_user: changed(&form.basic_auth_user, cur.basic_auth_user.as_deref()),
+        provider_token: None,
         basic_auth_password: set(&form.basic_auth_password).map(crate::secrets::Secret::new),
     };
     match clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {

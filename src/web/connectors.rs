@@ -898,6 +898,7 @@ impl ConnectForm {
             kafka_cluster_id: set(&self.kafka_cluster_id),
             managed_by: set(&self.managed_by),
             basic_auth_user: set(&self.basic_auth_user),
+            provider_token: None,
             basic_auth_password: set(&self.basic_auth_password).map(crate::secrets::Secret::new),
         }
     }

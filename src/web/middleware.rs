@@ -29,6 +29,18 @@ pub async fn request_context<E: Endpoint>(
     // made to read an unbounded body.
     let body = req.take_body().into_bytes_limit(MAX_BODY_BYTES).await;
     let mut response = match body {
+        Err(_) if path.starts_with("/api/") => poem::Response::builder()
+            .status(poem::http::StatusCode::PAYLOAD_TOO_LARGE)
+            .content_type("application/json")
+            .body(
+                serde_json::json!({"error": {
+                    "code": "too_large",
+                    "message": format!("the request body is larger than {MAX_BODY_BYTES} bytes (1 MiB), the most ClueCDC reads; nothing was changed"),
+                    "fields": {},
+                    "request_id": id,
+                }})
+                .to_string(),
+            ),
         Err(_) => poem::Response::builder()
             .status(poem::http::StatusCode::PAYLOAD_TOO_LARGE)
             .body(format!("request body larger than {MAX_BODY_BYTES} bytes")),

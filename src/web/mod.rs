@@ -28,6 +28,7 @@ mod audit;
 mod auth;
 mod charts;
 mod clusters;
+mod configuration;
 mod connections;
 mod connectors;
 mod deliveries;
@@ -252,6 +253,48 @@ pub fn route_table() -> Vec<RouteSpec> {
             Admin,
             "revoke an API token",
             tokens::revoke_form,
+        ),
+        r(
+            M::GET,
+            CONFIGURATION,
+            Admin,
+            "configuration as code: export, plan and apply (page)",
+            configuration::page,
+        ),
+        r(
+            M::GET,
+            "/settings/configuration/export",
+            Admin,
+            "download the export (?format=strimzi&namespace=&connect_cluster=)",
+            configuration::download,
+        ),
+        r(
+            M::POST,
+            "/settings/configuration/plan",
+            Admin,
+            "plan a pasted document (changes nothing)",
+            configuration::plan_form,
+        ),
+        r(
+            M::POST,
+            "/settings/configuration/apply",
+            Admin,
+            "apply a pasted document",
+            configuration::apply_form,
+        ),
+        r(
+            M::GET,
+            "/api/v1/export",
+            Admin,
+            "the setup as YAML (apiVersion cluecdc/v1, or ?format=strimzi&namespace=&connect_cluster=)",
+            configuration::api_export,
+        ),
+        r(
+            M::POST,
+            "/api/v1/apply",
+            Admin,
+            "plan (?dry_run=true) or apply a YAML document (?prune=true deletes what it leaves out)",
+            configuration::api_apply,
         ),
         r(
             M::GET,

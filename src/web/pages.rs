@@ -41,6 +41,7 @@ const NAV: &[(&str, &str, Role)] = &[
     (super::paths::AUDIT, "Audit", Role::Viewer),
     (super::paths::USERS, "Users", Role::Admin),
     (super::paths::TOKENS, "API tokens", Role::Admin),
+    (super::paths::CONFIGURATION, "Configuration", Role::Admin),
 ];
 
 impl Layout {

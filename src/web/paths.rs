@@ -11,6 +11,7 @@ pub const SETUP: &str = "/setup";
 pub const AUDIT: &str = "/audit";
 pub const USERS: &str = "/settings/users";
 pub const TOKENS: &str = "/settings/tokens";
+pub const CONFIGURATION: &str = "/settings/configuration";
 pub const CONNECTIONS: &str = "/connections";
 pub const ALERTS: &str = "/alerts";
 pub const CONNECTORS: &str = "/connectors";

@@ -10,6 +10,7 @@ mod app_smoke;
 mod connections;
 mod deliveries;
 mod lists;
+mod manifest;
 mod monitoring;
 mod object_storage;
 mod pipelines;

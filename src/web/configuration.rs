@@ -1,0 +1,321 @@
+//! Configuration as code over HTTP: `GET /api/v1/export`, `POST /api/v1/apply`, and the
+//! Settings → Configuration page (download an export, paste a document, see its plan, apply).
+
+use askama::Template;
+use poem::http::StatusCode;
+use poem::web::cookie::CookieJar;
+use poem::web::{Data, Form, Query};
+use poem::{handler, Body, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::{public_message, status_of, ApiError, ApiResult, PageResult};
+use super::pages::{page_with_status, Layout};
+use super::paths;
+use crate::app::AppState;
+use crate::auth::{Principal, Role};
+use crate::error::Error;
+use crate::manifest::apply::{self, Report};
+use crate::manifest::doc::{self, Problem};
+use crate::manifest::plan::{self, Ctx, Plan};
+use crate::manifest::{export, strimzi};
+
+fn ctx<'a>(state: &'a AppState, who: &'a Principal) -> Ctx<'a> {
+    Ctx {
+        pool: &state.pool,
+        store: &state.inner.secrets,
+        wake: &state.inner.reconciler,
+        who,
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ExportQuery {
+    /// `cluecdc` (default) or `strimzi`.
+    format: Option<String>,
+    namespace: Option<String>,
+    connect_cluster: Option<String>,
+    kafka_cluster: Option<String>,
+}
+
+/// The export as YAML text, in the format asked for.
+async fn export_text(state: &AppState, who: &Principal, q: &ExportQuery) -> Result<String, Error> {
+    match q.format.as_deref().unwrap_or("cluecdc") {
+        "cluecdc" => export::export(&state.pool, &state.inner.secrets, who).await,
+        "strimzi" => {
+            let given = |v: &Option<String>| v.clone().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+            let mut errors = crate::error::FieldErrors::new();
+            let namespace = given(&q.namespace).unwrap_or_else(|| {
+                errors.insert("namespace".into(), "the Kubernetes namespace the resources go to".into());
+                String::new()
+            });
+            let connect_cluster = given(&q.connect_cluster).unwrap_or_else(|| {
+                errors.insert("connect_cluster".into(), "the name of the Strimzi KafkaConnect resource that runs the connectors".into());
+                String::new()
+            });
+            Error::check(errors)?;
+            let target = strimzi::Target { namespace, connect_cluster, kafka_cluster: given(&q.kafka_cluster) };
+            let (text, warnings) = strimzi::export(&state.pool, &state.inner.secrets, who, &target).await?;
+            // Warnings go on top as YAML comments: they travel with the file.
+            let head: String = warnings.iter().map(|w| format!("# NOTE: {w}\n")).collect();
+            Ok(format!("{head}{text}"))
+        }
+        _ => Err(Error::field("format", "cluecdc (the declarative document) or strimzi (KafkaConnector and KafkaTopic resources)")),
+    }
+}
+
+fn yaml(text: String, file_name: Option<&str>) -> Response {
+    let mut r = Response::builder().content_type("application/yaml; charset=utf-8");
+    if let Some(name) = file_name {
+        r = r.header(
+            "content-disposition",
+            format!("attachment; filename=\"{name}\""),
+        );
+    }
+    r.body(text)
+}
+
+#[handler]
+pub async fn api_export(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ExportQuery>,
+) -> ApiResult<Response> {
+    who.require(Role::Admin, "export the configuration")?;
+    Ok(yaml(export_text(&state, &who, &q).await?, None))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ApplyQuery {
+    dry_run: Option<bool>,
+    prune: Option<bool>,
+}
+
+fn parse(text: &str) -> Result<doc::Loaded, Error> {
+    doc::parse(text).map_err(plan::refusal)
+}
+
+/// A report answered as JSON: 200 when every step was applied, else the failed step's status
+/// with the error in the API's shape and what was done and what is left beside it.
+fn report_response(r: &Report) -> Response {
+    let mut body = json!(r);
+    let status = match &r.failed {
+        None => StatusCode::OK,
+        Some(f) => {
+            let (status, message) = match &f.cause {
+                Some(e) => (status_of(e), public_message(e)),
+                None => (StatusCode::INTERNAL_SERVER_ERROR, f.error.clone()),
+            };
+            let fields = match &f.cause {
+                Some(Error::Invalid { fields, .. }) => json!(fields),
+                _ => json!({}),
+            };
+            body["error"] = json!({
+                "code": f.code,
+                "message": format!("apply stopped at {}: {message}; {} step(s) done, {} left", f.step, r.done.len(), r.left.len()),
+                "fields": fields,
+                "request_id": crate::telemetry::current_request_id(),
+            });
+            status
+        }
+    };
+    Response::builder()
+        .status(status)
+        .content_type("application/json")
+        .body(body.to_string())
+}
+
+#[handler]
+pub async fn api_apply(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ApplyQuery>,
+    body: Body,
+) -> ApiResult<Response> {
+    who.require(Role::Admin, "apply configuration")?;
+    let text = body.into_string().await.map_err(|_| {
+        ApiError(Error::field(
+            "(document)",
+            "send the document as UTF-8 YAML",
+        ))
+    })?;
+    let loaded = parse(&text)?;
+    let prune = q.prune.unwrap_or(false);
+    let c = ctx(&state, &who);
+    let planned = plan::plan(&c, &loaded, prune).await?;
+    if q.dry_run.unwrap_or(false) {
+        let mut body = json!(planned);
+        body["applied"] = json!(false);
+        return Ok(Response::builder()
+            .content_type("application/json")
+            .body(body.to_string()));
+    }
+    Ok(report_response(&apply::apply(&c, planned, prune).await))
+}
+
+// ---- the page -------------------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+pub struct DocumentForm {
+    #[serde(default)]
+    document: String,
+    #[serde(default)]
+    prune: Option<String>,
+}
+
+impl DocumentForm {
+    fn prune(&self) -> bool {
+        self.prune
+            .as_deref()
+            .is_some_and(|v| v == "on" || v == "true")
+    }
+}
+
+#[derive(Template)]
+#[template(path = "configuration/index.html")]
+struct ConfigurationPage {
+    layout: Layout,
+    form: DocumentForm,
+    /// A plan to confirm (after "Plan").
+    plan: Option<Plan>,
+    /// What apply did (after "Apply").
+    report: Option<Report>,
+    /// Why the document was refused, by path.
+    problems: Vec<Problem>,
+    /// A refusal that is not about a place in the document (a service or provider error).
+    error: Option<String>,
+    connect_clusters: Vec<String>,
+}
+
+async fn page_of(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    form: DocumentForm,
+) -> Result<ConfigurationPage, Error> {
+    who.require(Role::Admin, "export or apply the configuration")?;
+    Ok(ConfigurationPage {
+        layout: Layout::new("Configuration as code", paths::CONFIGURATION, who, jar),
+        form,
+        plan: None,
+        report: None,
+        problems: Vec::new(),
+        error: None,
+        connect_clusters: crate::clusters::connect::list(&state.pool, who)
+            .await?
+            .into_iter()
+            .map(|c| c.name)
+            .collect(),
+    })
+}
+
+fn problems_of(e: Error) -> (Vec<Problem>, Option<String>) {
+    match e {
+        Error::Invalid { fields, message } if fields.is_empty() => (Vec::new(), Some(message)),
+        Error::Invalid { fields, .. } => (
+            fields
+                .into_iter()
+                .map(|(p, m)| Problem::new(p, m))
+                .collect(),
+            None,
+        ),
+        other => (Vec::new(), Some(public_message(&other))),
+    }
+}
+
+#[handler]
+pub async fn page(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &page_of(&state, &who, jar, DocumentForm::default()).await?,
+    )
+}
+
+#[handler]
+pub async fn download(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Query(q): Query<ExportQuery>,
+) -> PageResult<Response> {
+    who.require(Role::Admin, "export the configuration")?;
+    let strimzi = q.format.as_deref() == Some("strimzi");
+    let text = export_text(&state, &who, &q).await?;
+    Ok(yaml(
+        text,
+        Some(if strimzi {
+            "cluecdc-strimzi.yaml"
+        } else {
+            "cluecdc.yaml"
+        }),
+    ))
+}
+
+/// "Plan": the plan of the pasted document (422 with every problem under its path).
+#[handler]
+pub async fn plan_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<DocumentForm>,
+) -> PageResult<Response> {
+    let prune = form.prune();
+    let loaded = parse(&form.document);
+    let mut view = page_of(&state, &who, jar, form).await?;
+    let result = match loaded {
+        Ok(l) => plan::plan(&ctx(&state, &who), &l, prune).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(p) => {
+            view.plan = Some(p);
+            page_with_status(StatusCode::OK, &view)
+        }
+        Err(e) => {
+            let status = status_of(&e);
+            (view.problems, view.error) = problems_of(e);
+            page_with_status(status, &view)
+        }
+    }
+}
+
+/// "Apply": plans the document again (it may have changed since) and carries the plan out.
+#[handler]
+pub async fn apply_form(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Form(form): Form<DocumentForm>,
+) -> PageResult<Response> {
+    let prune = form.prune();
+    let loaded = parse(&form.document);
+    let mut view = page_of(&state, &who, jar, form).await?;
+    let c = ctx(&state, &who);
+    let planned = match loaded {
+        Ok(l) => plan::plan(&c, &l, prune).await,
+        Err(e) => Err(e),
+    };
+    match planned {
+        Ok(p) => {
+            let report = apply::apply(&c, p, prune).await;
+            let status = match &report.failed {
+                Some(f) => f
+                    .cause
+                    .as_ref()
+                    .map(status_of)
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                None => StatusCode::OK,
+            };
+            view.report = Some(report);
+            page_with_status(status, &view)
+        }
+        Err(e) => {
+            let status = status_of(&e);
+            (view.problems, view.error) = problems_of(e);
+            page_with_status(status, &view)
+        }
+    }
+}
