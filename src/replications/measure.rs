@@ -292,9 +292,9 @@ async fn measure(
                 .fold(0.0, f64::max)
         }),
     };
-    // Checkpoints per group: the newest per partition, and when the newest came.
-    let mut groups: BTreeMap<String, (Option<i64>, BTreeMap<(String, i32), Checkpoint>)> =
-        BTreeMap::new();
+    // Checkpoints per group: when its newest came, and the newest per (target topic, partition).
+    type Newest = (Option<i64>, BTreeMap<(String, i32), Checkpoint>);
+    let mut groups: BTreeMap<String, Newest> = BTreeMap::new();
     for rec in checkpoints.unwrap_or_default() {
         if let (Some(k), Some(v)) = (&rec.key, &rec.value) {
             if let Some((group, mut c)) = parse_checkpoint(k, v) {

@@ -521,7 +521,7 @@ async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Resu
     if c.connect.kafka_cluster_id.as_deref() != Some(c.target.id.as_str()) {
         warnings.push(format!("Connect cluster {} is not attached to the target {}: the connectors' producers are pointed at the target (producer.override.*), and their offsets stay in Connect's own Kafka cluster. Seed 004 runs MirrorMaker on a Connect cluster of the target.", c.connect.name, c.target.name));
     }
-    if matched.len() > 0 && matched.len() == names.len() && names.len() > 20 {
+    if !matched.is_empty() && matched.len() == names.len() && names.len() > 20 {
         warnings.push(format!(
             "the pattern takes every one of the source's {} topics",
             names.len()
