@@ -257,7 +257,10 @@ impl NewForm {
         let (topics, pipeline_ids) = match self.pipeline_id.trim() {
             "keep" if topics.is_empty() => (None, None),
             "" | "keep" => (Some(topics), None),
-            p => (Some(topics).filter(|t| !t.is_empty()), Some(vec![p.to_string()])),
+            p => (
+                Some(topics).filter(|t| !t.is_empty()),
+                Some(vec![p.to_string()]),
+            ),
         };
         ReplicationInput {
             topics,
@@ -444,7 +447,10 @@ pub async fn page_act(
     jar: &CookieJar,
     Path((id, action)): Path<(String, String)>,
 ) -> PageResult<Response> {
-    who.require(Role::Operator, "pause, resume, restart or delete replications")?;
+    who.require(
+        Role::Operator,
+        "pause, resume, restart or delete replications",
+    )?;
     let wake = &state.inner.reconciler;
     match action.as_str() {
         "pause" => {
@@ -659,8 +665,7 @@ pub async fn page_update(
     let mut page = edit_page(&state, &who, jar, &id, Some(f)).await?;
     let (pool, store) = (&state.pool, &state.inner.secrets);
     let outcome = if save {
-        match replications::update(pool, store, &state.inner.reconciler, &who, &id, &patch).await
-        {
+        match replications::update(pool, store, &state.inner.reconciler, &who, &id, &patch).await {
             Ok(r) => {
                 set_flash(
                     jar,
