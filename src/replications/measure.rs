@@ -27,6 +27,8 @@ pub struct Progress {
     pub heartbeat_age_secs: Option<f64>,
     /// Why something could not be measured.
     pub error: Option<String>,
+    /// Why the checkpoints could not be read (the rest is measured without them).
+    pub checkpoints_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -295,7 +297,11 @@ async fn measure(
     // Checkpoints per group: when its newest came, and the newest per (target topic, partition).
     type Newest = (Option<i64>, BTreeMap<(String, i32), Checkpoint>);
     let mut groups: BTreeMap<String, Newest> = BTreeMap::new();
-    for rec in checkpoints.unwrap_or_default() {
+    let (checkpoints, checkpoints_error) = match checkpoints {
+        Ok(c) => (c, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    for rec in checkpoints {
         if let (Some(k), Some(v)) = (&rec.key, &rec.value) {
             if let Some((group, mut c)) = parse_checkpoint(k, v) {
                 // The checkpoints topic is per source alias: other replications' topics (or
@@ -369,6 +375,7 @@ async fn measure(
         checkpoints,
         heartbeat_age_secs,
         error: None,
+        checkpoints_error,
     })
 }
 
