@@ -137,9 +137,6 @@ pub fn connectors(s: &Spec<'_>, names: [&str; 3]) -> [(String, BTreeMap<String, 
     source.insert("sync.topic.configs.enabled".into(), "true".into());
     source.insert("sync.topic.acls.enabled".into(), "false".into());
     let mut checkpoint = common(s, CHECKPOINT_CLASS);
-    // Checkpoints for the replication's own topics only: the checkpoints topic is shared by
-    // every replication from the same source alias.
-    checkpoint.insert("topics".into(), s.topics.into());
     checkpoint.insert("groups".into(), s.groups.into());
     checkpoint.insert("checkpoints.topic.replication.factor".into(), "1".into());
     checkpoint.insert("emit.checkpoints.interval.seconds".into(), "5".into());

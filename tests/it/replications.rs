@@ -856,18 +856,21 @@ async fn refused_replications_create_nothing_and_a_created_one_makes_its_compact
                 "{c} reached Connect past the proxy"
             );
         }
+        // The reconciler did try: Connect's refusal is on the connector.
         eventually(
             Duration::from_secs(30),
-            "the reconciler's creates refused",
+            "the reconciler's create refused",
             || async {
-                p.proxy
-                    .snapshot()
-                    .iter()
-                    .any(|c| c.method == "POST" && c.path == "/connectors")
+                let (_, view) = api.get(&format!("/api/v1/connectors/{}", connectors[0])).await;
+                view.to_string()
+                    .contains("not allowed to create connectors")
                     .then_some(())
             },
         )
         .await;
+        for c in &connectors {
+            assert!(connect_status(&s.connect_url, c).await.is_none(), "{c}");
+        }
         // Connect lets it create connectors again: the replication runs and copies.
         p.proxy
             .refuse_creates
@@ -1001,7 +1004,6 @@ async fn a_replication_changes_its_topics_in_place_refuses_changes_that_rename_i
                 let source = live_config(&connectors[0]).await?;
                 let checkpoint = live_config(&connectors[1]).await?;
                 (source["topics"] == both.as_str()
-                    && checkpoint["topics"] == both.as_str()
                     && checkpoint["groups"] == format!("it-{tag}-.*").as_str()
                     && checkpoint["sync.group.offsets.enabled"] == "true")
                     .then_some(())
