@@ -126,14 +126,26 @@ fn resume_and_read_to_end(bootstrap: &str, group: &str, topic: &str) -> (i64, Ve
     (first.expect("read something"), out)
 }
 
-fn records_end(bootstrap: &str, topic: &str) -> i64 {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    c.fetch_watermarks(topic, 0, Duration::from_secs(10))
-        .map(|(_, h)| h)
-        .unwrap_or(0)
+/// Reads end offsets with one client (tests poll it often).
+struct Ends(BaseConsumer);
+
+impl Ends {
+    fn on(bootstrap: &str) -> Ends {
+        Ends(
+            ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .create()
+                .unwrap(),
+        )
+    }
+
+    /// The end offset of the topic's partition 0.
+    fn of(&self, topic: &str) -> i64 {
+        self.0
+            .fetch_watermarks(topic, 0, Duration::from_secs(10))
+            .map(|(_, h)| h)
+            .unwrap_or(0)
+    }
 }
 
 /// The replication's lag in records and its detail, once measured without error.
@@ -147,18 +159,31 @@ async fn lag(api: &Api, id: &str) -> Option<(i64, Value)> {
 /// Waits until the replication shows lag 0 for a source that has at least `at_least` records:
 /// the source's end is read first, so a lag of 0 measured after it covers every record up to
 /// it. Returns the detail.
-async fn caught_up(api: &Api, id: &str, bootstrap: &str, topic: &str, at_least: i64) -> Value {
-    eventually(
-        Duration::from_secs(240),
-        &format!("{at_least} records on the source and all copied (lag 0)"),
-        || async {
-            let end = records_end(bootstrap, topic);
-            let (l, d) = lag(api, id).await?;
-            let measured = d["progress"]["partitions"][0]["source_end"].as_i64()?;
-            (end >= at_least && measured >= end && l == 0).then_some(d)
-        },
-    )
-    .await
+async fn caught_up(api: &Api, id: &str, ends: &Ends, topic: &str, at_least: i64) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let end = ends.of(topic);
+        let (_, d) = api.get(&format!("/api/v1/replications/{id}")).await;
+        let p = &d["progress"];
+        let measured = measured_end(&d, topic).unwrap_or(-1);
+        if p["error"].is_null() && end >= at_least && measured >= end && p["lag_records"] == 0 {
+            return d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not {at_least} records on the source and all copied (lag 0) within 240 s: source end {end}, measured {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The source's end offset of the topic's partition 0 as the replication measured it.
+fn measured_end(detail: &Value, topic: &str) -> Option<i64> {
+    detail["progress"]["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["topic"] == topic && p["partition"] == 0)?["source_end"]
+        .as_i64()
 }
 
 /// The group's checkpoints in a replication's detail.
@@ -208,6 +233,7 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
     assert_eq!(status, 201, "{p}");
     let pid = p["id"].as_str().unwrap().to_string();
     let topic = format!("{prefix}.{schema}.items");
+    let ends = Ends::on(&s.kafka_bootstrap);
     let created = std::cell::RefCell::new(Vec::<String>::new());
     let result = async {
         crate::pipelines::wait_pipeline_running(&api, &pid).await;
@@ -255,7 +281,7 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
             },
         )
         .await;
-        caught_up(&api, &id, &s.kafka_bootstrap, &topic, 3).await;
+        caught_up(&api, &id, &ends, &topic, 3).await;
         let (original, copy) = (
             records(&s.kafka_bootstrap, &topic),
             records(&dr_bootstrap, &remote),
@@ -274,12 +300,10 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
         let mut most_behind = 0;
         let deadline = std::time::Instant::now() + Duration::from_secs(240);
         loop {
-            let end = records_end(&s.kafka_bootstrap, &topic);
+            let end = ends.of(&topic);
             if let Some((l, d)) = lag(&api, &id).await {
                 most_behind = most_behind.max(l);
-                let measured = d["progress"]["partitions"][0]["source_end"]
-                    .as_i64()
-                    .unwrap();
+                let measured = measured_end(&d, &topic).unwrap();
                 if end >= 10_003 && measured >= end && l == 0 {
                     break;
                 }
@@ -288,7 +312,7 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
                 std::time::Instant::now() < deadline,
                 "10,000 changes not copied within 240 s (most behind: {most_behind})"
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         assert!(most_behind > 0, "the lag shown grew during the burst");
         let (original, copy) = (
@@ -367,7 +391,7 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
             Duration::from_secs(60),
             "the lag shows the 50 new records",
             || async {
-                let end = records_end(&s.kafka_bootstrap, &topic);
+                let end = ends.of(&topic);
                 let (l, d) = lag(&api, &id).await?;
                 (end == 10_053 && l >= 50).then_some((l, d))
             },
@@ -456,7 +480,7 @@ async fn a_replication_copies_every_record_of_a_pipeline_to_the_second_cluster_a
             .post(&format!("/api/v1/replications/{id}/resume"), json!({}))
             .await;
         assert_eq!(status, 200, "{body}");
-        caught_up(&api, &id, &s.kafka_bootstrap, &topic, 10_053).await;
+        caught_up(&api, &id, &ends, &topic, 10_053).await;
         for kind in [
             "replication_lag_records",
             "replication_lag_seconds",
@@ -861,7 +885,9 @@ async fn refused_replications_create_nothing_and_a_created_one_makes_its_compact
             Duration::from_secs(30),
             "the reconciler's create refused",
             || async {
-                let (_, view) = api.get(&format!("/api/v1/connectors/{}", connectors[0])).await;
+                let (_, view) = api
+                    .get(&format!("/api/v1/connectors/{}", connectors[0]))
+                    .await;
                 view.to_string()
                     .contains("not allowed to create connectors")
                     .then_some(())
