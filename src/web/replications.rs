@@ -247,9 +247,7 @@ impl NewForm {
             confirm_empty: Some(self.confirm_empty.is_some()),
         }
     }
-}
 
-impl NewForm {
     /// The edit form's change: only what can change in place. `keep` as the pipeline (with no
     /// pattern) leaves the replication's pipelines as they are.
     fn patch(&self) -> ReplicationInput {
