@@ -1,5 +1,5 @@
 //! `GET /metrics` in the Prometheus text format: HTTP traffic, reconciler work, connector
-//! states, delivery lag, retained WAL, freshness and alerts. Names follow Prometheus
+//! states, delivery and replication lag, retained WAL, freshness and alerts. Names follow Prometheus
 //! conventions: a `cluecdc_` prefix, units in the name, `_total` for counters.
 
 use std::collections::BTreeMap;
@@ -36,6 +36,16 @@ impl HttpMetrics {
                 s.buckets[i] += 1;
             }
         }
+    }
+}
+
+/// The label naming a sampled series' subject: the delivery or replication it measures, or
+/// the pipeline (slots, binlog and topic signals are a pipeline's).
+fn subject_label(kind: &str) -> &'static str {
+    match kind.split('_').next() {
+        Some("delivery") => "delivery",
+        Some("replication") => "replication",
+        _ => "pipeline",
     }
 }
 
@@ -145,11 +155,7 @@ pub async fn render(
         .bind(kind)
         .fetch_all(pool)
         .await?;
-        let label = if kind.starts_with("delivery") {
-            "delivery"
-        } else {
-            "pipeline"
-        };
+        let label = subject_label(kind);
         for (subject, value) in latest {
             writeln!(o, "{metric}{{{label}=\"{}\"}} {value}", escape(&subject))?;
         }
@@ -165,4 +171,29 @@ pub async fn render(
         writeln!(o, "cluecdc_alerts_firing{{kind=\"{kind}\"}} {n}")?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sampled_series_is_labelled_by_what_it_measures() {
+        for (kind, label) in [
+            ("delivery_lag_records", "delivery"),
+            ("slot_retained_wal_bytes", "pipeline"),
+            ("pipeline_no_new_data_seconds", "pipeline"),
+            ("replication_lag_records", "replication"),
+            ("replication_lag_seconds", "replication"),
+            ("replication_checkpoint_age_seconds", "replication"),
+        ] {
+            assert!(
+                crate::monitor::signals::SAMPLED
+                    .iter()
+                    .any(|(k, _)| *k == kind),
+                "{kind} is sampled"
+            );
+            assert_eq!(subject_label(kind), label, "{kind}");
+        }
+    }
 }

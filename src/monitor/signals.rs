@@ -180,7 +180,7 @@ pub const SAMPLED: [(&str, &str); 10] = [
     ),
     (
         "replication_checkpoint_age_seconds",
-        "How long a replication's consumer group has committed past its newest checkpoint (the most over groups; 0 while current).",
+        "How long MirrorMaker has owed a replication's consumer group a newer checkpoint (the most over groups; 0 while every checkpoint is as new as the offset syncs allow).",
     ),
 ];
 
@@ -435,7 +435,7 @@ impl Monitor {
                     kind: "replication_checkpoint_age_seconds",
                     subject: r.name.clone(),
                     value: g.stale_secs,
-                    message: format!("group {} has committed on the source past its newest checkpoint on {}, which is {:.0} s old: a failover now would resume it further back; is the checkpoint connector running?", g.group, d.target_cluster, g.stale_secs),
+                    message: format!("group {} committed on the source past the newest offset sync {:.0} s ago and no checkpoint on {} carries it yet: a failover now would resume it further back; is the checkpoint connector running?", g.group, g.stale_secs, d.target_cluster),
                 });
             }
         }

@@ -27,6 +27,8 @@ pub struct Progress {
     pub heartbeat_age_secs: Option<f64>,
     /// Why something could not be measured.
     pub error: Option<String>,
+    /// Why the checkpoints could not be read (the rest is measured without them).
+    pub checkpoints_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -48,13 +50,14 @@ pub struct PartitionProgress {
 pub struct GroupCheckpoints {
     pub group: String,
     pub newest_at: Option<String>,
+    /// Age of the group's newest checkpoint. MirrorMaker writes one only when the translated
+    /// offset moves, so an old checkpoint can still be the best there is.
     pub age_secs: Option<f64>,
-    /// Whether every checkpoint carries the group's current committed offset on the source.
-    /// MirrorMaker writes a checkpoint only when the translation changes, so an idle group's
-    /// newest checkpoint grows old while it is still current.
+    /// Whether no partition is owed a newer checkpoint (see [`owed`]).
     pub current: bool,
-    /// How long the group's commits have gone without a checkpoint: the newest checkpoint's
-    /// age while the group has committed past it, 0 while it is current.
+    /// How long MirrorMaker has owed the group a newer checkpoint: since the later of the
+    /// partition's newest checkpoint and the offset sync that makes a newer one possible, the
+    /// most over partitions; 0 while current.
     pub stale_secs: f64,
     pub partitions: Vec<Checkpoint>,
 }
@@ -75,6 +78,22 @@ pub struct Checkpoint {
     pub replay: Option<i64>,
     /// Records it would never read (translated past its position; MirrorMaker avoids that).
     pub miss: Option<i64>,
+    /// Whether MirrorMaker owes a newer checkpoint for this partition (see [`owed`]).
+    pub owed: bool,
+    /// When the checkpoint was written (ms since the epoch).
+    #[serde(skip)]
+    pub written_ms: Option<i64>,
+}
+
+/// Whether MirrorMaker owes a group a newer checkpoint for a partition. At or past the newest
+/// offset sync (`upstream`, `downstream`) its translation of the group's commit is exact (the
+/// sync's downstream offset, one past it for a commit past the sync), and it writes a
+/// checkpoint as soon as that is ahead of the last one. A commit behind the newest sync is
+/// translated from whichever older syncs MirrorMaker kept in memory (it keeps them ever
+/// sparser further back), so no newer checkpoint can be expected of it.
+pub fn owed(committed: i64, newest_sync: (i64, i64), checkpoint_downstream: i64) -> bool {
+    let (upstream, downstream) = newest_sync;
+    committed >= upstream && downstream + i64::from(committed > upstream) > checkpoint_downstream
 }
 
 /// Kafka's protocol types, as MirrorMaker serializes its internal records.
@@ -129,6 +148,8 @@ pub fn parse_checkpoint(key: &[u8], value: &[u8]) -> Option<(String, Checkpoint)
             position_on_target: None,
             replay: None,
             miss: None,
+            owed: false,
+            written_ms: None,
         },
     ))
 }
@@ -211,10 +232,16 @@ async fn measure(
         kafka::read_topic(&dst, &checkpoints_topic, 200_000),
     );
     let (src_marks, dst_marks) = (src_marks?, dst_marks?);
+    // The newest offset sync per source partition, and when it was written.
     let mut latest: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+    let mut synced_at: HashMap<(String, i32), i64> = HashMap::new();
     for rec in syncs? {
         if let (Some(k), Some(v)) = (&rec.key, &rec.value) {
             if let Some((tp, pair)) = parse_offset_sync(k, v) {
+                match rec.timestamp {
+                    Some(ms) => synced_at.insert(tp.clone(), ms),
+                    None => synced_at.remove(&tp),
+                };
                 latest.insert(tp, pair);
             }
         }
@@ -267,10 +294,14 @@ async fn measure(
                 .fold(0.0, f64::max)
         }),
     };
-    // Checkpoints per group: the newest per partition, and when the newest came.
-    let mut groups: BTreeMap<String, (Option<i64>, BTreeMap<(String, i32), Checkpoint>)> =
-        BTreeMap::new();
-    for rec in checkpoints.unwrap_or_default() {
+    // Checkpoints per group: when its newest came, and the newest per (target topic, partition).
+    type Newest = (Option<i64>, BTreeMap<(String, i32), Checkpoint>);
+    let mut groups: BTreeMap<String, Newest> = BTreeMap::new();
+    let (checkpoints, checkpoints_error) = match checkpoints {
+        Ok(c) => (c, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    for rec in checkpoints {
         if let (Some(k), Some(v)) = (&rec.key, &rec.value) {
             if let Some((group, mut c)) = parse_checkpoint(k, v) {
                 // The checkpoints topic is per source alias: other replications' topics (or
@@ -290,6 +321,7 @@ async fn measure(
                     c.replay = Some((at - c.downstream).max(0));
                     c.miss = Some((c.downstream - at).max(0));
                 }
+                c.written_ms = rec.timestamp;
                 let e = groups.entry(group).or_default();
                 e.0 = e.0.max(rec.timestamp);
                 e.1.insert((c.topic.clone(), c.partition), c);
@@ -299,31 +331,36 @@ async fn measure(
     let source_topics: Vec<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
     let mut checkpoints = Vec::new();
     for (group, (newest, parts)) in groups {
-        let partitions: Vec<Checkpoint> = parts.into_values().collect();
-        // The group's commits on the source now: a checkpoint behind them is stale.
+        let mut partitions: Vec<Checkpoint> = parts.into_values().collect();
+        // The group's commits on the source now, against the newest offset syncs.
         let committed: HashMap<(String, i32), i64> = kafka::group_lag(&src, &group, &source_topics)
             .await
             .unwrap_or_default()
             .into_iter()
             .filter_map(|l| l.committed.map(|c| ((l.topic, l.partition), c)))
             .collect();
-        let current = partitions.iter().all(|c| {
-            upstream_topic(r, &c.topic)
-                .and_then(|t| committed.get(&(t, c.partition)))
-                .is_none_or(|&now| now <= c.upstream)
-        });
+        let mut stale_secs: f64 = 0.0;
+        for c in &mut partitions {
+            let Some(tp) = upstream_topic(r, &c.topic).map(|t| (t, c.partition)) else {
+                continue;
+            };
+            let (Some(&commit), Some(&sync)) = (committed.get(&tp), latest.get(&tp)) else {
+                continue;
+            };
+            c.owed = owed(commit, sync, c.downstream);
+            if c.owed {
+                let since = c.written_ms.max(synced_at.get(&tp).copied()).unwrap_or(now);
+                stale_secs = stale_secs.max(age(now, since));
+            }
+        }
         let age_secs = newest.map(|ms| age(now, ms));
         checkpoints.push(GroupCheckpoints {
             group,
             newest_at: newest
                 .and_then(chrono::DateTime::from_timestamp_millis)
                 .map(crate::time::format),
-            stale_secs: if current {
-                0.0
-            } else {
-                age_secs.unwrap_or(0.0)
-            },
-            current,
+            current: !partitions.iter().any(|c| c.owed),
+            stale_secs,
             age_secs,
             partitions,
         });
@@ -338,6 +375,7 @@ async fn measure(
         checkpoints,
         heartbeat_age_secs,
         error: None,
+        checkpoints_error,
     })
 }
 
@@ -404,5 +442,25 @@ mod tests {
             (c.topic.as_str(), c.partition, c.upstream, c.downstream),
             ("shop.orders", 0, 42, 40)
         );
+    }
+
+    #[test]
+    fn a_newer_checkpoint_is_owed_only_where_mirror_makers_translation_is_exact_and_ahead() {
+        // Newest sync: source offset 1000 copied to target offset 900.
+        let sync = (1000, 900);
+        // The group committed past the sync: MirrorMaker translates it to 901.
+        assert!(owed(1500, sync, 500), "a checkpoint from before the sync");
+        assert!(
+            !owed(1500, sync, 901),
+            "the checkpoint carries that translation"
+        );
+        // At the sync exactly: 900.
+        assert!(owed(1000, sync, 899));
+        assert!(!owed(1000, sync, 900));
+        // Behind the newest sync MirrorMaker translates from the sparse older syncs it kept:
+        // whatever checkpoint it wrote is as good as it gets.
+        assert!(!owed(999, sync, 0));
+        // Never a downstream rewind.
+        assert!(!owed(1500, sync, 950));
     }
 }

@@ -217,40 +217,62 @@ fn matcher(patterns: &str) -> std::result::Result<regex::Regex, String> {
     regex::Regex::new(&parts.join("|")).map_err(|e| format!("not a regular expression: {e}"))
 }
 
-async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> Result<Checked> {
+/// What an input names, looked up; [`judge`] decides on it without further I/O.
+struct Found {
+    /// The source cluster, or why the field is refused.
+    source: std::result::Result<KafkaCluster, String>,
+    target: std::result::Result<KafkaCluster, String>,
+    connect: Option<crate::clusters::ConnectCluster>,
+    /// Each pipeline given, in order: found, or its id when there is none.
+    pipelines: Vec<std::result::Result<PipelineRef, String>>,
+    /// A replication from the target back to the source: (name, policy).
+    reverse: Option<(String, String)>,
+}
+
+/// What a replication needs of a pipeline it takes the topics of.
+#[derive(Debug, Clone)]
+struct PipelineRef {
+    name: String,
+    kafka_cluster_id: String,
+    topic_prefix: String,
+}
+
+/// An input's settings once judged sound.
+#[derive(Debug, Clone, PartialEq)]
+struct Settings {
+    name: String,
+    topics: String,
+    pipeline_ids: Vec<String>,
+    groups: String,
+    identity: bool,
+    separator: String,
+    offset_syncs_location: String,
+    sync_group_offsets: bool,
+}
+
+/// Every refusal of a replication's settings, each by field: pure, so each rule is
+/// unit-tested. A pattern matching no topic is refused later, against the source's topic list.
+fn judge(input: &ReplicationInput, found: &Found) -> std::result::Result<Settings, FieldErrors> {
     let mut errors = FieldErrors::new();
     let name = input.name.as_deref().unwrap_or("").trim().to_string();
     if name.is_empty() || name.len() > 64 {
         errors.insert("name".into(), "give a name of 1–64 characters".into());
     }
-    let kafka = |field: &'static str, id: &Option<String>| {
-        let id = id.clone().unwrap_or_default();
-        async move {
-            match crate::clusters::kafka::get(pool, who, &id).await {
-                Ok(k) => Ok(k),
-                Err(Error::NotFound(_)) => {
-                    Err((field, "choose a registered Kafka cluster".to_string()))
-                }
-                Err(e) => Err((field, e.to_string())),
-            }
-        }
-    };
-    let source = kafka("source_kafka_cluster_id", &input.source_kafka_cluster_id).await;
-    let target = kafka("target_kafka_cluster_id", &input.target_kafka_cluster_id).await;
-    let connect =
-        crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or("")).await;
-    if connect.is_err() {
+    if found.connect.is_none() {
         errors.insert(
             "connect_cluster_id".into(),
             "choose the Connect cluster that runs the replication (ideally one attached to the target cluster)".into(),
         );
     }
-    for r in [&source, &target] {
-        if let Err((f, why)) = r {
-            errors.insert((*f).into(), why.clone());
+    for (field, r) in [
+        ("source_kafka_cluster_id", &found.source),
+        ("target_kafka_cluster_id", &found.target),
+    ] {
+        if let Err(why) = r {
+            errors.insert(field.into(), why.clone());
         }
     }
-    if let (Ok(s), Ok(t)) = (&source, &target) {
+    if let (Ok(s), Ok(t)) = (&found.source, &found.target) {
         if s.id == t.id {
             errors.insert(
                 "target_kafka_cluster_id".into(),
@@ -272,6 +294,21 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> 
             "replication_policy".into(),
             "choose default or identity".into(),
         );
+    }
+    // Identity names topics the same on both sides: with a replication the other way too,
+    // each cluster would copy the other's copies back, forever (seed 004).
+    if let (Some((other, other_policy)), Ok(s), Ok(t)) =
+        (&found.reverse, &found.source, &found.target)
+    {
+        if policy == "identity" || other_policy == "identity" {
+            errors.insert(
+                "replication_policy".into(),
+                format!(
+                    "replication {other} copies {} back to {}: with the identity policy on a two-way pair, records loop between the clusters; use the default policy (prefixed topic names) for both directions",
+                    t.name, s.name
+                ),
+            );
+        }
     }
     let separator = input.separator.clone().unwrap_or_else(|| ".".into());
     if policy == "default"
@@ -303,38 +340,42 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> 
     }
     // The topics: a pattern, or the pipelines' topic prefixes.
     let pipeline_ids = input.pipeline_ids.clone().unwrap_or_default();
-    let topics = match (&input.topics, pipeline_ids.is_empty()) {
-        (Some(t), true) if !t.trim().is_empty() => t.trim().to_string(),
-        (None, false) | (Some(_), false) => {
-            let mut prefixes = Vec::new();
-            for id in &pipeline_ids {
-                match crate::pipelines::load(pool, id).await {
-                    Ok(p) => {
-                        if let Ok(s) = &source {
-                            if p.kafka_cluster_id != s.id {
-                                errors.insert("pipeline_ids".into(), format!("pipeline {} writes to another Kafka cluster than the source", p.name));
-                            }
-                        }
-                        prefixes.push(format!("{}\\..*", regex::escape(&p.topic_prefix)));
-                    }
-                    Err(_) => {
-                        errors.insert("pipeline_ids".into(), format!("no pipeline {id}"));
-                    }
-                }
-            }
-            if input
-                .topics
-                .as_deref()
-                .is_some_and(|t| !t.trim().is_empty())
-            {
+    let pattern = input
+        .topics
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let topics = match (pattern, pipeline_ids.is_empty()) {
+        (Some(t), true) => t.to_string(),
+        (_, false) => {
+            if pattern.is_some() {
                 errors.insert(
                     "topics".into(),
                     "give a pattern or pipelines, not both".into(),
                 );
             }
+            let mut prefixes = Vec::new();
+            for p in &found.pipelines {
+                match p {
+                    Ok(p) => {
+                        if let Ok(s) = &found.source {
+                            if p.kafka_cluster_id != s.id {
+                                errors.insert(
+                                    "pipeline_ids".into(),
+                                    format!("pipeline {} writes to another Kafka cluster than the source", p.name),
+                                );
+                            }
+                        }
+                        prefixes.push(format!("{}\\..*", regex::escape(&p.topic_prefix)));
+                    }
+                    Err(id) => {
+                        errors.insert("pipeline_ids".into(), format!("no pipeline {id}"));
+                    }
+                }
+            }
             prefixes.join(",")
         }
-        _ => {
+        (None, true) => {
             errors.insert(
                 "topics".into(),
                 "give a regular expression for the topics, or choose pipelines".into(),
@@ -347,36 +388,11 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> 
             errors.insert("topics".into(), e);
         }
     }
-    Error::check(errors)?;
-    let (source, target) = (
-        source.map_err(|_| Error::Unexpected(anyhow::anyhow!("checked")))?,
-        target.map_err(|_| Error::Unexpected(anyhow::anyhow!("checked")))?,
-    );
-    // Identity names topics the same on both sides: with a replication the other way too,
-    // each cluster would copy the other's copies back, forever (seed 004).
-    let reverse: Vec<(String, String)> = sqlx::query_as("SELECT name, replication_policy FROM replications WHERE source_kafka_cluster_id = ? AND target_kafka_cluster_id = ?")
-        .bind(&target.id)
-        .bind(&source.id)
-        .fetch_all(pool)
-        .await?;
-    if let Some((other, other_policy)) = reverse.first() {
-        if policy == "identity" || other_policy == "identity" {
-            return Err(Error::field(
-                "replication_policy",
-                format!(
-                    "replication {other} copies {} back to {}: with the identity policy on a two-way pair, records loop between the clusters; use the default policy (prefixed topic names) for both directions",
-                    target.name, source.name
-                ),
-            ));
-        }
+    if !errors.is_empty() {
+        return Err(errors);
     }
-    Ok(Checked {
+    Ok(Settings {
         name,
-        source_alias: alias(&source),
-        target_alias: alias(&target),
-        source,
-        target,
-        connect: connect?,
         topics,
         pipeline_ids,
         groups,
@@ -384,6 +400,77 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> 
         separator,
         offset_syncs_location: location,
         sync_group_offsets: input.sync_group_offsets.unwrap_or(false),
+    })
+}
+
+/// Looks up what the input names, then [`judge`]s it.
+async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> Result<Checked> {
+    let kafka = |id: &Option<String>| {
+        let id = id.clone().unwrap_or_default();
+        async move {
+            match crate::clusters::kafka::get(pool, who, &id).await {
+                Ok(k) => Ok(k),
+                Err(Error::NotFound(_)) => Err("choose a registered Kafka cluster".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    };
+    let source = kafka(&input.source_kafka_cluster_id).await;
+    let target = kafka(&input.target_kafka_cluster_id).await;
+    let connect =
+        crate::clusters::get(pool, who, input.connect_cluster_id.as_deref().unwrap_or(""))
+            .await
+            .ok();
+    let mut pipelines = Vec::new();
+    for id in input.pipeline_ids.iter().flatten() {
+        pipelines.push(match crate::pipelines::load(pool, id).await {
+            Ok(p) => Ok(PipelineRef {
+                name: p.name,
+                kafka_cluster_id: p.kafka_cluster_id,
+                topic_prefix: p.topic_prefix,
+            }),
+            Err(_) => Err(id.clone()),
+        });
+    }
+    let reverse = match (&source, &target) {
+        (Ok(s), Ok(t)) => sqlx::query_as::<_, (String, String)>("SELECT name, replication_policy FROM replications WHERE source_kafka_cluster_id = ? AND target_kafka_cluster_id = ? ORDER BY replication_policy = 'identity' DESC, name LIMIT 1")
+            .bind(&t.id)
+            .bind(&s.id)
+            .fetch_optional(pool)
+            .await?,
+        _ => None,
+    };
+    let found = Found {
+        source,
+        target,
+        connect,
+        pipelines,
+        reverse,
+    };
+    let settings = judge(input, &found).map_err(|fields| match Error::check(fields) {
+        Err(e) => e,
+        Ok(()) => Error::Unexpected(anyhow::anyhow!("refused without a reason")),
+    })?;
+    let (Ok(source), Ok(target), Some(connect)) = (found.source, found.target, found.connect)
+    else {
+        return Err(Error::Unexpected(anyhow::anyhow!(
+            "judged without its clusters"
+        )));
+    };
+    Ok(Checked {
+        name: settings.name,
+        source_alias: alias(&source),
+        target_alias: alias(&target),
+        source,
+        target,
+        connect,
+        topics: settings.topics,
+        pipeline_ids: settings.pipeline_ids,
+        groups: settings.groups,
+        identity: settings.identity,
+        separator: settings.separator,
+        offset_syncs_location: settings.offset_syncs_location,
+        sync_group_offsets: settings.sync_group_offsets,
     })
 }
 
@@ -434,7 +521,7 @@ async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Resu
     if c.connect.kafka_cluster_id.as_deref() != Some(c.target.id.as_str()) {
         warnings.push(format!("Connect cluster {} is not attached to the target {}: the connectors' producers are pointed at the target (producer.override.*), and their offsets stay in Connect's own Kafka cluster. Seed 004 runs MirrorMaker on a Connect cluster of the target.", c.connect.name, c.target.name));
     }
-    if matched.len() > 0 && matched.len() == names.len() && names.len() > 20 {
+    if !matched.is_empty() && matched.len() == names.len() && names.len() > 20 {
         warnings.push(format!(
             "the pattern takes every one of the source's {} topics",
             names.len()
@@ -454,6 +541,33 @@ async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Resu
             .map(|(n, _, _)| n)
             .collect(),
     })
+}
+
+/// The preview of a replication about to be stored, refused when its pattern matches no topic
+/// now (unless `confirmed`: topics created later are picked up) or the plugin refuses a config.
+async fn accepted(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    c: &Checked,
+    confirmed: bool,
+) -> Result<Preview> {
+    let p = preview_of(pool, store, c).await?;
+    if p.matched.is_empty() && !confirmed {
+        return Err(Error::field(
+            "topics",
+            format!(
+                "{} matches none of the source's {} topics; fix the pattern, or confirm to use it anyway (topics created later are picked up)",
+                c.topics, p.source_topics
+            ),
+        ));
+    }
+    if !p.validation_errors.is_empty() {
+        return Err(Error::Invalid {
+            message: "the MirrorMaker plugin refused the config".into(),
+            fields: p.validation_errors.clone(),
+        });
+    }
+    Ok(p)
 }
 
 pub async fn preview(
@@ -490,22 +604,7 @@ pub async fn create(
             c.name
         )));
     }
-    let p = preview_of(pool, store, &c).await?;
-    if p.matched.is_empty() && input.confirm_empty != Some(true) {
-        return Err(Error::field(
-            "topics",
-            format!(
-                "{} matches none of the source's {} topics; fix the pattern, or confirm to create it anyway (topics created later are picked up)",
-                c.topics, p.source_topics
-            ),
-        ));
-    }
-    if !p.validation_errors.is_empty() {
-        return Err(Error::Invalid {
-            message: "the MirrorMaker plugin refused the config".into(),
-            fields: p.validation_errors.clone(),
-        });
-    }
+    let p = accepted(pool, store, &c, input.confirm_empty == Some(true)).await?;
     // The internal topics, compacted, created here rather than by MirrorMaker on first use.
     let spec = c.spec();
     let (on_target, on_source) = (
@@ -592,6 +691,183 @@ pub async fn set_state(
     let r = load(pool, id).await?;
     for c in &r.connector_ids {
         connectors::set_state(pool, wake, who, c, state).await?;
+    }
+    Ok(r)
+}
+
+/// The settings that fix a replication's remote topic names, where its offset syncs live and
+/// where its connectors run: changing one means a new replication, and each says why.
+const FIXED: [(&str, &str); 7] = [
+    ("name", "it names the three connectors; create a new replication instead"),
+    ("source_kafka_cluster_id", "the copies on the target come from this cluster; create a new replication instead"),
+    ("target_kafka_cluster_id", "the copies and MirrorMaker's internal topics are on this cluster; create a new replication instead"),
+    ("connect_cluster_id", "the connectors and their offsets live on this Connect cluster; create a new replication instead"),
+    ("replication_policy", "it decides the copies' names on the target: the copies made so far would be abandoned and every record copied again under new names; create a new replication instead"),
+    ("separator", "it is part of the copies' names on the target: the copies made so far would be abandoned and every record copied again under new names; create a new replication instead"),
+    ("offset_syncs_location", "it moves the offset syncs to the other cluster: the checkpoints would lose the syncs that translate them; create a new replication instead"),
+];
+
+/// The replication's settings with `patch` over them. Only the topics (a pattern or
+/// pipelines), the groups and whether to sync group offsets change in place; a different value
+/// of any [`FIXED`] setting is refused by field.
+fn merged(r: &Replication, patch: &ReplicationInput) -> Result<ReplicationInput> {
+    let mut errors = FieldErrors::new();
+    for (field, why) in FIXED {
+        let (given, current) = match field {
+            "name" => (&patch.name, &r.name),
+            "source_kafka_cluster_id" => {
+                (&patch.source_kafka_cluster_id, &r.source_kafka_cluster_id)
+            }
+            "target_kafka_cluster_id" => {
+                (&patch.target_kafka_cluster_id, &r.target_kafka_cluster_id)
+            }
+            "connect_cluster_id" => (&patch.connect_cluster_id, &r.connect_cluster_id),
+            "replication_policy" => (&patch.replication_policy, &r.replication_policy),
+            "separator" => (&patch.separator, &r.separator),
+            _ => (&patch.offset_syncs_location, &r.offset_syncs_location),
+        };
+        if given.as_deref().is_some_and(|g| g.trim() != current) {
+            errors.insert(field.into(), format!("cannot change: {why}"));
+        }
+    }
+    Error::check(errors)?;
+    // A pattern given replaces the pipelines and pipelines replace a pattern; neither keeps
+    // what the replication has.
+    let (topics, pipeline_ids) = match (&patch.topics, &patch.pipeline_ids) {
+        (None, None) if !r.pipeline_ids.is_empty() => (None, Some(r.pipeline_ids.clone())),
+        (None, None) => (Some(r.topics.clone()), None),
+        (t, p) => (t.clone(), p.clone()),
+    };
+    Ok(ReplicationInput {
+        name: Some(r.name.clone()),
+        source_kafka_cluster_id: Some(r.source_kafka_cluster_id.clone()),
+        target_kafka_cluster_id: Some(r.target_kafka_cluster_id.clone()),
+        connect_cluster_id: Some(r.connect_cluster_id.clone()),
+        topics,
+        pipeline_ids,
+        groups: patch.groups.clone().or_else(|| Some(r.groups.clone())),
+        replication_policy: Some(r.replication_policy.clone()),
+        separator: Some(r.separator.clone()),
+        offset_syncs_location: Some(r.offset_syncs_location.clone()),
+        sync_group_offsets: patch.sync_group_offsets.or(Some(r.sync_group_offsets)),
+        confirm_empty: patch.confirm_empty,
+    })
+}
+
+/// What a change would make of the replication: its topics against the source's list and the
+/// three configs as validated by the plugin. Changes nothing.
+pub async fn preview_update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    who: &Principal,
+    id: &str,
+    patch: &ReplicationInput,
+) -> Result<Preview> {
+    who.require(Role::Operator, "change replications")?;
+    let r = load(pool, id).await?;
+    let c = check(pool, who, &merged(&r, patch)?).await?;
+    preview_of(pool, store, &c).await
+}
+
+/// Changes a replication's topics, groups or group-offset sync in place: the three connectors
+/// are rendered again from the same policy, separator and offset-syncs location (so they still
+/// agree), validated by the plugin, and each whose config changed gets its next generation for
+/// the reconciler to apply. Nothing changes when a field is refused.
+pub async fn update(
+    pool: &SqlitePool,
+    store: &SecretStore,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+    patch: &ReplicationInput,
+) -> Result<Replication> {
+    who.require(Role::Operator, "change replications")?;
+    let r = load(pool, id).await?;
+    for c in &r.connector_ids {
+        crate::operations::refuse_if_held(pool, c, "change the replication").await?;
+    }
+    let c = check(pool, who, &merged(&r, patch)?).await?;
+    let p = accepted(pool, store, &c, patch.confirm_empty == Some(true)).await?;
+    let mut changes = serde_json::Map::new();
+    for (field, from, to) in [
+        ("topics", json!(r.topics), json!(c.topics)),
+        ("pipeline_ids", json!(r.pipeline_ids), json!(c.pipeline_ids)),
+        ("groups", json!(r.groups), json!(c.groups)),
+        (
+            "sync_group_offsets",
+            json!(r.sync_group_offsets),
+            json!(c.sync_group_offsets),
+        ),
+    ] {
+        if from != to {
+            changes.insert(field.into(), json!({"from": from, "to": to}));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(r);
+    }
+    let now = crate::time::now();
+    let mut tx = pool.begin().await?;
+    for (pc, cid) in p.connectors.iter().zip(&r.connector_ids) {
+        let before: Option<String> =
+            sqlx::query_scalar("SELECT config FROM connectors WHERE id = ?")
+                .bind(cid)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let before = before.and_then(|c| serde_json::from_str::<BTreeMap<String, String>>(&c).ok());
+        // Only a connector whose config changed is given to Connect again (a new config
+        // restarts its tasks).
+        if before.as_ref() == Some(&pc.config) {
+            continue;
+        }
+        sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?")
+            .bind(json!(pc.config).to_string())
+            .bind(&now)
+            .bind(cid)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("UPDATE replications SET topics = ?, pipeline_ids = ?, groups = ?, sync_group_offsets = ?, updated_at = ? WHERE id = ?")
+        .bind(&c.topics)
+        .bind(json!(c.pipeline_ids).to_string())
+        .bind(&c.groups)
+        .bind(c.sync_group_offsets)
+        .bind(&now)
+        .bind(&r.id)
+        .execute(&mut *tx)
+        .await?;
+    audit::record(
+        &mut tx,
+        Entry {
+            actor: who.into(),
+            action: "replication.update",
+            target_kind: "replication",
+            target_id: &r.id,
+            outcome: Outcome::Success,
+            summary: json!({"name": r.name, "changes": changes, "matched": p.matched.len()}),
+        },
+    )
+    .await?;
+    crate::reconcile::bump_desired_version(&mut *tx).await?;
+    tx.commit().await?;
+    wake.wake();
+    load(pool, &r.id).await
+}
+
+/// Restarts all three connectors and their tasks once (the reconciler asks Connect).
+pub async fn restart(
+    pool: &SqlitePool,
+    wake: &crate::reconcile::Handle,
+    who: &Principal,
+    id: &str,
+) -> Result<Replication> {
+    who.require(Role::Operator, "restart replications")?;
+    let r = load(pool, id).await?;
+    for c in &r.connector_ids {
+        crate::operations::refuse_if_held(pool, c, "restart the replication").await?;
+    }
+    for c in &r.connector_ids {
+        connectors::request_restart(pool, wake, who, c).await?;
     }
     Ok(r)
 }
@@ -791,4 +1067,318 @@ pub async fn readiness(
             .collect(),
         groups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kafka(id: &str, name: &str) -> KafkaCluster {
+        KafkaCluster {
+            id: id.into(),
+            name: name.into(),
+            bootstrap_servers: format!("{id}:9092"),
+            security_protocol: "PLAINTEXT".into(),
+            sasl_mechanism: None,
+            sasl_username: None,
+            tls_ca_certificate: None,
+            secret_ref: format!("ref_{id}"),
+            health: None,
+            health_at: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    fn connect() -> crate::clusters::ConnectCluster {
+        crate::clusters::ConnectCluster {
+            id: "cc_1".into(),
+            name: "dr connect".into(),
+            url: "http://connect:8083".into(),
+            kafka_cluster_id: Some("kc_b".into()),
+            managed_by: "cluecdc".into(),
+            provider_token_at: None,
+            basic_auth_user: None,
+            secret_ref: None,
+            health: None,
+            health_at: None,
+            observed_at: None,
+            last_error: None,
+            next_attempt_at: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    fn found() -> Found {
+        Found {
+            source: Ok(kafka("kc_a", "primary")),
+            target: Ok(kafka("kc_b", "dr")),
+            connect: Some(connect()),
+            pipelines: Vec::new(),
+            reverse: None,
+        }
+    }
+
+    fn input() -> ReplicationInput {
+        ReplicationInput {
+            name: Some("dr copy".into()),
+            topics: Some("shop\\..*".into()),
+            ..Default::default()
+        }
+    }
+
+    /// The refusals as (field, message).
+    fn refused(input: &ReplicationInput, found: &Found) -> FieldErrors {
+        judge(input, found).expect_err("refused")
+    }
+
+    #[test]
+    fn sound_settings_take_the_defaults_of_mirror_maker() {
+        let s = judge(&input(), &found()).unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                name: "dr copy".into(),
+                topics: "shop\\..*".into(),
+                pipeline_ids: Vec::new(),
+                groups: ".*".into(),
+                identity: false,
+                separator: ".".into(),
+                offset_syncs_location: "target".into(),
+                sync_group_offsets: false,
+            }
+        );
+    }
+
+    #[test]
+    fn the_same_cluster_as_source_and_target_is_refused_on_the_target_field() {
+        let mut f = found();
+        f.target = Ok(kafka("kc_a", "primary"));
+        let e = refused(&input(), &f);
+        assert!(
+            e["target_kafka_cluster_id"].contains("is the source too"),
+            "{e:?}"
+        );
+        // Two clusters whose names give one alias would share MirrorMaker's topic names.
+        let mut f = found();
+        f.target = Ok(kafka("kc_c", "Primary"));
+        let e = refused(&input(), &f);
+        assert!(e["target_kafka_cluster_id"].contains("same alias"), "{e:?}");
+    }
+
+    #[test]
+    fn the_identity_policy_on_a_two_way_pair_is_refused_whichever_side_has_it() {
+        let mut f = found();
+        f.reverse = Some(("back".into(), "default".into()));
+        let identity = ReplicationInput {
+            replication_policy: Some("identity".into()),
+            ..input()
+        };
+        let e = refused(&identity, &f);
+        assert!(
+            e["replication_policy"].contains("replication back copies dr back to primary")
+                && e["replication_policy"].contains("loop"),
+            "{e:?}"
+        );
+        // The other way round: this one default, the existing one identity.
+        f.reverse = Some(("back".into(), "identity".into()));
+        let e = refused(&input(), &f);
+        assert!(e["replication_policy"].contains("loop"), "{e:?}");
+        // Default on both sides is sound: the copies are named after their source.
+        f.reverse = Some(("back".into(), "default".into()));
+        assert!(judge(&input(), &f).is_ok());
+        // Identity one way only is sound too.
+        f.reverse = None;
+        assert!(judge(&identity, &f).unwrap().identity);
+    }
+
+    #[test]
+    fn each_setting_is_refused_by_its_own_field_with_how_to_fix_it() {
+        let mut f = found();
+        f.connect = None;
+        f.source = Err("choose a registered Kafka cluster".into());
+        let bad = ReplicationInput {
+            name: Some(" ".into()),
+            topics: Some("(unclosed".into()),
+            groups: Some("[".into()),
+            replication_policy: Some("mirror".into()),
+            separator: Some("/".into()),
+            offset_syncs_location: Some("middle".into()),
+            ..Default::default()
+        };
+        let e = refused(&bad, &f);
+        for (field, says) in [
+            ("name", "1–64 characters"),
+            ("connect_cluster_id", "choose the Connect cluster"),
+            ("source_kafka_cluster_id", "registered Kafka cluster"),
+            ("topics", "not a regular expression"),
+            ("groups", "not a regular expression"),
+            ("replication_policy", "default or identity"),
+            ("offset_syncs_location", "target or source"),
+        ] {
+            assert!(
+                e.get(field).is_some_and(|m| m.contains(says)),
+                "{field}: {e:?}"
+            );
+        }
+        // The separator only matters to the default policy.
+        assert!(!e.contains_key("separator"), "{e:?}");
+        let e = refused(
+            &ReplicationInput {
+                separator: Some("/".into()),
+                ..input()
+            },
+            &found(),
+        );
+        assert!(e["separator"].contains("'.', '_' or '-'"), "{e:?}");
+        let e = refused(
+            &ReplicationInput {
+                topics: None,
+                ..input()
+            },
+            &found(),
+        );
+        assert!(e["topics"].contains("or choose pipelines"), "{e:?}");
+    }
+
+    #[test]
+    fn pipelines_give_their_topic_prefixes_and_must_write_to_the_source() {
+        let mut f = found();
+        f.pipelines = vec![Ok(PipelineRef {
+            name: "shop".into(),
+            kafka_cluster_id: "kc_a".into(),
+            topic_prefix: "shop.db".into(),
+        })];
+        let by_pipeline = ReplicationInput {
+            topics: None,
+            pipeline_ids: Some(vec!["pl_1".into()]),
+            ..input()
+        };
+        assert_eq!(judge(&by_pipeline, &f).unwrap().topics, "shop\\.db\\..*");
+        let both = ReplicationInput {
+            pipeline_ids: Some(vec!["pl_1".into()]),
+            ..input()
+        };
+        assert!(refused(&both, &f)["topics"].contains("not both"));
+        f.pipelines = vec![
+            Ok(PipelineRef {
+                name: "shop".into(),
+                kafka_cluster_id: "kc_b".into(),
+                topic_prefix: "shop".into(),
+            }),
+            Err("pl_gone".into()),
+        ];
+        let e = refused(&by_pipeline, &f);
+        assert!(e["pipeline_ids"].contains("no pipeline pl_gone"), "{e:?}");
+        f.pipelines.pop();
+        let e = refused(&by_pipeline, &f);
+        assert!(
+            e["pipeline_ids"].contains("shop writes to another Kafka cluster"),
+            "{e:?}"
+        );
+    }
+
+    fn replication() -> Replication {
+        Replication {
+            id: "rp_1".into(),
+            name: "dr copy".into(),
+            source_kafka_cluster_id: "kc_a".into(),
+            target_kafka_cluster_id: "kc_b".into(),
+            connect_cluster_id: "cc_1".into(),
+            topics: "shop\\..*".into(),
+            pipeline_ids: Vec::new(),
+            groups: ".*".into(),
+            replication_policy: "default".into(),
+            separator: ".".into(),
+            offset_syncs_location: "target".into(),
+            sync_group_offsets: false,
+            source_alias: "primary".into(),
+            target_alias: "dr".into(),
+            connector_ids: Vec::new(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_change_keeps_what_it_does_not_name_and_refuses_what_renames_the_copies() {
+        let r = replication();
+        let m = merged(
+            &r,
+            &ReplicationInput {
+                groups: Some("billing".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(m.topics.as_deref(), Some("shop\\..*"));
+        assert_eq!(m.groups.as_deref(), Some("billing"));
+        assert_eq!(m.sync_group_offsets, Some(false));
+        assert_eq!(m.replication_policy.as_deref(), Some("default"));
+        // Pipelines given replace the pattern.
+        let m = merged(
+            &r,
+            &ReplicationInput {
+                pipeline_ids: Some(vec!["pl_1".into()]),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (m.topics, m.pipeline_ids),
+            (None, Some(vec!["pl_1".into()]))
+        );
+        // The same value of a fixed setting is no change.
+        assert!(merged(
+            &r,
+            &ReplicationInput {
+                separator: Some(".".into()),
+                name: Some("dr copy".into()),
+                ..Default::default()
+            }
+        )
+        .is_ok());
+        for (patch, field, says) in [
+            (
+                ReplicationInput {
+                    replication_policy: Some("identity".into()),
+                    ..Default::default()
+                },
+                "replication_policy",
+                "copied again under new names",
+            ),
+            (
+                ReplicationInput {
+                    separator: Some("_".into()),
+                    ..Default::default()
+                },
+                "separator",
+                "copied again under new names",
+            ),
+            (
+                ReplicationInput {
+                    offset_syncs_location: Some("source".into()),
+                    ..Default::default()
+                },
+                "offset_syncs_location",
+                "checkpoints would lose the syncs",
+            ),
+            (
+                ReplicationInput {
+                    target_kafka_cluster_id: Some("kc_c".into()),
+                    ..Default::default()
+                },
+                "target_kafka_cluster_id",
+                "create a new replication",
+            ),
+        ] {
+            match merged(&r, &patch) {
+                Err(Error::Invalid { fields, .. }) => assert!(
+                    fields[field].starts_with("cannot change") && fields[field].contains(says),
+                    "{fields:?}"
+                ),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
 }

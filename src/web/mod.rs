@@ -536,6 +536,20 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/replications/:id/edit",
+            Operator,
+            "change a replication's topics, groups or group-offset sync (form)",
+            replications::page_edit,
+        ),
+        r(
+            M::POST,
+            "/replications/:id/edit",
+            Operator,
+            "preview, then save, a change to a replication",
+            replications::page_update,
+        ),
+        r(
+            M::GET,
             "/replications/:id/readiness",
             Viewer,
             "failover readiness of a consumer group: where it would resume, what it would replay",
@@ -545,7 +559,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::POST,
             "/replications/:id/:action",
             Operator,
-            "pause, resume or delete a replication",
+            "pause, resume, restart or delete a replication",
             replications::page_act,
         ),
         r(
@@ -1318,6 +1332,20 @@ pub fn route_table() -> Vec<RouteSpec> {
             Operator,
             "delete a replication's connectors (the copied topics stay)",
             replications::api_delete,
+        ),
+        r(
+            M::PATCH,
+            "/api/v1/replications/:id",
+            Operator,
+            "change a replication's topics (or pipelines), groups or group-offset sync in place",
+            replications::api_patch,
+        ),
+        r(
+            M::POST,
+            "/api/v1/replications/:id/restart",
+            Operator,
+            "restart the three connectors and their tasks",
+            replications::api_restart,
         ),
         r(
             M::POST,

@@ -115,6 +115,37 @@ pub async fn api_resume(
     ))
 }
 
+#[handler]
+pub async fn api_patch(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Json(patch): Json<ReplicationInput>,
+) -> ApiResult<Json<Replication>> {
+    Ok(Json(
+        replications::update(
+            &state.pool,
+            &state.inner.secrets,
+            &state.inner.reconciler,
+            &who,
+            &id,
+            &patch,
+        )
+        .await?,
+    ))
+}
+
+#[handler]
+pub async fn api_restart(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Replication>> {
+    Ok(Json(
+        replications::restart(&state.pool, &state.inner.reconciler, &who, &id).await?,
+    ))
+}
+
 #[derive(Template)]
 #[template(path = "replications/index.html")]
 struct ListPage {
@@ -216,6 +247,28 @@ impl NewForm {
             confirm_empty: Some(self.confirm_empty.is_some()),
         }
     }
+
+    /// The edit form's change: only what can change in place. `keep` as the pipeline (with no
+    /// pattern) leaves the replication's pipelines as they are.
+    fn patch(&self) -> ReplicationInput {
+        let topics = self.topics.trim().to_string();
+        let (topics, pipeline_ids) = match self.pipeline_id.trim() {
+            "keep" if topics.is_empty() => (None, None),
+            "" | "keep" => (Some(topics), None),
+            p => (
+                Some(topics).filter(|t| !t.is_empty()),
+                Some(vec![p.to_string()]),
+            ),
+        };
+        ReplicationInput {
+            topics,
+            pipeline_ids,
+            groups: Some(self.groups.trim().to_string()),
+            sync_group_offsets: Some(self.sync_group_offsets.is_some()),
+            confirm_empty: Some(self.confirm_empty.is_some()),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Template)]
@@ -226,6 +279,8 @@ struct NewPage {
     kafka: Vec<(String, String)>,
     connect: Vec<(String, String)>,
     pipelines: Vec<(String, String)>,
+    /// Never any on the create form (see the edit form).
+    kept_pipelines: Vec<String>,
     preview: Option<Preview>,
     errors: FieldErrors,
     problem: Option<String>,
@@ -235,6 +290,14 @@ impl NewPage {
     fn identity(&self) -> bool {
         self.f.replication_policy == "identity"
     }
+}
+
+async fn pipeline_names(state: &AppState, who: &Principal) -> Result<Vec<(String, String)>, Error> {
+    Ok(crate::pipelines::list(&state.pool, who)
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.name))
+        .collect())
 }
 
 async fn new_page(
@@ -248,11 +311,8 @@ async fn new_page(
         layout: Layout::new("New replication", paths::REPLICATIONS, who, jar),
         kafka: cluster_names(state, who).await?,
         connect: crate::clusters::connect::choices(&state.pool).await?,
-        pipelines: crate::pipelines::list(&state.pool, who)
-            .await?
-            .into_iter()
-            .map(|p| (p.id, p.name))
-            .collect(),
+        pipelines: pipeline_names(state, who).await?,
+        kept_pipelines: Vec::new(),
         f,
         preview: None,
         errors: FieldErrors::new(),
@@ -376,7 +436,7 @@ pub async fn page_detail(
     )
 }
 
-/// Pause, resume and delete from the detail page.
+/// Pause, resume, restart and delete from the detail page.
 #[handler]
 pub async fn page_act(
     req: &Request,
@@ -385,7 +445,10 @@ pub async fn page_act(
     jar: &CookieJar,
     Path((id, action)): Path<(String, String)>,
 ) -> PageResult<Response> {
-    who.require(Role::Operator, "pause, resume or delete replications")?;
+    who.require(
+        Role::Operator,
+        "pause, resume, restart or delete replications",
+    )?;
     let wake = &state.inner.reconciler;
     match action.as_str() {
         "pause" => {
@@ -393,6 +456,13 @@ pub async fn page_act(
         }
         "resume" => {
             replications::set_state(&state.pool, wake, &who, &id, DesiredState::Running).await?;
+        }
+        "restart" => {
+            replications::restart(&state.pool, wake, &who, &id).await?;
+            set_flash(
+                jar,
+                "Restart requested: the reconciler restarts the three connectors and their tasks.",
+            );
         }
         "delete" => {
             replications::delete(&state.pool, wake, &who, &id).await?;
@@ -474,4 +544,160 @@ pub async fn page_readiness(
             problem,
         },
     )
+}
+
+/// The edit form: the create form's topic, group and offset-sync fields and its preview, with
+/// what cannot change shown as facts.
+#[derive(Template)]
+#[template(path = "replications/edit.html")]
+struct EditPage {
+    layout: Layout,
+    r: Replication,
+    source_cluster: String,
+    target_cluster: String,
+    connect_cluster: String,
+    f: NewForm,
+    pipelines: Vec<(String, String)>,
+    /// The names of the pipelines the replication takes the topics of, when it has several
+    /// (the form chooses one; "keep" leaves them).
+    kept_pipelines: Vec<String>,
+    preview: Option<Preview>,
+    errors: FieldErrors,
+    problem: Option<String>,
+}
+
+async fn edit_page(
+    state: &AppState,
+    who: &Principal,
+    jar: &CookieJar,
+    id: &str,
+    f: Option<NewForm>,
+) -> Result<EditPage, Error> {
+    who.require(Role::Operator, "change replications")?;
+    let r = replications::load(&state.pool, id).await?;
+    let kafka = cluster_names(state, who).await?;
+    let name = |id: &str| {
+        kafka
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| id.to_string())
+    };
+    let connect = crate::clusters::connect::choices(&state.pool)
+        .await?
+        .into_iter()
+        .find(|(c, _)| *c == r.connect_cluster_id)
+        .map(|(_, n)| n)
+        .unwrap_or_else(|| r.connect_cluster_id.clone());
+    let pipelines = pipeline_names(state, who).await?;
+    let kept_pipelines: Vec<String> = if r.pipeline_ids.len() > 1 {
+        r.pipeline_ids
+            .iter()
+            .map(|id| {
+                pipelines
+                    .iter()
+                    .find(|(p, _)| p == id)
+                    .map(|(_, n)| n.clone())
+                    .unwrap_or_else(|| id.clone())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let f = f.unwrap_or_else(|| NewForm {
+        topics: if r.pipeline_ids.is_empty() {
+            r.topics.clone()
+        } else {
+            String::new()
+        },
+        pipeline_id: match r.pipeline_ids.as_slice() {
+            [] => String::new(),
+            [one] => one.clone(),
+            _ => "keep".into(),
+        },
+        groups: r.groups.clone(),
+        sync_group_offsets: r.sync_group_offsets.then(|| "true".into()),
+        ..Default::default()
+    });
+    Ok(EditPage {
+        layout: Layout::new(format!("Edit {}", r.name), paths::REPLICATIONS, who, jar),
+        source_cluster: name(&r.source_kafka_cluster_id),
+        target_cluster: name(&r.target_kafka_cluster_id),
+        connect_cluster: connect,
+        r,
+        f,
+        pipelines,
+        kept_pipelines,
+        preview: None,
+        errors: FieldErrors::new(),
+        problem: None,
+    })
+}
+
+#[handler]
+pub async fn page_edit(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    page_with_status(
+        StatusCode::OK,
+        &edit_page(&state, &who, jar, &id, None).await?,
+    )
+}
+
+/// Preview, then save through `replications::update`, as the API does; a refusal shows the
+/// form again with the errors beside their fields.
+#[handler]
+pub async fn page_update(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    Form(f): Form<NewForm>,
+) -> PageResult<Response> {
+    let patch = f.patch();
+    let save = f.action == "save";
+    let mut page = edit_page(&state, &who, jar, &id, Some(f)).await?;
+    let (pool, store) = (&state.pool, &state.inner.secrets);
+    let outcome = if save {
+        match replications::update(pool, store, &state.inner.reconciler, &who, &id, &patch).await {
+            Ok(r) => {
+                set_flash(
+                    jar,
+                    "Saved; the reconciler gives the connectors whose config changed to Connect.",
+                );
+                return Ok(redirect(req, &format!("/replications/{}", r.id)));
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        replications::preview_update(pool, store, &who, &id, &patch)
+            .await
+            .map(|p| page.preview = Some(p))
+    };
+    let status = match outcome {
+        Ok(()) => StatusCode::OK,
+        Err(Error::Invalid { fields, .. }) => {
+            page.errors = fields;
+            if save {
+                page.preview = replications::preview_update(pool, store, &who, &id, &patch)
+                    .await
+                    .ok();
+            }
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Err(Error::Conflict(m)) => {
+            page.problem = Some(m);
+            StatusCode::CONFLICT
+        }
+        Err(Error::Unavailable(m)) => {
+            page.problem = Some(m);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Err(e) => return Err(e.into()),
+    };
+    page_with_status(status, &page)
 }

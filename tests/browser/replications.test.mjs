@@ -112,3 +112,68 @@ test('an operator creates a replication from the page: the same cluster twice is
   assert.match(await row.innerText(), /0 records not copied/, 'the monitor\'s latest sample');
   assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
 });
+
+test('an operator changes the replication from its page (a wrong group pattern refused inline, the preview, saved into Connect) and restarts it', async () => {
+  const [, list] = await api(app, token, 'GET', '/api/v1/replications');
+  const r = (list.items ?? []).find((x) => x.name === name);
+  assert.ok(r, 'the replication created by the test before');
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = watchConsole(page);
+  await signIn(page, app, 'otto');
+  await page.goto(`${app.url}/replications/${r.id}`);
+  await page.getByRole('link', { name: 'Edit…' }).click();
+  await page.waitForURL(new RegExp(`/replications/${r.id}/edit$`));
+  // What cannot change is shown, not offered.
+  assert.match(await page.locator('#fixed').innerText(), /default \(copies named stack-kafka\.<topic>\)/);
+  assert.equal(await page.getByLabel('Or the topics of a pipeline').inputValue(), pipeline.id, 'chosen by pipeline');
+  const pattern = `${prefix}\\.${schema}\\..*`;
+  await page.getByLabel('Or the topics of a pipeline').selectOption('');
+  await page.getByLabel('Topics (regular expressions, comma-separated)').fill(pattern);
+  await page.getByLabel('Consumer groups to checkpoint').fill('(');
+  const [refused] = await Promise.all([
+    page.waitForResponse((res) => res.request().method() === 'POST' && res.url().endsWith(`/replications/${r.id}/edit`)),
+    page.getByRole('button', { name: 'Preview' }).click(),
+  ]);
+  assert.equal(refused.status(), 422);
+  assert.match(await page.locator('#groups-error').innerText(), /not a regular expression/);
+  assert.equal(await page.getByLabel('Topics (regular expressions, comma-separated)').inputValue(), pattern, 'what was typed stays');
+
+  await page.getByLabel('Consumer groups to checkpoint').fill(`bw-${pid}-.*`);
+  await page.getByLabel(/Write translated group offsets to the target/).check();
+  await page.getByRole('button', { name: 'Preview' }).click();
+  const review = page.getByRole('region', { name: 'What it copies' });
+  await review.waitFor({ timeout: 60_000 });
+  assert.match(await review.innerText(), new RegExp(`stack-kafka\\.${prefix}\\.${schema}\\.orders`));
+  assert.match(await review.innerText(), /The MirrorMaker plugin accepts all three configs/);
+  await screenshot(page, 'replication-edit');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  await page.waitForURL(new RegExp(`/replications/${r.id}$`), { timeout: 60_000 });
+  assert.match(await page.locator('main').innerText(), /Saved; the reconciler gives the connectors whose config changed to Connect/);
+  assert.match(await page.locator('.lede').innerText(), new RegExp(pattern.replace(/[\\.*]/g, (c) => `\\${c}`)));
+  // Connect has the new configs.
+  let source, checkpoint;
+  for (let i = 0; i < 60; i++) {
+    source = await (await fetch(`${env.CONNECT_URL}/connectors/${connectorOf('source')}/config`)).json();
+    checkpoint = await (await fetch(`${env.CONNECT_URL}/connectors/${connectorOf('checkpoint')}/config`)).json();
+    if (source.topics === pattern && checkpoint.groups === `bw-${pid}-.*` && checkpoint['sync.group.offsets.enabled'] === 'true') break;
+    await sleep(1000);
+  }
+  assert.equal(source.topics, pattern);
+  assert.equal(checkpoint.groups, `bw-${pid}-.*`);
+  assert.equal(checkpoint['sync.group.offsets.enabled'], 'true');
+
+  // Restart: asked of the reconciler, recorded as the operator's.
+  await page.getByRole('button', { name: 'Restart' }).click();
+  await page.waitForURL(new RegExp(`/replications/${r.id}$`));
+  assert.match(await page.locator('main').innerText(), /Restart requested: the reconciler restarts the three connectors/);
+  for (const kind of ['source', 'checkpoint', 'heartbeat']) {
+    let restarts = [];
+    for (let i = 0; i < 60 && !restarts.some((x) => x.triggered_by === 'user:otto'); i++) {
+      const [, c] = await api(app, token, 'GET', `/api/v1/connectors/${connectorOf(kind)}`);
+      restarts = c.restarts ?? [];
+      if (!restarts.some((x) => x.triggered_by === 'user:otto')) await sleep(500);
+    }
+    assert.ok(restarts.some((x) => x.triggered_by === 'user:otto'), `${kind}: ${JSON.stringify(restarts)}`);
+  }
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});

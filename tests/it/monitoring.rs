@@ -466,7 +466,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
 }
 
 /// Runs the official parser (Python's prometheus_client) over the text.
-fn parse_metrics(text: &str) -> Value {
+pub(crate) fn parse_metrics(text: &str) -> Value {
     use std::io::Write;
     let mut child = std::process::Command::new("python3")
         .arg(format!(
