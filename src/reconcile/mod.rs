@@ -286,6 +286,7 @@ impl Reconciler {
             auth,
             &format!("cluecdc-reconciler ({})", self.lease.holder),
         )
+        .trusting(cluster.tls_ca_certificate.as_deref())
     }
 
     /// One pass over every cluster; returns the steps it sent to Connect.

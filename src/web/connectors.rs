@@ -862,6 +862,8 @@ pub struct ConnectForm {
     pub(super) basic_auth_user: String,
     #[serde(default)]
     pub(super) basic_auth_password: String,
+    #[serde(default)]
+    pub(super) tls_ca_certificate: String,
 }
 
 pub(super) fn set(v: &str) -> Option<String> {
@@ -899,6 +901,7 @@ impl ConnectForm {
             managed_by: set(&self.managed_by),
             basic_auth_user: set(&self.basic_auth_user),
             basic_auth_password: set(&self.basic_auth_password).map(crate::secrets::Secret::new),
+            tls_ca_certificate: set(&self.tls_ca_certificate),
         }
     }
 

@@ -591,3 +591,253 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
     })
     .await;
 }
+
+const HOOK_SECRET: &str = "tls-webhook-secret-0123456";
+
+/// A plain-HTTP webhook receiver (the TLS front sits before it): (path, signature valid, body)
+/// of every call.
+async fn hook_receiver() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, bool, Value)>>>,
+) {
+    use hmac::{Hmac, Mac};
+    use poem::listener::{Acceptor, Listener};
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let acceptor = poem::listener::TcpListener::bind("127.0.0.1:0")
+        .into_acceptor()
+        .await
+        .unwrap();
+    let addr = acceptor.local_addr()[0].as_socket_addr().copied().unwrap();
+    let ep = poem::endpoint::make(move |req: poem::Request| {
+        let g = g.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let sig = req
+                .headers()
+                .get("x-cluecdc-signature")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = req.into_body().into_bytes().await.unwrap_or_default();
+            let mut mac =
+                <Hmac<sha2::Sha256> as Mac>::new_from_slice(HOOK_SECRET.as_bytes()).unwrap();
+            mac.update(&body);
+            let valid = sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+            g.lock().unwrap().push((
+                path,
+                valid,
+                serde_json::from_slice(&body).unwrap_or(Value::Null),
+            ));
+            "ok"
+        }
+    });
+    tokio::spawn(async move { poem::Server::new_with_acceptor(acceptor).run(ep).await });
+    (addr.to_string(), got)
+}
+
+/// ClueCDC's own https clients (the Connect REST client, webhooks) trust a private CA when one
+/// is given, and then only it: through an https front with the stack's certificate, Connect
+/// answers and a connector runs; the other CA, or the built-in roots, are refused with the
+/// certificate problem named, and so are the webhooks that do not trust the front's CA.
+#[tokio::test]
+async fn a_connect_cluster_and_a_webhook_behind_https_trust_their_private_ca_and_only_it() {
+    use std::time::Duration;
+    let s = stack();
+    let t = tls();
+    let _c = connect_shared().await;
+    let api = admin_api_with(&[
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+    ]);
+    let connect_front = TlsFront::start(&s.connect_url).await;
+    let (receiver, got) = hook_receiver().await;
+    let hook_front = TlsFront::start(&receiver).await;
+
+    // Webhooks: one trusting the stack's CA, one another CA, one the built-in roots.
+    for (path, ca) in [
+        ("/trusted", Some(t.ca.as_str())),
+        ("/other-ca", Some(t.other_ca.as_str())),
+        ("/public-roots", None),
+    ] {
+        let mut body = json!({"url": format!("{}{path}", hook_front.url()), "secret": HOOK_SECRET});
+        if let Some(ca) = ca {
+            body["tls_ca_certificate"] = json!(ca);
+        }
+        let (status, w) = api.post("/api/v1/webhooks", body).await;
+        assert_eq!(status, 201, "{w}");
+    }
+    // A CA is for https only, and must be a certificate.
+    for (url, ca, needle) in [
+        ("http://127.0.0.1:9/h", t.ca.as_str(), "https://"),
+        ("https://127.0.0.1:9/h", "not a pem", "PEM"),
+    ] {
+        let (status, err) = api
+            .post(
+                "/api/v1/webhooks",
+                json!({"url": url, "secret": HOOK_SECRET, "tls_ca_certificate": ca}),
+            )
+            .await;
+        assert_eq!(status, 422, "{err}");
+        assert!(
+            err["error"]["fields"]["tls_ca_certificate"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
+            "{err}"
+        );
+    }
+    let (status, _) = api
+        .patch(
+            "/api/v1/alert-rules/connect_unreachable",
+            json!({"for_secs": 0}),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Connect through the front, trusting the stack's CA: it answers and a connector runs.
+    let (status, c) = api
+        .post(
+            "/api/v1/connect-clusters",
+            json!({"name": "https connect", "url": connect_front.url(), "tls_ca_certificate": t.ca}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let id = c["id"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/connect-clusters/{id}");
+    let (status, p) = api.get(&format!("{path}/plugins")).await;
+    assert_eq!(
+        status, 200,
+        "reachable through https with the private CA: {p}"
+    );
+    assert!(
+        p["version"].as_str().unwrap_or_default().starts_with("4."),
+        "{p}"
+    );
+    let name = format!("tls-front-{}", tag());
+    let (status, made) = api
+        .post(
+            "/api/v1/connectors",
+            json!({"name": name, "connect_cluster_id": id, "config": {"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector", "file": "/dev/null", "topic": name, "tasks.max": "1"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let result = async {
+        eventually(
+            Duration::from_secs(90),
+            "the connector RUNNING, observed through the https front",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                (c["phase"] == "RUNNING").then_some(())
+            },
+        )
+        .await;
+        wait_running(&s.connect_url, &name, Duration::from_secs(30)).await;
+
+        // Another CA: refused, and the certificate problem is named (health, the reconciler's
+        // error, the alert and the webhook that trusts the front's CA).
+        let (status, patched) = api
+            .patch(&path, json!({"tls_ca_certificate": t.other_ca}))
+            .await;
+        assert_eq!(status, 200, "{patched}");
+        let (status, err) = api.get(&format!("{path}/plugins")).await;
+        assert_eq!(status, 502, "{err}");
+        let message = err["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(
+                "TLS: the server's certificate is not signed by the CA in tls_ca_certificate"
+            ),
+            "{err}"
+        );
+        let fired = eventually(
+            Duration::from_secs(60),
+            "connect_unreachable firing with the TLS reason",
+            || async { alert(&api, "connect_unreachable", "https connect", "firing").await },
+        )
+        .await;
+        assert!(
+            fired["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not signed by the CA in tls_ca_certificate"),
+            "{fired}"
+        );
+        let hook = eventually(
+            Duration::from_secs(30),
+            "the signed firing webhook through https",
+            || async {
+                got.lock()
+                    .unwrap()
+                    .iter()
+                    .find(|(p, _, b)| {
+                        p == "/trusted"
+                            && b["state"] == "firing"
+                            && b["alert"]["kind"] == "connect_unreachable"
+                    })
+                    .cloned()
+            },
+        )
+        .await;
+        assert!(hook.1, "signed: {hook:?}");
+        // The other two tried (four attempts each, 1 + 2 + 4 s apart) and never got through.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let paths: Vec<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, _, _)| p.clone())
+            .collect();
+        assert!(
+            paths.iter().all(|p| p == "/trusted"),
+            "only the webhook trusting the front's CA is reached: {paths:?}"
+        );
+
+        // No CA: the built-in roots do not know the stack's CA either.
+        let (status, patched) = api.patch(&path, json!({"tls_ca_certificate": ""})).await;
+        assert_eq!(status, 200, "{patched}");
+        assert!(patched["tls_ca_certificate"].is_null(), "{patched}");
+        let (status, err) = api.get(&format!("{path}/plugins")).await;
+        assert_eq!(status, 502, "{err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("(without one, by a CA this machine trusts)"),
+            "{err}"
+        );
+        // A CA with a plain-http URL is refused, naming the field; nothing changes.
+        let (status, err) = api
+            .patch(
+                &path,
+                json!({"url": s.connect_url, "tls_ca_certificate": t.ca}),
+            )
+            .await;
+        assert_eq!(status, 422, "{err}");
+        assert!(
+            err["error"]["fields"]["tls_ca_certificate"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("https://"),
+            "{err}"
+        );
+        let (_, same) = api.get(&path).await;
+        assert_eq!(same["url"], connect_front.url());
+    };
+    with_cleanup(result, async {
+        let _ = api.patch(&path, json!({"tls_ca_certificate": t.ca})).await;
+        let _ = api.delete(&format!("/api/v1/connectors/{name}")).await;
+        let _ = eventually(
+            Duration::from_secs(60),
+            "the connector gone from Connect",
+            || async {
+                connect_status(&s.connect_url, &name)
+                    .await
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    })
+    .await;
+}
