@@ -405,6 +405,31 @@ pub fn turns_verification_off(key: &str, value: &str) -> Option<String> {
     }
 }
 
+/// Whether `value` under `key` holds a secret in plain text rather than as a
+/// `${cluecdc:<secret_ref>:<field>}` reference. A JAAS line (`*sasl.jaas.config`) names its
+/// login module and user in clear; only its password and secret attributes must be references.
+pub fn plain_secret(key: &str, value: &str) -> bool {
+    if !looks_secret(key) || value.is_empty() {
+        return false;
+    }
+    if !key.to_ascii_lowercase().ends_with("sasl.jaas.config") {
+        return !value.starts_with("${");
+    }
+    // Every `name="value"` whose name says password or secret.
+    value.split('"').collect::<Vec<_>>().chunks(2).any(|pair| {
+        let [before, quoted] = pair else { return false };
+        let name = before
+            .trim_end()
+            .trim_end_matches('=')
+            .trim_end()
+            .rsplit(|c: char| c.is_whitespace() || c == ';')
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        (name.contains("password") || name.contains("secret")) && !quoted.starts_with("${")
+    })
+}
+
 pub fn validate_config(
     map: &serde_json::Map<String, Value>,
     errors: &mut FieldErrors,
@@ -423,7 +448,7 @@ pub fn validate_config(
                 continue;
             }
         };
-        if looks_secret(k) && !s.is_empty() && !s.starts_with("${") {
+        if plain_secret(k, &s) {
             errors.insert(format!("config.{k}"), "looks like a secret: store it in a connection and write ${cluecdc:<secret_ref>:<field>} here instead".into());
             continue;
         }
@@ -803,6 +828,30 @@ mod tests {
         let mut e = FieldErrors::new();
         validate_config(&serde_json::Map::new(), &mut e);
         assert!(e.contains_key("config.connector.class"));
+    }
+
+    #[test]
+    fn a_jaas_line_may_name_its_user_but_its_password_must_be_a_reference() {
+        let module = "org.apache.kafka.common.security.scram.ScramLoginModule required";
+        for (value, plain) in [
+            (format!("{module} username=\"cdc\" password=\"${{cluecdc:sec_k:sasl_password}}\";"), false),
+            (format!("{module} username=\"cdc\" password=\"hunter2\";"), true),
+            (format!("{module} username=\"cdc\" password = \"hunter2\";"), true),
+            (format!("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"x\" clientSecret=\"s3cr3t\";"), true),
+            ("${cluecdc:sec_k:jaas}".to_string(), false),
+        ] {
+            assert_eq!(
+                plain_secret("producer.override.sasl.jaas.config", &value),
+                plain,
+                "{value}"
+            );
+        }
+        assert!(plain_secret("database.password", "hunter2"));
+        assert!(!plain_secret(
+            "database.password",
+            "${cluecdc:sec_1:password}"
+        ));
+        assert!(!plain_secret("topics", "hunter2"));
     }
 
     #[test]
