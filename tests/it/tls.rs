@@ -264,7 +264,7 @@ async fn object_ids(s: &Stack, prefix: &str) -> Vec<i64> {
 }
 
 #[tokio::test]
-async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_https_destinations_and_a_wrong_ca_is_permanent(
+async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_https_destinations_and_a_wrong_ca_fails_it_permanently(
 ) {
     use sqlx::Connection;
     use std::os::unix::fs::PermissionsExt;
@@ -273,7 +273,11 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
     let t = tls();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api_with(&[("CLUECDC_MONITOR_INTERVAL", "1s")]);
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_RESTART_BACKOFF", "1s"),
+    ]);
     let connect = point_connect_provider_at(&api).await;
     // The pipeline's Kafka is the TLS + SCRAM listener: ClueCDC creates its topics there.
     let kafka = t.kafka_cluster(&api, "tls kafka").await;
@@ -391,10 +395,12 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             "Connect stores the reference, not the PEM: {live}"
         );
 
-        // Now the source's CA is the wrong one. Debezium retries a failing source connection
-        // without end and keeps its task RUNNING (errors.max.retries does not bound a failing
-        // start in 3.5), so Connect shows no trace: ClueCDC's own read of the source fails the
-        // same way, and its alert says the cause is permanent.
+        // Now the source's CA is the wrong one, and the task starts again with it (the
+        // provider writes the CA file anew). Debezium 3.5 retries a connection that fails when
+        // its task starts without end (errors.max.retries does not bound it: debezium/dbz#2009)
+        // and Connect keeps the task RUNNING; ClueCDC's own check of the source and the
+        // plugin's on the worker name the cause, and ClueCDC reports the connector FAILED with
+        // that trace, permanently: no restart of its own.
         let (status, _) = api
             .patch(
                 "/api/v1/alert-rules/pipeline_source_unreachable",
@@ -413,25 +419,40 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             .post(&format!("/api/v1/pipelines/{pid}/restart"), json!({}))
             .await;
         assert!(status < 300, "{r}");
-        let name = p["name"].as_str().unwrap();
-        let fired = eventually(
-            Duration::from_secs(90),
-            "the source alert with its cause",
-            || async { alert(&api, "pipeline_source_unreachable", name, "firing").await },
+        let connector = format!("cluecdc-capture-{prefix}");
+        let failed = eventually(
+            Duration::from_secs(120),
+            "the connector FAILED with the certificate problem as its trace",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+                (c["phase"] == "FAILED").then_some(c)
+            },
         )
         .await;
-        let message = fired["message"].as_str().unwrap();
+        let trace = failed["trace"].as_str().unwrap_or_default();
         assert!(
-            message.contains("permanent (TLS certificate not trusted)")
-                && message.contains("restarting will not help"),
-            "{fired}"
+            trace.contains("not signed by the CA") && trace.to_lowercase().contains("pkix"),
+            "ClueCDC's check and the driver on the worker both name it: {failed}"
         );
-        // And the connector's own driver, asked through Connect's validate on the worker.
+        let message = failed["message"].as_str().unwrap_or_default();
         assert!(
-            message.contains("the connector's plugin says")
-                && message.to_lowercase().contains("pkix"),
-            "{fired}"
+            message.starts_with("failed (TLS certificate not trusted); not restarting: the server's certificate is not signed by the connection's CA"),
+            "{failed}"
         );
+        let restarts_then = failed["restarts"].as_array().map_or(0, Vec::len);
+        // Longer than the first backoff (CLUECDC_RESTART_BACKOFF is 1 s here): a transient
+        // reading of the same trace would have restarted it by now.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let (_, after) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+        assert_eq!(after["phase"], "FAILED", "{after}");
+        assert_eq!(after["restart_attempts"], 0, "{after}");
+        assert_eq!(
+            after["restarts"].as_array().map_or(0, Vec::len),
+            restarts_then,
+            "no restart recorded: {after}"
+        );
+        let live = connect_status(&s.connect_url, &connector).await.unwrap();
+        eprintln!("Connect meanwhile: {live}");
         let (_, d) = api.get(&format!("/api/v1/pipelines/{pid}")).await;
         assert!(
             d["source_error"]
@@ -440,9 +461,19 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
                 .contains("not signed by the CA"),
             "{d}"
         );
-        assert_eq!(
-            d["connector"]["restart_attempts"], 0,
-            "no restart loop of ClueCDC's own: {d}"
+        let name = p["name"].as_str().unwrap();
+        let fired = eventually(
+            Duration::from_secs(60),
+            "the source alert with its cause",
+            || async { alert(&api, "pipeline_source_unreachable", name, "firing").await },
+        )
+        .await;
+        assert!(
+            fired["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("permanent (TLS certificate not trusted)"),
+            "{fired}"
         );
         let page = sign_in(&api.app, "ada", PASSWORD)
             .await
@@ -455,10 +486,14 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             .await
             .unwrap();
         assert!(
-            page.contains("cannot reach the source either"),
-            "the pipeline page says so"
+            page.contains("not restarting: the server&#x27;s certificate is not signed")
+                || page.contains("not restarting: the server's certificate is not signed"),
+            "the pipeline page says it will not be restarted and why"
         );
-        // The right CA again: the alert resolves once the source answers.
+
+        // The right CA again: once the source answers ClueCDC and the plugin accepts the config
+        // on the worker (which writes the right CA file there), the verdict goes, the retrying
+        // task connects at its next attempt, and changes flow again.
         let (status, _) = api
             .patch(
                 &format!("/api/v1/connections/{}", src["id"].as_str().unwrap()),
@@ -466,6 +501,31 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             )
             .await;
         assert_eq!(status, 200);
+        eventually(
+            Duration::from_secs(90),
+            "the connector RUNNING again",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+                (c["phase"] == "RUNNING").then_some(())
+            },
+        )
+        .await;
+        sqlx::query(&format!("INSERT INTO {schema}.items VALUES (4, 'kiwi')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        let want = vec![
+            "apple".to_string(),
+            "pear".into(),
+            "fig".into(),
+            "kiwi".into(),
+        ];
+        eventually(
+            Duration::from_secs(120),
+            "the row written after the fix in the destination",
+            || async { (dest_names(&dest_url, &table).await == want).then_some(()) },
+        )
+        .await;
         eventually(
             Duration::from_secs(60),
             "the source alert resolved",
@@ -494,15 +554,22 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
     .await;
 }
 
+/// verify-ca checks the server's certificate against the CA but not the host name; the
+/// connector's binlog client and JDBC driver get the same mode and truststore.
 #[tokio::test]
-async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scram_kafka() {
+async fn a_verify_ca_mariadb_pipeline_streams_keeps_its_schema_history_on_the_tls_scram_kafka_and_a_wrong_ca_fails_it_permanently(
+) {
     use sqlx::Connection;
     use std::time::Duration;
     let s = stack();
     let t = tls();
     let _c = connect_shared().await;
     let _p = provider_lock().await;
-    let api = admin_api();
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_RESTART_BACKOFF", "1s"),
+    ]);
     let connect = point_connect_provider_at(&api).await;
     let kafka = t.kafka_cluster(&api, "tls kafka").await;
     let kid = kafka["id"].as_str().unwrap().to_string();
@@ -519,7 +586,7 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
     }
     let src = api
         .connection(json!({"name": format!("tls maria {tag}"), "provider": "MARIADB", "capabilities": ["SOURCE"],
-            "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "verify-full", "ca_certificate": t.ca},
+            "settings": {"host": s.mariadb_host, "port": s.mariadb_port, "database": s.mariadb_db, "user": s.mariadb_user, "tls_mode": "verify-ca", "ca_certificate": t.ca},
             "secrets": {"password": s.mariadb_password}}))
         .await;
     let prefix = format!("tm{tag}");
@@ -551,6 +618,14 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
             live["schema.history.internal.consumer.security.protocol"], "SASL_SSL",
             "{live}"
         );
+        assert_eq!(live["database.ssl.mode"], "verify-ca", "{live}");
+        assert!(
+            live["database.ssl.truststore"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with(":ca_truststore_file}"),
+            "{live}"
+        );
         assert!(
             !live.to_string().contains(&t.scram_password)
                 && !live.to_string().contains("BEGIN CERTIFICATE")
@@ -580,6 +655,70 @@ async fn a_verify_full_mariadb_pipeline_keeps_its_schema_history_on_the_tls_scra
             history["partitions"][0]["high_watermark"].as_i64() > Some(0),
             "the schema history was written: {history}"
         );
+
+        // A CA that did not sign the server's certificate, and the task starts again with it:
+        // the connector fails with the certificate problem as its trace, permanently.
+        let (status, _) = api
+            .patch(
+                &format!("/api/v1/connections/{}", src["id"].as_str().unwrap()),
+                json!({"settings": {"ca_certificate": t.other_ca}}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        let (status, r) = api
+            .post(&format!("/api/v1/pipelines/{pid}/restart"), json!({}))
+            .await;
+        assert!(status < 300, "{r}");
+        let connector = format!("cluecdc-capture-{prefix}");
+        let failed = eventually(
+            Duration::from_secs(120),
+            "the MariaDB connector FAILED with the certificate problem",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+                (c["phase"] == "FAILED").then_some(c)
+            },
+        )
+        .await;
+        let live = connect_status(&s.connect_url, &connector).await.unwrap();
+        eprintln!("Connect: {live}");
+        let trace = failed["trace"].as_str().unwrap_or_default().to_lowercase();
+        assert!(
+            trace.contains("pkix") || trace.contains("not signed by the ca"),
+            "{failed}"
+        );
+        assert!(
+            failed["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("failed (TLS certificate not trusted); not restarting:"),
+            "{failed}"
+        );
+        let restarts_then = failed["restarts"].as_array().map_or(0, Vec::len);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let (_, after) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+        assert_eq!(
+            (after["phase"].as_str(), after["restart_attempts"].as_i64()),
+            (Some("FAILED"), Some(0)),
+            "{after}"
+        );
+        assert_eq!(
+            after["restarts"].as_array().map_or(0, Vec::len),
+            restarts_then,
+            "no restart of ClueCDC's own over more than the first backoff: {after}"
+        );
+        // The right CA, then a restart as the message says: it runs again.
+        let (status, _) = api
+            .patch(
+                &format!("/api/v1/connections/{}", src["id"].as_str().unwrap()),
+                json!({"settings": {"ca_certificate": t.ca}}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        let (status, r) = api
+            .post(&format!("/api/v1/pipelines/{pid}/restart"), json!({}))
+            .await;
+        assert!(status < 300, "{r}");
+        wait_running(&s.connect_url, &connector, Duration::from_secs(120)).await;
     };
     with_cleanup(result, async {
         let _ = api.delete(&format!("/api/v1/pipelines/{pid}")).await;
