@@ -837,7 +837,7 @@ mod tests {
             (format!("{module} username=\"cdc\" password=\"${{cluecdc:sec_k:sasl_password}}\";"), false),
             (format!("{module} username=\"cdc\" password=\"hunter2\";"), true),
             (format!("{module} username=\"cdc\" password = \"hunter2\";"), true),
-            (format!("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"x\" clientSecret=\"s3cr3t\";"), true),
+            ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"x\" clientSecret=\"s3cr3t\";".to_string(), true),
             ("${cluecdc:sec_k:jaas}".to_string(), false),
         ] {
             assert_eq!(
