@@ -962,6 +962,67 @@ async fn a_connect_cluster_and_a_webhook_behind_https_trust_their_private_ca_and
         );
         let (_, same) = api.get(&path).await;
         assert_eq!(same["url"], connect_front.url());
+
+        // The pages do the same: the edit form shows the stored CA and refuses a bad one
+        // inline; the webhook form takes one too.
+        let (status, _) = api.patch(&path, json!({"tls_ca_certificate": t.ca})).await;
+        assert_eq!(status, 200);
+        let b = sign_in(&api.app, "ada", PASSWORD).await;
+        let edit = b
+            .client
+            .get(format!("{}/clusters/connect/{id}/edit", b.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        // A run of the CA's own base64 that HTML escaping leaves alone.
+        let probe =
+            t.ca.lines()
+                .nth(2)
+                .unwrap()
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .max_by_key(|run| run.len())
+                .unwrap();
+        assert!(probe.len() >= 8, "{probe}");
+        assert!(
+            edit.contains(r#"name="tls_ca_certificate""#) && edit.contains(probe),
+            "{edit}"
+        );
+        let res = b
+            .client
+            .post(format!("{}/clusters/connect/{id}", b.base))
+            .form(&[
+                ("csrf_token", b.csrf.as_str()),
+                ("name", "https connect"),
+                ("url", connect_front.url().as_str()),
+                ("managed_by", "cluecdc"),
+                ("tls_ca_certificate", "not a certificate"),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 422);
+        let html = res.text().await.unwrap();
+        assert!(
+            html.contains(r#"id="c-ca-error""#) && html.contains("paste a PEM certificate"),
+            "{html}"
+        );
+        let alerts = b
+            .client
+            .get(format!("{}/alerts", b.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            alerts.contains(r#"id="webhook-ca""#)
+                && alerts.contains("trusts only its own CA certificate"),
+            "the webhook form takes a CA and the list says which webhooks have one"
+        );
     };
     with_cleanup(result, async {
         let _ = api.patch(&path, json!({"tls_ca_certificate": t.ca})).await;
