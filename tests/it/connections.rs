@@ -815,7 +815,8 @@ async fn the_connection_form_offers_verify_full_verify_ca_or_disable_and_asks_fo
         "{select}"
     );
     assert!(
-        !select.contains(" selected"),
+        select.matches(" selected").count() == 1
+            && select.contains(r#"<option value="" selected>— choose —</option>"#),
         "nothing chosen for the user: {select}"
     );
     let res = b
