@@ -345,14 +345,18 @@ impl Monitor {
             }
             None if stored.is_none() => None,
             None => {
-                let now = now_ms();
-                if let Ok(mut all) = self.verdicts.lock() {
-                    all.remove(&c.name);
+                let again = "ClueCDC reaches the source again, but ";
+                // The first cycle the source answers again the plugin is asked at once (its
+                // last refusal may be a moment old); after that at most once a minute.
+                if !stored.is_some_and(|t| t.starts_with(again)) {
+                    if let Ok(mut all) = self.verdicts.lock() {
+                        all.remove(&c.name);
+                    }
                 }
-                let verdict = self.plugin_verdict(c, now).await;
+                let verdict = self.plugin_verdict(c, now_ms()).await;
                 verdict
                     .starts_with("the connector's plugin says")
-                    .then(|| format!("ClueCDC reaches the source again, but {verdict}"))
+                    .then(|| format!("{again}{verdict}"))
             }
         };
         if wanted.as_ref() == stored {
