@@ -45,6 +45,15 @@ pub struct StateInner {
     pub snapshots: crate::snapshots::Snapshots,
 }
 
+/// Chooses rustls' process-wide crypto provider (ring) before any TLS client is built. Both
+/// providers are compiled in (ring for sqlx and reqwest, aws-lc-rs for the S3 SDK's client), so
+/// rustls cannot pick one itself, and code that asks for the process default panics: sqlx's
+/// `verify-ca` verifier (PostgreSQL and MySQL/MariaDB) does. Clients that name their provider
+/// keep it. Calling it again changes nothing.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub struct Application {
     acceptor: TcpAcceptor,
     local_addr: SocketAddr,

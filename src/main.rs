@@ -63,6 +63,7 @@ struct DefaultServe {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    app::install_tls_provider();
     let cli = Cli::parse();
     telemetry::init(&cli.log);
     let result = match cli.command {

@@ -22,6 +22,9 @@ pub struct ConnectCluster {
     pub basic_auth_user: Option<String>,
     /// Holds `basic_auth_password` when basic auth is set.
     pub secret_ref: Option<String>,
+    /// A private CA (PEM) for an https URL: ClueCDC then trusts only it for this cluster;
+    /// without one, the built-in roots.
+    pub tls_ca_certificate: Option<String>,
     /// Version, workers and plugins as last observed (JSON).
     pub health: Option<String>,
     pub health_at: Option<String>,
@@ -43,6 +46,8 @@ pub struct ConnectClusterInput {
     pub basic_auth_user: Option<String>,
     /// Write-only.
     pub basic_auth_password: Option<crate::secrets::Secret<String>>,
+    /// PEM; on PATCH an empty value removes it.
+    pub tls_ca_certificate: Option<String>,
     /// Write-only: the config provider token to accept instead of issuing one (so a Connect
     /// worker's configuration can outlive a rebuilt ClueCDC). At least 32 characters.
     pub provider_token: Option<crate::secrets::Secret<String>>,
@@ -96,6 +101,21 @@ pub fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)>
             String::new()
         }
     };
+    if let Some(pem) = input
+        .tls_ca_certificate
+        .as_deref()
+        .filter(|p| !p.trim().is_empty())
+    {
+        if let Err(why) = crate::connect::check_ca_certificate(pem) {
+            errors.insert("tls_ca_certificate".into(), why);
+        } else if !url.is_empty() && !url.starts_with("https://") {
+            errors.insert(
+                "tls_ca_certificate".into(),
+                "a CA certificate is for an https:// URL; use https or remove the CA certificate"
+                    .into(),
+            );
+        }
+    }
     let managed_by = input.managed_by.clone().unwrap_or_else(|| "cluecdc".into());
     if managed_by != "cluecdc" && managed_by != "strimzi" {
         errors.insert(
@@ -123,7 +143,7 @@ async fn check_kafka_cluster(pool: &SqlitePool, id: Option<&str>) -> Result<()> 
     Ok(())
 }
 
-const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
+const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, tls_ca_certificate, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
     who.require(Role::Viewer, "see Connect clusters")?;
@@ -177,6 +197,11 @@ pub async fn create(
         ));
     }
     let secret_ref = user.as_ref().map(|_| crate::secrets::store::new_ref());
+    let ca = input
+        .tls_ca_certificate
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
     let id = format!("cc_{}", uuid::Uuid::new_v4().simple());
     let token = match &input.provider_token {
         Some(t) => checked_token(t)?,
@@ -192,11 +217,11 @@ pub async fn create(
             target_kind: "connect_cluster",
             target_id: &id,
             outcome: Outcome::Success,
-            summary: json!({"name": name, "url": url, "managed_by": managed_by}),
+            summary: json!({"name": name, "url": url, "managed_by": managed_by, "tls_ca_certificate": ca.is_some()}),
         },
     )
     .await?;
-    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, tls_ca_certificate, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&name)
         .bind(&url)
@@ -204,6 +229,7 @@ pub async fn create(
         .bind(&managed_by)
         .bind(&user)
         .bind(&secret_ref)
+        .bind(ca)
         .bind(token_hash(&token))
         .bind(&now)
         .bind(&now)
@@ -261,6 +287,10 @@ pub async fn update(
             .or_else(|| cur.basic_auth_user.clone()),
         provider_token: None,
         basic_auth_password: None,
+        tls_ca_certificate: patch
+            .tls_ca_certificate
+            .clone()
+            .or_else(|| cur.tls_ca_certificate.clone()),
     };
     let (name, url, managed_by) = validate(&merged)?;
     check_kafka_cluster(pool, patch.kafka_cluster_id.as_deref()).await?;
@@ -295,15 +325,21 @@ pub async fn update(
         (Some(_), None) => Some(crate::secrets::store::new_ref()),
         (None, _) => None,
     };
+    let ca = merged
+        .tls_ca_certificate
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some()}) }).await?;
-    sqlx::query("UPDATE connect_clusters SET name = ?, url = ?, kafka_cluster_id = ?, managed_by = ?, basic_auth_user = ?, secret_ref = ?, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some(), "tls_ca_certificate": ca.is_some()}) }).await?;
+    sqlx::query("UPDATE connect_clusters SET name = ?, url = ?, kafka_cluster_id = ?, managed_by = ?, basic_auth_user = ?, secret_ref = ?, tls_ca_certificate = ?, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
         .bind(&name)
         .bind(&url)
         .bind(&merged.kafka_cluster_id)
         .bind(&managed_by)
         .bind(&user)
         .bind(&secret_ref)
+        .bind(ca)
         .bind(crate::time::now())
         .bind(id)
         .execute(&mut *tx)
@@ -494,7 +530,7 @@ pub async fn client_for(
             .map(|p| (user.clone(), p.expose().clone())),
         _ => None,
     };
-    Ok(crate::connect::ConnectClient::new(&c.url, auth))
+    Ok(crate::connect::ConnectClient::new(&c.url, auth).trusting(c.tls_ca_certificate.as_deref()))
 }
 
 pub async fn check_health(

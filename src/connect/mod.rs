@@ -39,23 +39,79 @@ pub struct ConnectClient {
     base: String,
     auth: Option<(String, String)>,
     agent: String,
+    /// Err: the cluster's CA certificate cannot be used (every call answers that).
+    http: Result<reqwest::Client, String>,
 }
 
-/// One HTTP client for every Connect call of the process: building one (TLS roots, a
-/// connection pool) cost more than the rest of an unchanged reconcile pass, and a shared pool
-/// keeps connections to each worker open between passes and requests.
+fn builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(20))
+        // Below Jetty's 30 s idle timeout, so that an idle connection is dropped here
+        // before the worker closes it under a request.
+        .pool_idle_timeout(Duration::from_secs(20))
+}
+
+/// One HTTP client for every Connect call of the process that trusts the built-in roots:
+/// building one (TLS roots, a connection pool) cost more than the rest of an unchanged
+/// reconcile pass, and a shared pool keeps connections to each worker open between passes.
 fn http() -> &'static reqwest::Client {
     static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    HTTP.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(20))
-            // Below Jetty's 30 s idle timeout, so that an idle connection is dropped here
-            // before the worker closes it under a request.
-            .pool_idle_timeout(Duration::from_secs(20))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
+    HTTP.get_or_init(|| builder().build().unwrap_or_else(|_| reqwest::Client::new()))
+}
+
+/// The client for clusters behind a private CA: one per CA certificate, kept for the process
+/// for the same reason as [`http`] (a handful of distinct CAs at most).
+fn http_trusting(pem: &str) -> Result<reqwest::Client, String> {
+    static BY_CA: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>,
+    > = std::sync::OnceLock::new();
+    let cache = BY_CA.get_or_init(Default::default);
+    if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(pem) {
+        return Ok(c.clone());
+    }
+    let client = trust_only(builder(), pem)?
+        .build()
+        .map_err(|e| format!("the CA certificate cannot be used: {}", chain(&e)))?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(pem.to_string(), client.clone());
+    Ok(client)
+}
+
+/// Makes `builder` trust the CA certificates in `pem` and nothing else: none of the built-in
+/// roots, so a private CA's clients accept only what it signed.
+pub fn trust_only(
+    builder: reqwest::ClientBuilder,
+    pem: &str,
+) -> Result<reqwest::ClientBuilder, String> {
+    let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+        .map_err(|e| format!("the CA certificate cannot be read: {}", chain(&e)))?;
+    if certs.is_empty() {
+        return Err("no certificate in the PEM".into());
+    }
+    Ok(certs
+        .into_iter()
+        .fold(builder.tls_built_in_root_certs(false), |b, c| {
+            b.add_root_certificate(c)
+        }))
+}
+
+/// Validates a CA certificate given for an https endpoint: PEM, and usable as the only root.
+pub fn check_ca_certificate(pem: &str) -> Result<(), String> {
+    if !pem.contains("-----BEGIN CERTIFICATE-----") {
+        return Err("paste a PEM certificate (it starts with -----BEGIN CERTIFICATE-----)".into());
+    }
+    trust_only(reqwest::Client::builder(), pem)?
+        .build()
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "this PEM is not a usable CA certificate ({}); paste the CA's certificate as it is",
+                chain(&e)
+            )
+        })
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -168,7 +224,16 @@ impl ConnectClient {
             base: base.trim_end_matches('/').to_string(),
             auth,
             agent: agent.to_string(),
+            http: Ok(http().clone()),
         }
+    }
+
+    /// Trusts only `ca` (PEM) for an https URL; None keeps the built-in roots.
+    pub fn trusting(mut self, ca: Option<&str>) -> Self {
+        if let Some(pem) = ca {
+            self.http = http_trusting(pem);
+        }
+        self
     }
 
     pub fn url(&self) -> &str {
@@ -181,9 +246,16 @@ impl ConnectClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, String), ConnectError> {
+        let http = self
+            .http
+            .as_ref()
+            .map_err(|why| ConnectError::Unreachable {
+                url: self.base.clone(),
+                reason: why.clone(),
+            })?;
         let mut delay = Duration::from_millis(250);
         for attempt in 0..5 {
-            let mut req = http()
+            let mut req = http
                 .request(method.clone(), format!("{}{path}", self.base))
                 .header(reqwest::header::USER_AGENT, &self.agent);
             if let Some((u, p)) = &self.auth {
@@ -194,7 +266,7 @@ impl ConnectClient {
             }
             let res = req.send().await.map_err(|e| ConnectError::Unreachable {
                 url: self.base.clone(),
-                reason: short(&e),
+                reason: explain(&e),
             })?;
             let status = res.status().as_u16();
             let text = res.text().await.unwrap_or_default();
@@ -486,9 +558,39 @@ fn enc(name: &str) -> String {
         .replace('+', "%20")
 }
 
-fn short(e: &reqwest::Error) -> String {
-    if e.is_connect() {
-        "connection refused or host unreachable".into()
+/// An error with its sources: reqwest's own text ("error sending request") leaves out the
+/// cause, e.g. the TLS verdict.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A failed HTTP call in words a person can act on (the TLS verdict named when there is one).
+pub fn explain(e: &reqwest::Error) -> String {
+    let full = chain(e);
+    if let Some(why) = crate::connections::tls_problem(&full) {
+        let cause = full.rsplit(": ").next().unwrap_or(&full);
+        format!(
+            "TLS: {} ({cause})",
+            why.replace("the connection's CA certificate", "tls_ca_certificate")
+        )
+    } else if e.is_connect() {
+        let lower = full.to_lowercase();
+        if lower.contains("tls") || lower.contains("certificate") || lower.contains("handshake") {
+            let cause = full.rsplit(": ").next().unwrap_or(&full);
+            format!("the TLS handshake failed ({cause}): check that the URL's scheme matches the worker's listener and tls_ca_certificate")
+        } else {
+            "connection refused or host unreachable".into()
+        }
     } else if e.is_timeout() {
         "timed out".into()
     } else {

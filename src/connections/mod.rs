@@ -223,6 +223,14 @@ impl Connection {
             _ => None,
         }
     }
+    /// Stored with tls_mode `require` (TLS without certificate verification), which no
+    /// connection may be saved with any more: nothing new is configured on it until it is
+    /// edited to a verifying mode.
+    pub fn unverified_tls(&self) -> bool {
+        self.database()
+            .is_some_and(|d| d.tls_mode == settings::TlsMode::Require)
+    }
+
     pub fn is_source(&self) -> bool {
         self.capabilities.contains(&Capability::Source)
     }

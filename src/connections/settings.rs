@@ -10,6 +10,11 @@ use super::{Capability, Provider};
 use crate::error::FieldErrors;
 use crate::secrets::Secret;
 
+/// How a database connection uses TLS. New and changed connections choose `verify-full`,
+/// `verify-ca` (both with the CA certificate) or `disable` (plain text, for isolated local
+/// fixtures); certificate verification cannot be turned off. `Require` (TLS without
+/// verification) is kept only so that rows stored before that rule still load: they carry a
+/// warning, and saving such a connection again needs one of the three modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TlsMode {
@@ -28,17 +33,38 @@ impl TlsMode {
             TlsMode::VerifyFull => "verify-full",
         }
     }
-    fn parse(s: &str) -> Option<TlsMode> {
-        [
-            TlsMode::Disable,
-            TlsMode::Require,
-            TlsMode::VerifyCa,
-            TlsMode::VerifyFull,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == s)
+    /// The modes a connection may be saved with (never `require`).
+    pub const CHOICES: [TlsMode; 3] = [TlsMode::VerifyFull, TlsMode::VerifyCa, TlsMode::Disable];
+
+    /// Input: one of [`TlsMode::CHOICES`], or why not.
+    fn parse(s: &str) -> Result<TlsMode, String> {
+        if let Some(m) = Self::CHOICES.into_iter().find(|m| m.as_str() == s) {
+            return Ok(m);
+        }
+        let unverified = [
+            "require",
+            "prefer",
+            "allow",
+            "required",
+            "preferred",
+            "trust",
+        ];
+        Err(if unverified.contains(&s.to_ascii_lowercase().as_str()) {
+            format!("{s} means TLS without certificate verification, and verification cannot be turned off: {TLS_MODE_HINT}")
+        } else {
+            format!(
+                "unknown tls_mode (certificate verification cannot be turned off): {TLS_MODE_HINT}"
+            )
+        })
     }
 }
+
+/// What to choose, in the words every tls_mode message uses.
+const TLS_MODE_HINT: &str = "choose verify-full (with ca_certificate) or verify-ca; disable only for an isolated local fixture";
+
+/// The warning a connection stored with `require` carries, and the refusal of new pipelines and
+/// deliveries on it.
+pub const UNVERIFIED_WARNING: &str = "TLS without certificate verification: edit the connection and choose verify-full (with the CA certificate that signed the server's)";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatabaseSettings {
@@ -295,14 +321,17 @@ pub fn parse_database(
     if user.len() > 128 || user.chars().any(char::is_control) {
         raw.err("user", "at most 128 characters, no control characters");
     }
+    // Required: no default decides for the user whether the server is verified. A stored
+    // `require` arrives here on every update (settings are merged), so changing such a
+    // connection in any way asks for a verifying mode (or disable) first.
     let tls_mode = match raw.string("tls_mode") {
-        None => TlsMode::Require,
-        Some(s) => TlsMode::parse(&s).unwrap_or_else(|| {
-            raw.err(
-                "tls_mode",
-                "choose disable, require, verify-ca or verify-full",
-            );
-            TlsMode::Require
+        None => {
+            raw.err("tls_mode", format!("required: {TLS_MODE_HINT}"));
+            TlsMode::VerifyFull
+        }
+        Some(s) => TlsMode::parse(&s).unwrap_or_else(|why| {
+            raw.err("tls_mode", why);
+            TlsMode::VerifyFull
         }),
     };
     let ca_certificate = raw.string("ca_certificate");
@@ -460,7 +489,10 @@ pub fn warnings(provider: Provider, settings: &Settings) -> Vec<String> {
             out.push("Plain HTTP: meant only for isolated local fixtures. Use https:// for anything that holds real data.".into())
         }
         Settings::Database(d) if d.tls_mode == TlsMode::Disable => {
-            out.push("TLS is disabled: credentials and data cross the network in the clear. Use require or verify-full outside a local fixture.".into())
+            out.push("TLS is disabled: credentials and data cross the network in the clear. Use verify-full (with the CA certificate) outside an isolated local fixture.".into())
+        }
+        Settings::Database(d) if d.tls_mode == TlsMode::Require => {
+            out.push(UNVERIFIED_WARNING.into())
         }
         _ => {}
     }
@@ -811,11 +843,11 @@ mod tests {
         let (s, e) = db(
             Provider::Postgresql,
             &[Capability::Source],
-            json!({"host": "db", "database": "orders", "user": "cdc"}),
+            json!({"host": "db", "database": "orders", "user": "cdc", "tls_mode": "disable"}),
         );
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(s.port, 5432);
-        assert_eq!(s.tls_mode, TlsMode::Require);
+        assert_eq!(s.tls_mode, TlsMode::Disable);
         assert_eq!(s.slot_name.as_deref(), Some("cluecdc_orders_db"));
         assert_eq!(s.publication_name.as_deref(), Some("cluecdc_orders_db"));
     }
@@ -825,15 +857,15 @@ mod tests {
         let (s, e) = db(
             Provider::Mariadb,
             &[Capability::Source],
-            json!({"host": "db", "database": "app", "user": "cdc"}),
+            json!({"host": "db", "database": "app", "user": "cdc", "tls_mode": "disable"}),
         );
-        assert!(e.is_empty());
+        assert!(e.is_empty(), "{e:?}");
         assert_eq!(s.port, 3306);
         assert!(s.server_id.unwrap() >= 10_000);
         let (_, e) = db(
             Provider::Mysql,
             &[Capability::Destination],
-            json!({"host": "db", "database": "app", "user": "cdc", "server_id": 5}),
+            json!({"host": "db", "database": "app", "user": "cdc", "tls_mode": "disable", "server_id": 5}),
         );
         assert!(e["settings.server_id"].contains("only a SOURCE"));
     }
@@ -848,6 +880,7 @@ mod tests {
         assert!(e["settings.host"].contains("hostname"));
         assert!(e["settings.port"].contains("1 to 65535"));
         assert!(e["settings.database"].contains("required"));
+        assert!(e["settings.tls_mode"].contains("cannot be turned off"));
         assert!(e["settings.tls_mode"].contains("verify-full"));
         assert!(e["settings.slot_name"].contains("lowercase"));
         let (_, e) = db(
@@ -862,6 +895,96 @@ mod tests {
             json!({"host": "db", "database": "d", "user": "u", "sslmode": "disable"}),
         );
         assert!(e["settings.sslmode"].contains("unknown setting"));
+    }
+
+    #[test]
+    fn tls_mode_is_required_and_verification_cannot_be_turned_off() {
+        let base = json!({"host": "db", "database": "d", "user": "u"});
+        let with = |mode: Option<&str>| {
+            let mut v = base.clone();
+            if let Some(m) = mode {
+                v["tls_mode"] = json!(m);
+            }
+            v
+        };
+        let (_, e) = db(Provider::Postgresql, &[Capability::Destination], with(None));
+        assert!(e["settings.tls_mode"].starts_with("required: choose verify-full (with ca_certificate) or verify-ca; disable only for an isolated local fixture"), "{e:?}");
+        for unverified in [
+            "require",
+            "prefer",
+            "allow",
+            "required",
+            "preferred",
+            "trust",
+        ] {
+            let (_, e) = db(
+                Provider::Mariadb,
+                &[Capability::Destination],
+                with(Some(unverified)),
+            );
+            let why = &e["settings.tls_mode"];
+            assert!(
+                why.contains("without certificate verification")
+                    && why.contains("cannot be turned off")
+                    && why.contains("choose verify-full"),
+                "{unverified}: {why}"
+            );
+        }
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
+        for (mode, want) in [
+            ("verify-full", TlsMode::VerifyFull),
+            ("verify-ca", TlsMode::VerifyCa),
+        ] {
+            let mut v = with(Some(mode));
+            v["ca_certificate"] = json!(pem);
+            let (s, e) = db(Provider::Postgresql, &[Capability::Destination], v);
+            assert!(e.is_empty(), "{mode}: {e:?}");
+            assert_eq!(s.tls_mode, want);
+            assert!(s.verifies_ca());
+            assert!(warnings(Provider::Postgresql, &Settings::Database(s)).is_empty());
+            let (_, e) = db(
+                Provider::Postgresql,
+                &[Capability::Destination],
+                with(Some(mode)),
+            );
+            assert!(
+                e["settings.ca_certificate"].contains("required with tls_mode"),
+                "{mode}: {e:?}"
+            );
+        }
+        let (s, e) = db(
+            Provider::Postgresql,
+            &[Capability::Destination],
+            with(Some("disable")),
+        );
+        assert!(e.is_empty(), "{e:?}");
+        assert!(warnings(Provider::Postgresql, &Settings::Database(s))[0]
+            .contains("isolated local fixture"));
+        assert_eq!(
+            TlsMode::CHOICES.map(TlsMode::as_str),
+            ["verify-full", "verify-ca", "disable"],
+            "what the form offers: no require"
+        );
+    }
+
+    #[test]
+    fn a_stored_require_connection_still_loads_with_a_warning_and_is_refused_when_saved_again() {
+        let stored: Settings = serde_json::from_value(json!({"host": "db", "port": 5432, "database": "d", "user": "u", "tls_mode": "require"})).unwrap();
+        let Settings::Database(d) = &stored else {
+            panic!("a database row: {stored:?}")
+        };
+        assert_eq!(d.tls_mode, TlsMode::Require);
+        assert_eq!(
+            warnings(Provider::Postgresql, &stored),
+            vec![UNVERIFIED_WARNING.to_string()]
+        );
+        // An update merges the stored settings with the patch: unchanged, require is refused.
+        let merged = serde_json::to_value(&stored).unwrap();
+        let (_, e) = db(Provider::Postgresql, &[Capability::Destination], merged);
+        assert!(
+            e["settings.tls_mode"].contains("cannot be turned off"),
+            "{e:?}"
+        );
     }
 
     #[test]

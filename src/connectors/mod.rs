@@ -347,6 +347,89 @@ pub fn looks_secret(key: &str) -> bool {
     .any(|m| k.contains(m))
 }
 
+/// Keys that set how a connector uses TLS. A pipeline's options may hold none of them: its
+/// connection's tls_mode and CA certificate decide.
+pub fn tls_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "ssl",
+        "tls",
+        "trustservercertificate",
+        "endpoint.identification",
+    ]
+    .iter()
+    .any(|m| k.contains(m))
+}
+
+/// Why a setting turns TLS certificate verification off, if it does: the settings of
+/// PostgreSQL, MySQL, MariaDB, SQL Server and Kafka clients that do, as connector keys or as
+/// parameters of a JDBC URL. Verification cannot be turned off anywhere (seed 000).
+pub fn turns_verification_off(key: &str, value: &str) -> Option<String> {
+    if value.trim_start().starts_with("jdbc:") {
+        return value
+            .split(['?', ';', '&'])
+            .skip(1)
+            .filter_map(|pair| pair.split_once('='))
+            .find_map(|(k, v)| turns_verification_off(k.trim(), v.trim()))
+            .map(|why| format!("the JDBC URL {why}"));
+    }
+    let k = key.to_ascii_lowercase();
+    let v = value.trim().to_ascii_lowercase();
+    let off = "turns TLS certificate verification off, and verification cannot be turned off";
+    if (k.ends_with("sslmode") || k.ends_with("ssl.mode"))
+        && [
+            "require",
+            "prefer",
+            "allow",
+            "required",
+            "preferred",
+            "trust",
+        ]
+        .contains(&v.as_str())
+    {
+        Some(format!("{key}={value} {off}: use verify-full (PostgreSQL, MariaDB) or verify_identity (MySQL) with the server's CA"))
+    } else if k.contains("sslfactory") && v.contains("nonvalidatingfactory") {
+        Some(format!(
+            "{key}={value} {off}: remove it and give the server's CA (sslrootcert)"
+        ))
+    } else if (k.ends_with("trustservercertificate") && v == "true")
+        || (k.ends_with("verifyservercertificate") && v == "false")
+    {
+        Some(format!(
+            "{key}={value} {off}: remove it and give the server's CA in a truststore"
+        ))
+    } else if k.ends_with("ssl.endpoint.identification.algorithm") && v.is_empty() {
+        Some(format!("{key} set empty turns host name verification off, and verification cannot be turned off: remove it (the default, https, checks the broker's name)"))
+    } else {
+        None
+    }
+}
+
+/// Whether `value` under `key` holds a secret in plain text rather than as a
+/// `${cluecdc:<secret_ref>:<field>}` reference. A JAAS line (`*sasl.jaas.config`) names its
+/// login module and user in clear; only its password and secret attributes must be references.
+pub fn plain_secret(key: &str, value: &str) -> bool {
+    if !looks_secret(key) || value.is_empty() {
+        return false;
+    }
+    if !key.to_ascii_lowercase().ends_with("sasl.jaas.config") {
+        return !value.starts_with("${");
+    }
+    // Every `name="value"` whose name says password or secret.
+    value.split('"').collect::<Vec<_>>().chunks(2).any(|pair| {
+        let [before, quoted] = pair else { return false };
+        let name = before
+            .trim_end()
+            .trim_end_matches('=')
+            .trim_end()
+            .rsplit(|c: char| c.is_whitespace() || c == ';')
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        (name.contains("password") || name.contains("secret")) && !quoted.starts_with("${")
+    })
+}
+
 pub fn validate_config(
     map: &serde_json::Map<String, Value>,
     errors: &mut FieldErrors,
@@ -365,8 +448,12 @@ pub fn validate_config(
                 continue;
             }
         };
-        if looks_secret(k) && !s.is_empty() && !s.starts_with("${") {
+        if plain_secret(k, &s) {
             errors.insert(format!("config.{k}"), "looks like a secret: store it in a connection and write ${cluecdc:<secret_ref>:<field>} here instead".into());
+            continue;
+        }
+        if let Some(why) = turns_verification_off(k, &s) {
+            errors.insert(format!("config.{k}"), why);
             continue;
         }
         out.insert(k.clone(), s);
@@ -599,7 +686,7 @@ pub async fn adopt_live(
         &mut errors,
     );
     if !errors.is_empty() {
-        return Err(Error::Invalid { message: "the live config holds plain-text secrets; fix it in Connect or let ClueCDC restore its own".into(), fields: errors });
+        return Err(Error::Invalid { message: "the live config holds plain-text secrets or turns TLS verification off; fix it in Connect or let ClueCDC restore its own".into(), fields: errors });
     }
     let diff = diff(&c.config, None, &live_map);
     let mut tx = pool.begin().await?;
@@ -741,5 +828,125 @@ mod tests {
         let mut e = FieldErrors::new();
         validate_config(&serde_json::Map::new(), &mut e);
         assert!(e.contains_key("config.connector.class"));
+    }
+
+    #[test]
+    fn a_jaas_line_may_name_its_user_but_its_password_must_be_a_reference() {
+        let module = "org.apache.kafka.common.security.scram.ScramLoginModule required";
+        for (value, plain) in [
+            (format!("{module} username=\"cdc\" password=\"${{cluecdc:sec_k:sasl_password}}\";"), false),
+            (format!("{module} username=\"cdc\" password=\"hunter2\";"), true),
+            (format!("{module} username=\"cdc\" password = \"hunter2\";"), true),
+            ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"x\" clientSecret=\"s3cr3t\";".to_string(), true),
+            ("${cluecdc:sec_k:jaas}".to_string(), false),
+        ] {
+            assert_eq!(
+                plain_secret("producer.override.sasl.jaas.config", &value),
+                plain,
+                "{value}"
+            );
+        }
+        assert!(plain_secret("database.password", "hunter2"));
+        assert!(!plain_secret(
+            "database.password",
+            "${cluecdc:sec_1:password}"
+        ));
+        assert!(!plain_secret("topics", "hunter2"));
+    }
+
+    #[test]
+    fn settings_that_turn_tls_verification_off_are_refused_in_connector_configs() {
+        for (k, v) in [
+            ("database.sslmode", "require"),
+            ("database.sslmode", "prefer"),
+            ("sslmode", "allow"),
+            ("database.ssl.mode", "required"),
+            ("database.ssl.mode", "preferred"),
+            ("database.ssl.mode", "trust"),
+            (
+                "database.sslfactory",
+                "org.postgresql.ssl.NonValidatingFactory",
+            ),
+            ("database.trustServerCertificate", "true"),
+            ("connection.verifyServerCertificate", "false"),
+            (
+                "producer.override.ssl.endpoint.identification.algorithm",
+                "",
+            ),
+            (
+                "connection.url",
+                "jdbc:postgresql://db:5432/app?sslmode=require",
+            ),
+            (
+                "connection.url",
+                "jdbc:mariadb://db:3306/app?user=x&sslMode=trust",
+            ),
+            (
+                "connection.url",
+                "jdbc:sqlserver://db:1433;databaseName=app;trustServerCertificate=true",
+            ),
+        ] {
+            let mut e = FieldErrors::new();
+            let m = serde_json::json!({"connector.class": "x", k: v})
+                .as_object()
+                .cloned()
+                .unwrap();
+            let c = validate_config(&m, &mut e);
+            let why = e
+                .get(&format!("config.{k}"))
+                .unwrap_or_else(|| panic!("{k}={v} accepted"));
+            assert!(why.contains("cannot be turned off"), "{k}: {why}");
+            assert!(!c.contains_key(k), "{k}");
+        }
+        // Verifying settings, and plain text for a local fixture, pass.
+        for (k, v) in [
+            ("database.sslmode", "verify-full"),
+            ("database.sslmode", "disable"),
+            ("database.ssl.mode", "verify_identity"),
+            ("database.ssl.mode", "verify-ca"),
+            (
+                "producer.override.ssl.endpoint.identification.algorithm",
+                "https",
+            ),
+            (
+                "connection.url",
+                "jdbc:postgresql://db:5432/app?sslmode=verify-full&sslrootcert=/ca.pem",
+            ),
+            (
+                "database.sslfactory",
+                "org.postgresql.ssl.DefaultJavaSSLFactory",
+            ),
+        ] {
+            let mut e = FieldErrors::new();
+            let m = serde_json::json!({"connector.class": "x", k: v})
+                .as_object()
+                .cloned()
+                .unwrap();
+            validate_config(&m, &mut e);
+            assert!(e.is_empty(), "{k}={v}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn tls_keys_are_recognised_whatever_their_case() {
+        for k in [
+            "database.sslmode",
+            "database.ssl.truststore",
+            "database.sslrootcert",
+            "database.sslfactory",
+            "database.trustServerCertificate",
+            "producer.override.ssl.endpoint.identification.algorithm",
+            "database.TLS.version",
+            "database.SSLMode",
+        ] {
+            assert!(tls_key(k), "{k}");
+        }
+        for k in [
+            "max.batch.size",
+            "snapshot.mode",
+            "database.initial.statements",
+        ] {
+            assert!(!tls_key(k), "{k}");
+        }
     }
 }

@@ -303,6 +303,13 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Res
             );
             None
         }
+        Ok(c) if c.unverified_tls() => {
+            errors.insert(
+                "destination_connection_id".into(),
+                format!("{}: {}", c.name, connections::settings::UNVERIFIED_WARNING),
+            );
+            None
+        }
         Ok(c) => Some(c),
         Err(_) => {
             errors.insert(

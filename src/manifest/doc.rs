@@ -189,6 +189,9 @@ pub struct ConnectCluster {
     pub basic_auth_user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth_password: Option<SecretSource>,
+    /// A private CA (PEM) the Connect REST endpoint's certificate is checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_certificate: Option<String>,
     /// The token the cluster's `cluecdc` config provider presents. Absent: one is issued when
     /// the cluster is created, and printed once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,6 +306,9 @@ pub struct Webhook {
     pub url: String,
     /// The shared signing secret (at least 16 characters).
     pub secret: SecretSource,
+    /// A private CA (PEM) for an https URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_certificate: Option<String>,
 }
 
 /// A document read from one or more files, with where each resource came from.
@@ -626,6 +632,7 @@ mod tests {
             webhooks: vec![Webhook {
                 url: "https://h.example/x".into(),
                 secret: SecretSource::Env("HOOK".into()),
+                tls_ca_certificate: None,
             }],
             ..Default::default()
         };

@@ -157,6 +157,7 @@ pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) ->
             basic_auth_user: c.basic_auth_user.clone(),
             basic_auth_password: password
                 .then(|| env.take("CONNECT", &c.name, "basic_auth_password")),
+            tls_ca_certificate: c.tls_ca_certificate.clone(),
             provider_token: hash
                 .is_some()
                 .then(|| env.take("CONNECT", &c.name, "provider_token")),
@@ -271,6 +272,7 @@ pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) ->
         cur.doc.webhooks.push(doc::Webhook {
             url: w.url.clone(),
             secret: SecretSource::Env(format!("CLUECDC_WEBHOOK_{}_SECRET", i + 1)),
+            tls_ca_certificate: w.tls_ca_certificate.clone(),
         });
         note(&mut cur, "webhooks", &w.url, &w.id, Some(&w.secret_ref));
     }

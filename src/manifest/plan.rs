@@ -590,6 +590,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             managed_by: Some(c.managed_by.clone()),
             basic_auth_user: user.clone(),
             basic_auth_password: password.clone(),
+            tls_ca_certificate: c
+                .tls_ca_certificate
+                .clone()
+                .filter(|p| !p.trim().is_empty()),
             provider_token: token.clone(),
         };
         let (cname, url, managed_by) = match crate::clusters::connect::validate(&input) {
@@ -606,6 +610,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             managed_by,
             basic_auth_user: user.clone(),
             basic_auth_password: None,
+            tls_ca_certificate: input.tls_ca_certificate.clone(),
             provider_token: None,
         };
         match cur.doc.connect_clusters.iter().find(|x| x.name == cname) {
@@ -655,6 +660,9 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                 if !fields.is_empty() {
                     if stored.basic_auth_user.is_some() && user.is_none() {
                         input.basic_auth_user = Some(String::new());
+                    }
+                    if stored.tls_ca_certificate.is_some() && canon.tls_ca_certificate.is_none() {
+                        input.tls_ca_certificate = Some(String::new());
                     }
                     input.provider_token = None;
                     plan.change.push(Changed {
@@ -865,9 +873,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
         let input = crate::monitor::webhooks::WebhookInput {
             url: Some(w.url.clone()),
             secret: Some(secret.clone()),
+            tls_ca_certificate: w.tls_ca_certificate.clone(),
         };
         let url = match crate::monitor::webhooks::check(&input) {
-            Ok((url, _)) => url,
+            Ok((url, _, _)) => url,
             Err(e) => {
                 p.error(&path, e);
                 continue;
@@ -882,7 +891,25 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                 plan.steps.push(Step::CreateWebhook(input));
             }
             Some(_) => {
+                // Webhooks have no update: a new secret or CA replaces the webhook.
                 let mut fields = BTreeMap::new();
+                let ca = w
+                    .tls_ca_certificate
+                    .clone()
+                    .filter(|p| !p.trim().is_empty());
+                if let Some(stored) = cur.doc.webhooks.iter().find(|x| {
+                    x.url == url
+                        && x.tls_ca_certificate.as_deref().map(str::trim)
+                            != ca.as_deref().map(str::trim)
+                }) {
+                    fields.insert(
+                        "tls_ca_certificate".to_string(),
+                        FieldChange {
+                            from: json!(stored.tls_ca_certificate),
+                            to: json!(ca),
+                        },
+                    );
+                }
                 secret_change(
                     &mut fields,
                     "secret",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 
 use super::alerts;
-use crate::connect::{version_serves_tasks_config, ConnectClient};
+use crate::connect::version_serves_tasks_config;
 use crate::secrets::store::SecretStore;
 
 /// Values shorter than this are not searched for: they would match by chance.
@@ -53,7 +53,10 @@ pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usiz
         .collect();
     let mut total = 0;
     for cluster in crate::clusters::all(pool).await? {
-        let client = ConnectClient::new(&cluster.url, None);
+        // The cluster's own login and CA, like every other call to it.
+        let Ok(client) = crate::clusters::connect::client_for(store, &cluster).await else {
+            continue;
+        };
         let Ok(info) = client.server_info().await else {
             continue;
         };

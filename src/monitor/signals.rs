@@ -326,6 +326,68 @@ impl Monitor {
         verdict
     }
 
+    /// Keeps the connector's row in `connector_verdicts`, which the reconciler reads as the
+    /// trace of a failure Connect does not show: a Debezium source whose connection fails when
+    /// its task starts retries without end while Connect reports it RUNNING. `failure`: what
+    /// ClueCDC's own read of the source and the connector's plugin on the worker say, when the
+    /// source fails; a permanent cause is recorded (a transient one is the task's to retry). A
+    /// verdict goes once the source answers ClueCDC and the plugin accepts the config on the
+    /// worker again: asking it resolves the config there, so the provider writes the
+    /// connection's current CA file, which the retrying task reads at its next attempt.
+    async fn keep_verdict(
+        &self,
+        c: &crate::connectors::ConnectorView,
+        stored: Option<&String>,
+        failure: Option<(&str, &str)>,
+    ) -> anyhow::Result<()> {
+        let wanted = match failure {
+            Some((error, verdict)) => {
+                let both = format!("{error}\n{verdict}");
+                match crate::reconcile::policy::classify(&both) {
+                    crate::reconcile::policy::Failure::Permanent { .. } => Some(format!("ClueCDC cannot reach the source: {error}\nAnd {verdict}\n(Connect reports the connector RUNNING: Debezium retries a connection that fails when its task starts without end, so Connect never fails the task.)")),
+                    crate::reconcile::policy::Failure::Transient { .. } => None,
+                }
+            }
+            None if stored.is_none() => None,
+            None => {
+                let again = "ClueCDC reaches the source again, but ";
+                // The first cycle the source answers again the plugin is asked at once (its
+                // last refusal may be a moment old); after that at most once a minute.
+                if !stored.is_some_and(|t| t.starts_with(again)) {
+                    if let Ok(mut all) = self.verdicts.lock() {
+                        all.remove(&c.name);
+                    }
+                }
+                let verdict = self.plugin_verdict(c, now_ms()).await;
+                verdict
+                    .starts_with("the connector's plugin says")
+                    .then(|| format!("{again}{verdict}"))
+            }
+        };
+        if wanted.as_ref() == stored {
+            return Ok(());
+        }
+        match &wanted {
+            Some(trace) => {
+                sqlx::query("INSERT INTO connector_verdicts (connector_id, trace, checked_at) VALUES (?, ?, ?) ON CONFLICT (connector_id) DO UPDATE SET trace = excluded.trace, checked_at = excluded.checked_at")
+                    .bind(&c.id)
+                    .bind(trace)
+                    .bind(crate::time::now())
+                    .execute(&self.pool)
+                    .await?;
+            }
+            None => {
+                sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
+                    .bind(&c.id)
+                    .execute(&self.pool)
+                    .await?;
+            }
+        }
+        // The reconciler's next pass (in whichever process holds its lease) reads it at once.
+        crate::reconcile::bump_desired_version(&self.pool).await?;
+        Ok(())
+    }
+
     async fn cycle(&self) -> anyhow::Result<()> {
         let now = now_ms();
         let mut seen: Vec<Observation> = Vec::new();
@@ -441,6 +503,13 @@ impl Monitor {
         }
         // Replication slots of PostgreSQL pipelines.
         let mut topics = crate::pipelines::TopicsMemo::default();
+        // Verdicts on source connectors as stored, to compare this cycle's with (one read).
+        let verdicts: std::collections::HashMap<String, String> =
+            sqlx::query_as("SELECT connector_id, trace FROM connector_verdicts")
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .collect();
         for p in crate::pipelines::list(&self.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
@@ -493,14 +562,30 @@ impl Monitor {
             let failing = running.is_some() && detail.source_error.is_some();
             let message = match (failing, running) {
                 (true, Some(c)) => {
+                    let error = detail.source_error.as_deref().unwrap_or("");
                     let verdict = self.plugin_verdict(c, now).await;
-                    source_cause(
-                        &p.name,
-                        detail.source_error.as_deref().unwrap_or(""),
-                        &verdict,
-                    )
+                    self.keep_verdict(c, verdicts.get(&c.id), Some((error, &verdict)))
+                        .await?;
+                    source_cause(&p.name, error, &verdict)
                 }
-                _ => String::new(),
+                (false, Some(c)) => {
+                    self.keep_verdict(c, verdicts.get(&c.id), None).await?;
+                    String::new()
+                }
+                _ => {
+                    // Paused, stopped or going: nothing to hold against it when it runs again.
+                    if let Some(c) = detail
+                        .connector
+                        .as_ref()
+                        .filter(|c| verdicts.contains_key(&c.id))
+                    {
+                        sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
+                            .bind(&c.id)
+                            .execute(&self.pool)
+                            .await?;
+                    }
+                    String::new()
+                }
             };
             seen.push(Observation {
                 kind: "pipeline_source_unreachable",
@@ -548,8 +633,10 @@ impl Monitor {
                     },
                 });
             }
+            // Connect's failures, and those ClueCDC found where Connect shows RUNNING.
             let failed = c.desired_state == "running"
-                && (c.observed_state.as_deref() == Some("FAILED")
+                && (c.phase == "FAILED"
+                    || c.observed_state.as_deref() == Some("FAILED")
                     || c.tasks.iter().any(|t| t.state == "FAILED"));
             seen.push(Observation {
                 kind: "connector_failed",

@@ -33,6 +33,8 @@ pub struct Webhook {
     pub url: String,
     #[serde(skip)]
     pub secret_ref: String,
+    /// A private CA (PEM) for an https URL: deliveries then trust only it.
+    pub tls_ca_certificate: Option<String>,
     pub created_at: String,
 }
 
@@ -40,23 +42,59 @@ pub struct Webhook {
 pub struct WebhookInput {
     pub url: Option<String>,
     pub secret: Option<Secret<String>>,
+    pub tls_ca_certificate: Option<String>,
 }
 
-/// The URL normalized and the signing secret, or the field that is wrong; nothing stored.
-pub fn check(input: &WebhookInput) -> Result<(String, Secret<String>)> {
+const SELECT: &str = "SELECT id, url, secret_ref, tls_ca_certificate, created_at FROM webhooks";
+
+/// The client one webhook is sent with: its CA only when it has one, else the built-in roots.
+fn client_for(hook: &Webhook) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10));
+    let builder = match &hook.tls_ca_certificate {
+        Some(pem) => crate::connect::trust_only(builder, pem)?,
+        None => builder,
+    };
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// The URL normalized, the signing secret and the CA (PEM, when given), or the fields that are
+/// wrong; nothing stored.
+pub fn check(input: &WebhookInput) -> Result<(String, Secret<String>, Option<&str>)> {
+    let mut errors = crate::error::FieldErrors::new();
     let url = crate::clusters::validate_url(input.url.as_deref().unwrap_or(""))
-        .map_err(|why| Error::field("url", why))?;
-    let secret = input
-        .secret
-        .clone()
-        .filter(|s| s.expose().len() >= 16)
-        .ok_or_else(|| {
-            Error::field(
-                "secret",
-                "a shared signing secret of at least 16 characters",
-            )
-        })?;
-    Ok((url, secret))
+        .map_err(|why| errors.insert("url".into(), why))
+        .unwrap_or_default();
+    let secret = input.secret.clone().filter(|s| s.expose().len() >= 16);
+    if secret.is_none() {
+        errors.insert(
+            "secret".into(),
+            "a shared signing secret of at least 16 characters".into(),
+        );
+    }
+    let ca = input
+        .tls_ca_certificate
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
+    if let Some(pem) = ca {
+        if let Err(why) = crate::connect::check_ca_certificate(pem) {
+            errors.insert("tls_ca_certificate".into(), why);
+        } else if !url.is_empty() && !url.starts_with("https://") {
+            errors.insert(
+                "tls_ca_certificate".into(),
+                "a CA certificate is for an https:// URL; use https or remove the CA certificate"
+                    .into(),
+            );
+        }
+    }
+    Error::check(errors)?;
+    let Some(secret) = secret else {
+        return Err(Error::field(
+            "secret",
+            "a shared signing secret of at least 16 characters",
+        ));
+    };
+    Ok((url, secret, ca))
 }
 
 pub async fn create(
@@ -66,7 +104,7 @@ pub async fn create(
     input: &WebhookInput,
 ) -> Result<Webhook> {
     who.require(Role::Admin, "manage webhooks")?;
-    let (url, secret) = check(input)?;
+    let (url, secret, ca) = check(input)?;
     let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
     let secret_ref = new_ref();
     let mut tx = pool.begin().await?;
@@ -78,15 +116,17 @@ pub async fn create(
             target_kind: "webhook",
             target_id: &id,
             outcome: Outcome::Success,
-            summary: json!({"url": url}),
+            summary: json!({"url": url, "tls_ca_certificate": ca.is_some()}),
         },
     )
     .await?;
-    sqlx::query("INSERT INTO webhooks (id, url, secret_ref, created_at) VALUES (?, ?, ?, ?)")
+    let created_at = crate::time::now();
+    sqlx::query("INSERT INTO webhooks (id, url, secret_ref, tls_ca_certificate, created_at) VALUES (?, ?, ?, ?, ?)")
         .bind(&id)
         .bind(&url)
         .bind(&secret_ref)
-        .bind(crate::time::now())
+        .bind(ca)
+        .bind(&created_at)
         .execute(&mut *tx)
         .await?;
     store
@@ -101,17 +141,16 @@ pub async fn create(
         id,
         url,
         secret_ref,
-        created_at: crate::time::now(),
+        tls_ca_certificate: ca.map(String::from),
+        created_at,
     })
 }
 
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Webhook>> {
     who.require(Role::Admin, "manage webhooks")?;
-    Ok(
-        sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks ORDER BY created_at")
-            .fetch_all(pool)
-            .await?,
-    )
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY created_at"))
+        .fetch_all(pool)
+        .await?)
 }
 
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
@@ -144,20 +183,19 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
 /// Sends `payload` to every webhook in the background: up to 4 attempts, 1 s, 2 s, 4 s apart.
 pub fn notify(pool: SqlitePool, store: std::sync::Arc<SecretStore>, payload: Value) {
     tokio::spawn(async move {
-        let hooks: Vec<Webhook> =
-            match sqlx::query_as("SELECT id, url, secret_ref, created_at FROM webhooks")
-                .fetch_all(&pool)
-                .await
-            {
-                Ok(h) => h,
-                Err(e) => return tracing::warn!(error = %e, "cannot read webhooks"),
-            };
+        let hooks: Vec<Webhook> = match sqlx::query_as(SELECT).fetch_all(&pool).await {
+            Ok(h) => h,
+            Err(e) => return tracing::warn!(error = %e, "cannot read webhooks"),
+        };
         let body = payload.to_string();
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
         for hook in hooks {
+            let http = match client_for(&hook) {
+                Ok(c) => c,
+                Err(why) => {
+                    tracing::warn!(webhook = %hook.url, error = %why, "webhook not sent");
+                    continue;
+                }
+            };
             let Ok(Some(secret)) = store.get(&hook.secret_ref, "signing_secret").await else {
                 continue;
             };
@@ -176,7 +214,7 @@ pub fn notify(pool: SqlitePool, store: std::sync::Arc<SecretStore>, payload: Val
                     other => {
                         let why = match other {
                             Ok(r) => format!("HTTP {}", r.status()),
-                            Err(e) => e.to_string(),
+                            Err(e) => crate::connect::explain(&e),
                         };
                         tracing::warn!(webhook = %hook.url, attempt, error = %why, "webhook delivery failed");
                         if attempt == 4 {

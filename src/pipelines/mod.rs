@@ -186,30 +186,7 @@ pub fn check_fields(input: &PipelineInput, errors: &mut FieldErrors) -> Fields {
     if !["filtered", "disabled"].contains(&publication_mode.as_str()) {
         errors.insert("publication_mode".into(), "filtered (ClueCDC's connector creates and updates the publication) or disabled (a table owner creates it)".into());
     }
-    let mut option_errors = FieldErrors::new();
-    let options = connectors::validate_config(
-        &input
-            .options
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .chain([("connector.class".to_string(), json!("x"))])
-            .collect(),
-        &mut option_errors,
-    );
-    for (k, v) in option_errors {
-        errors.insert(k.replacen("config.", "options.", 1), v);
-    }
-    let mut options = options;
-    options.remove("connector.class");
-    for k in options.keys() {
-        if config::managed_keys().contains(&k.as_str()) {
-            errors.insert(
-                format!("options.{k}"),
-                "ClueCDC sets this key itself; use the pipeline's own field".into(),
-            );
-        }
-    }
+    let options = parse_options(input.options.as_ref(), errors);
     Fields {
         tables,
         prefix,
@@ -221,6 +198,36 @@ pub fn check_fields(input: &PipelineInput, errors: &mut FieldErrors) -> Fields {
         options,
         heartbeat: input.heartbeat.unwrap_or(false),
     }
+}
+
+/// A pipeline's extra Debezium keys: flat text, secrets only as references, none of the keys
+/// ClueCDC sets, and no TLS key at all (the connection's tls_mode and CA certificate decide).
+/// Errors under `options.<key>`.
+fn parse_options(raw: Option<&Map<String, Value>>, errors: &mut FieldErrors) -> config::Config {
+    let mut rest = Map::new();
+    for (k, v) in raw.into_iter().flatten() {
+        if connectors::tls_key(k) {
+            errors.insert(
+                format!("options.{k}"),
+                format!("TLS is set by the connection's tls_mode and CA certificate; remove {k}"),
+            );
+        } else if config::managed_keys().contains(&k.as_str()) {
+            errors.insert(
+                format!("options.{k}"),
+                "ClueCDC sets this key itself; use the pipeline's own field".into(),
+            );
+        } else {
+            rest.insert(k.clone(), v.clone());
+        }
+    }
+    rest.insert("connector.class".into(), json!("x"));
+    let mut option_errors = FieldErrors::new();
+    let mut options = connectors::validate_config(&rest, &mut option_errors);
+    for (k, v) in option_errors {
+        errors.insert(k.replacen("config.", "options.", 1), v);
+    }
+    options.remove("connector.class");
+    options
 }
 
 async fn check(
@@ -248,6 +255,13 @@ async fn check(
                 errors.insert(
                     "source_connection_id".into(),
                     "object storage cannot be a capture source".into(),
+                );
+                None
+            }
+            Ok(c) if c.unverified_tls() => {
+                errors.insert(
+                    "source_connection_id".into(),
+                    format!("{}: {}", c.name, connections::settings::UNVERIFIED_WARNING),
                 );
                 None
             }
@@ -1582,4 +1596,55 @@ pub async fn drop_orphan_slot(
     let dropped = source::drop_slot(store, &c, name).await;
     audit::record_alone(pool, Entry { actor: who.into(), action: "slot.drop", target_kind: "replication_slot", target_id: name, outcome: if dropped.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"connection": c.name, "retained_wal_bytes": found.slot.retained_wal_bytes}) }).await?;
     dropped.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(v: Value) -> (config::Config, FieldErrors) {
+        let mut e = FieldErrors::new();
+        let o = parse_options(v.as_object(), &mut e);
+        (o, e)
+    }
+
+    #[test]
+    fn options_that_set_tls_are_refused_whatever_their_value() {
+        for key in [
+            "database.sslmode",
+            "database.sslrootcert",
+            "database.sslfactory",
+            "database.ssl.mode",
+            "database.ssl.truststore",
+            "database.trustServerCertificate",
+            "schema.history.internal.producer.ssl.endpoint.identification.algorithm",
+            "database.TLS.version",
+        ] {
+            let (o, e) = options(json!({key: "verify-full", "max.batch.size": "4096"}));
+            assert_eq!(
+                e.get(&format!("options.{key}")).map(String::as_str),
+                Some(
+                    format!(
+                        "TLS is set by the connection's tls_mode and CA certificate; remove {key}"
+                    )
+                    .as_str()
+                ),
+                "{key}: {e:?}"
+            );
+            assert!(!o.contains_key(key));
+            assert_eq!(o["max.batch.size"], "4096", "other options stay");
+        }
+    }
+
+    #[test]
+    fn options_cannot_replace_managed_keys_or_hold_plain_secrets() {
+        let (o, e) = options(
+            json!({"slot.name": "x", "notification.sink.token": "hunter2", "poll.interval.ms": 100}),
+        );
+        assert!(e["options.slot.name"].contains("ClueCDC sets this key itself"));
+        assert!(e["options.notification.sink.token"].contains("${cluecdc:"));
+        assert_eq!(o.keys().collect::<Vec<_>>(), ["poll.interval.ms"]);
+        let (o, e) = options(Value::Null);
+        assert!(o.is_empty() && e.is_empty());
+    }
 }

@@ -286,6 +286,7 @@ impl Reconciler {
             auth,
             &format!("cluecdc-reconciler ({})", self.lease.holder),
         )
+        .trusting(cluster.tls_ca_certificate.as_deref())
     }
 
     /// One pass over every cluster; returns the steps it sent to Connect.
@@ -535,8 +536,8 @@ impl Reconciler {
     ) -> anyhow::Result<(Vec<Desired>, HashMap<String, Stored>)> {
         const SELECT: &str = "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
                     s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at,
-                    s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config
-             FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id";
+                    s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config, v.trace AS verdict
+             FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id LEFT JOIN connector_verdicts v ON v.connector_id = c.id";
         let rows: Vec<DesiredRow> = match of {
             DesiredOf::Cluster(cluster_id) => {
                 sqlx::query_as(&format!("{SELECT} WHERE c.connect_cluster_id = ? ORDER BY c.name"))
@@ -584,6 +585,7 @@ impl Reconciler {
                 healthy_since: r.healthy_since,
                 restart_requested: r.restart_requested_by,
                 applied_at: r.applied_at,
+                verdict: r.verdict,
                 id: r.id,
                 name: r.name,
                 generation: r.generation,
@@ -1019,6 +1021,7 @@ struct DesiredRow {
     trace: Option<String>,
     message: Option<String>,
     live_config: Option<String>,
+    verdict: Option<String>,
 }
 
 /// A step that was sent to Connect, and what it did.

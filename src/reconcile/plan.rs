@@ -63,6 +63,10 @@ pub struct Desired {
     pub restart_requested: Option<String>,
     /// When ClueCDC last wrote its config to Connect (unix ms).
     pub applied_at: Option<i64>,
+    /// A permanent reason the connector cannot work that ClueCDC found while Connect shows it
+    /// RUNNING (a Debezium source retrying a refused connection without end): read as its
+    /// trace.
+    pub verdict: Option<String>,
 }
 
 /// A connector written this recently may not be in Connect's list yet (distributed workers
@@ -369,12 +373,20 @@ pub fn compute(
             }
         }
         let failed_task = l.tasks.iter().find(|t| t.state == "FAILED");
-        let failed = l.state == "FAILED" || failed_task.is_some();
+        let connect_failed = l.state == "FAILED" || failed_task.is_some();
+        // Connect's own failure comes first; ClueCDC's verdict stands for a failure Connect
+        // does not show (the connector RUNNING while its task retries without end).
+        let verdict = d
+            .verdict
+            .as_ref()
+            .filter(|_| !connect_failed && state == "RUNNING");
+        let failed = connect_failed || verdict.is_some();
         if d.state == DesiredState::Running && failed {
             let trace = l
                 .trace
                 .clone()
                 .or_else(|| failed_task.and_then(|t| t.trace.clone()))
+                .or_else(|| verdict.cloned())
                 .unwrap_or_default();
             obs.trace = Some(trace.clone());
             obs.phase = "FAILED";
@@ -497,6 +509,7 @@ mod tests {
             healthy_since: None,
             restart_requested: None,
             applied_at: None,
+            verdict: None,
         }
     }
 
@@ -727,6 +740,43 @@ mod tests {
         let mut l = live(c, "RUNNING", &["FAILED"]);
         l.tasks[0].trace = Some(trace.into());
         run(&[d], &[("x", l)], false)
+    }
+
+    /// A Debezium source whose connection is refused at start keeps its task RUNNING while it
+    /// retries without end; ClueCDC's verdict (its own check and the plugin's on the worker)
+    /// is what shows the failure, read like a trace.
+    #[test]
+    fn a_running_connector_with_a_permanent_verdict_is_failed_and_not_restarted() {
+        let c = cfg(&[("a", "1")]);
+        let mut d = desired("x", c.clone(), DesiredState::Running, Some(c.clone()));
+        d.verdict = Some("the connector's plugin says: Error while validating connector config: SSL error: PKIX path building failed".into());
+        let p = run(
+            &[d.clone()],
+            &[("x", live(c.clone(), "RUNNING", &["RUNNING"]))],
+            false,
+        );
+        assert!(p.steps.is_empty(), "no restart: {:?}", p.steps);
+        let o = &p.observations[0];
+        assert_eq!(o.phase, "FAILED");
+        assert_eq!(o.trace.as_deref(), d.verdict.as_deref());
+        assert!(
+            o.message
+                .starts_with("failed (TLS certificate not trusted); not restarting:"),
+            "{}",
+            o.message
+        );
+        assert_eq!(o.restart_attempts, 0);
+        // Connect's own failure keeps its own trace.
+        let mut l = live(c.clone(), "RUNNING", &["FAILED"]);
+        l.tasks[0].trace = Some("java.net.ConnectException: Connection refused".into());
+        let p = run(&[d.clone()], &[("x", l)], false);
+        assert_eq!(
+            p.observations[0].trace.as_deref(),
+            Some("java.net.ConnectException: Connection refused")
+        );
+        // A paused connector is not failed by it.
+        let p = run(&[d], &[("x", live(c, "PAUSED", &["PAUSED"]))], false);
+        assert_ne!(p.observations[0].phase, "FAILED");
     }
 
     #[test]

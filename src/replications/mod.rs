@@ -1100,6 +1100,7 @@ mod tests {
             provider_token_at: None,
             basic_auth_user: None,
             secret_ref: None,
+            tls_ca_certificate: None,
             health: None,
             health_at: None,
             observed_at: None,

@@ -250,6 +250,9 @@ pub struct WebhookForm {
     url: String,
     #[serde(default)]
     secret: String,
+    /// PEM, for an https URL signed by a private CA; empty: the built-in roots.
+    #[serde(default)]
+    tls_ca_certificate: String,
 }
 
 #[handler]
@@ -263,6 +266,7 @@ pub async fn add_webhook_form(
     let input = WebhookInput {
         url: Some(form.url.clone()),
         secret: Some(crate::secrets::Secret::new(form.secret.clone())),
+        tls_ca_certificate: Some(form.tls_ca_certificate.clone()),
     };
     match webhooks::create(&state.pool, &state.inner.secrets, &who, &input).await {
         Ok(w) => {
@@ -279,6 +283,7 @@ pub async fn add_webhook_form(
             let kept = WebhookForm {
                 url: form.url,
                 secret: String::new(),
+                tls_ca_certificate: form.tls_ca_certificate,
             };
             let view =
                 alerts_page(&state, &who, jar, &Window::default(), None, kept, fields).await?;

@@ -249,6 +249,7 @@ async fn connect_edit_page(
         managed_by: c.managed_by.clone(),
         basic_auth_user: c.basic_auth_user.clone().unwrap_or_default(),
         basic_auth_password: String::new(),
+        tls_ca_certificate: c.tls_ca_certificate.clone().unwrap_or_default(),
     });
     let status = if errors.is_empty() {
         StatusCode::OK
@@ -302,6 +303,8 @@ pub async fn page_connect_update(
         basic_auth_user: changed(&form.basic_auth_user, cur.basic_auth_user.as_deref()),
         provider_token: None,
         basic_auth_password: set(&form.basic_auth_password).map(crate::secrets::Secret::new),
+        // Shown filled in: emptied, it is removed (the built-in roots again).
+        tls_ca_certificate: changed(&form.tls_ca_certificate, cur.tls_ca_certificate.as_deref()),
     };
     match clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {
         Ok(c) => {

@@ -14,7 +14,7 @@ use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::connections::settings::{secret_fields, Settings};
+use crate::connections::settings::{secret_fields, Settings, TlsMode};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
 use crate::listing::{self, ListQuery, Nav};
@@ -213,8 +213,11 @@ fn settings_fields(
                 "tls_mode",
                 "TLS",
                 "select",
-                "verify-full checks the server's certificate and name.",
-                vec!["require", "verify-full", "verify-ca", "disable"],
+                "verify-full checks the server's certificate against the CA certificate below and the host name; verify-ca the certificate only; disable is plain text, only for an isolated local fixture. Verification cannot be turned off.",
+                // The empty choice first: nothing is chosen for the user.
+                std::iter::once("")
+                    .chain(TlsMode::CHOICES.map(TlsMode::as_str))
+                    .collect(),
             ),
             (
                 "ca_certificate",

@@ -603,8 +603,7 @@ async fn new_page(
         .filter(|(k, v)| !k.is_empty() || !v.is_empty())
         .map(|(k, v)| {
             let mut error = errors.get(&format!("config.{k}")).cloned();
-            let secret =
-                crate::connectors::looks_secret(k) && !v.is_empty() && !v.starts_with("${");
+            let secret = crate::connectors::plain_secret(k, v);
             if secret && error.is_none() {
                 // Also when only a row was added: say why the value is gone, in the API's words.
                 let mut why = FieldErrors::new();
@@ -651,9 +650,8 @@ async fn new_page(
     // Pasted JSON holding a plain-text secret is not echoed back either.
     if serde_json::from_str::<serde_json::Map<String, Value>>(&form.json).is_ok_and(|m| {
         m.iter().any(|(k, v)| {
-            crate::connectors::looks_secret(k)
-                && v.as_str()
-                    .is_some_and(|s| !s.is_empty() && !s.starts_with("${"))
+            v.as_str()
+                .is_some_and(|s| crate::connectors::plain_secret(k, s))
         })
     }) {
         form.json.clear();
@@ -862,6 +860,8 @@ pub struct ConnectForm {
     pub(super) basic_auth_user: String,
     #[serde(default)]
     pub(super) basic_auth_password: String,
+    #[serde(default)]
+    pub(super) tls_ca_certificate: String,
 }
 
 pub(super) fn set(v: &str) -> Option<String> {
@@ -900,6 +900,7 @@ impl ConnectForm {
             basic_auth_user: set(&self.basic_auth_user),
             provider_token: None,
             basic_auth_password: set(&self.basic_auth_password).map(crate::secrets::Secret::new),
+            tls_ca_certificate: set(&self.tls_ca_certificate),
         }
     }
 

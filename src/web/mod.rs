@@ -762,7 +762,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::POST,
             "/clusters/connect/:id",
             Admin,
-            "change a Connect cluster's settings",
+            "change a Connect cluster's settings (an empty tls_ca_certificate removes it)",
             clusters::page_connect_update,
         ),
         r(
@@ -966,7 +966,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::POST,
             "/api/v1/connect-clusters",
             Admin,
-            "register a Connect cluster (returns its provider token once)",
+            "register a Connect cluster (url, basic auth, tls_ca_certificate for a private CA; returns its provider token once)",
             clusters::api_create,
         ),
         r(
@@ -980,7 +980,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::PATCH,
             "/api/v1/connect-clusters/:id",
             Admin,
-            "change a Connect cluster's settings",
+            "change a Connect cluster's settings (an empty tls_ca_certificate removes it)",
             clusters::api_patch,
         ),
         r(
@@ -1449,7 +1449,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::POST,
             "/api/v1/webhooks",
             Admin,
-            "add a webhook (url, signing secret)",
+            "add a webhook (url, signing secret, tls_ca_certificate for a private CA)",
             alerts::api_webhook_create,
         ),
         r(

@@ -55,6 +55,36 @@ test('an admin adds a MinIO connection, sees inline errors first, then tests it 
   assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
 });
 
+test('a database connection asks for its TLS mode: verify-full, verify-ca or disable, never require', async () => {
+  const page = await browser.newPage();
+  const errors = watchConsole(page);
+  await signIn(page, app, 'ada');
+  await page.goto(app.url + '/connections/new?provider=POSTGRESQL');
+  const tls = page.getByLabel('TLS', { exact: true });
+  assert.deepEqual(await tls.locator('option').evaluateAll((os) => os.map((o) => o.value)), ['', 'verify-full', 'verify-ca', 'disable']);
+  await page.getByLabel('Name').fill('tls choice');
+  await page.getByLabel('Host').fill(stackEnv('PG_HOST'));
+  await page.getByLabel('Port').fill(stackEnv('PG_PORT'));
+  await page.getByLabel('Database').fill(stackEnv('PG_SOURCE_DB'));
+  await page.getByLabel('User').fill(stackEnv('PG_USER'));
+  await page.getByLabel('Password').fill(stackEnv('PG_PASSWORD'));
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector('[id="f-settings.tls_mode-error"]');
+  assert.match(await page.locator('[id="f-settings.tls_mode-error"]').innerText(), /choose verify-full \(with ca_certificate\) or verify-ca; disable only for an isolated local fixture/);
+  await page.getByLabel('TLS', { exact: true }).selectOption('verify-full');
+  await page.getByLabel('Password').fill(stackEnv('PG_PASSWORD'));
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector('[id="f-settings.ca_certificate-error"]');
+  assert.match(await page.locator('[id="f-settings.ca_certificate-error"]').innerText(), /required with tls_mode verify-full/);
+  await screenshot(page, 'connection-tls-mode');
+  await page.getByLabel('TLS', { exact: true }).selectOption('disable');
+  await page.getByLabel('Password').fill(stackEnv('PG_PASSWORD'));
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector('h1:has-text("tls choice")');
+  assert.match(await page.locator('main').innerText(), /TLS is disabled/);
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});
+
 test('a viewer sees connections but no edit, test or delete controls', async () => {
   createUser(app, 'vic', 'viewer');
   const page = await browser.newPage();

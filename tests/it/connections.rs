@@ -572,7 +572,25 @@ async fn every_validation_rule_answers_422_naming_the_field_and_stores_nothing()
                 json!({"password": "p"}),
             ),
             "settings.tls_mode",
-            "verify-full",
+            "certificate verification cannot be turned off",
+        ),
+        (
+            pg(db.clone(), json!({"password": "p"})),
+            "settings.tls_mode",
+            "required: choose verify-full (with ca_certificate) or verify-ca; disable only for an isolated local fixture",
+        ),
+        (
+            pg(
+                json!({"host": "h", "database": "d", "user": "u", "tls_mode": "require"}),
+                json!({"password": "p"}),
+            ),
+            "settings.tls_mode",
+            "require means TLS without certificate verification, and verification cannot be turned off",
+        ),
+        (
+            json!({"name": "x", "provider": "MARIADB", "capabilities": ["DESTINATION"], "settings": {"host": "h", "database": "d", "user": "u", "tls_mode": "trust"}, "secrets": {"password": "p"}}),
+            "settings.tls_mode",
+            "without certificate verification",
         ),
         (
             pg(
@@ -688,4 +706,147 @@ async fn patch_merges_settings_keeps_the_secret_ref_and_delete_removes_everythin
         .await
         .unwrap();
     assert_eq!(left, 0, "the encrypted credentials go with the connection");
+}
+
+/// Rows stored before tls_mode `require` was refused still load, with a warning; saving such a
+/// connection again (any change) needs a verifying mode or disable, and nothing new is built on
+/// it meanwhile.
+#[tokio::test]
+async fn a_stored_require_connection_loads_with_a_warning_and_must_choose_a_verifying_mode_to_change(
+) {
+    let api = admin_api();
+    let c = api.connection(json!({"name": "legacy", "provider": "POSTGRESQL", "capabilities": ["SOURCE", "DESTINATION"],
+        "settings": {"host": "db.internal", "database": "d", "user": "u", "tls_mode": "disable"}, "secrets": {"password": "p"}})).await;
+    let id = c["id"].as_str().unwrap();
+    let db = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}",
+        api.app.data_dir().join("cluecdc.db").display()
+    ))
+    .await
+    .unwrap();
+    // What a row written before the rule looks like.
+    sqlx::query("UPDATE connections SET settings = json_set(settings, '$.tls_mode', 'require') WHERE id = ?")
+        .bind(id)
+        .execute(&db)
+        .await
+        .unwrap();
+    let (status, got) = api.get(&format!("/api/v1/connections/{id}")).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["settings"]["tls_mode"], "require");
+    assert_eq!(
+        got["warnings"],
+        json!(["TLS without certificate verification: edit the connection and choose verify-full (with the CA certificate that signed the server's)"])
+    );
+    // A rename alone is refused, naming tls_mode; nothing changes.
+    let (status, err) = api
+        .patch(
+            &format!("/api/v1/connections/{id}"),
+            json!({"name": "legacy 2"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{err}");
+    assert!(
+        err["error"]["fields"]["settings.tls_mode"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("verification cannot be turned off"),
+        "{err}"
+    );
+    let (_, after) = api.get(&format!("/api/v1/connections/{id}")).await;
+    assert_eq!(
+        (after["name"].as_str(), after["generation"].as_i64()),
+        (Some("legacy"), Some(1))
+    );
+    // Nothing new on it: a delivery into it is refused before anything else is looked at.
+    let (status, err) = api
+        .post(
+            "/api/v1/deliveries",
+            json!({"name": "d", "pipeline_id": "none", "destination_connection_id": id}),
+        )
+        .await;
+    assert_eq!(status, 422, "{err}");
+    assert!(
+        err["error"]["fields"]["destination_connection_id"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("TLS without certificate verification"),
+        "{err}"
+    );
+    // Choosing a mode (here disable) is what saving it takes.
+    let (status, fixed) = api
+        .patch(
+            &format!("/api/v1/connections/{id}"),
+            json!({"name": "legacy 2", "settings": {"tls_mode": "disable"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{fixed}");
+    assert_eq!(fixed["settings"]["tls_mode"], "disable");
+    assert!(fixed["warnings"][0]
+        .as_str()
+        .unwrap_or_default()
+        .contains("isolated local fixture"));
+}
+
+/// The form offers the three modes a connection may be saved with (nothing preselected, no
+/// require) and refuses a post without a choice inline, keeping what was typed.
+#[tokio::test]
+async fn the_connection_form_offers_verify_full_verify_ca_or_disable_and_asks_for_a_choice() {
+    let api = admin_api();
+    let b = sign_in(&api.app, "ada", PASSWORD).await;
+    let page = b
+        .client
+        .get(format!("{}/connections/new?provider=POSTGRESQL", b.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let select = &page[page.find(r#"name="settings.tls_mode""#).unwrap()..];
+    let select = &select[..select.find("</select>").unwrap()];
+    let values: Vec<&str> = select
+        .split(r#"<option value=""#)
+        .skip(1)
+        .map(|o| &o[..o.find('"').unwrap()])
+        .collect();
+    assert_eq!(
+        values,
+        ["", "verify-full", "verify-ca", "disable"],
+        "{select}"
+    );
+    assert!(
+        select.matches(" selected").count() == 1
+            && select.contains(r#"<option value="" selected>— choose —</option>"#),
+        "nothing chosen for the user: {select}"
+    );
+    let res = b
+        .client
+        .post(format!("{}/connections", b.base))
+        .form(&[
+            ("csrf_token", b.csrf.as_str()),
+            ("provider", "POSTGRESQL"),
+            ("name", "typed"),
+            ("capabilities", "SOURCE"),
+            ("settings.host", "db.internal"),
+            ("settings.database", "d"),
+            ("settings.user", "u"),
+            ("settings.tls_mode", ""),
+            ("secrets.password", "p"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 422);
+    let html = res.text().await.unwrap();
+    assert!(
+        html.contains(r#"id="f-settings.tls_mode-error""#)
+            && html.contains("required: choose verify-full (with ca_certificate) or verify-ca; disable only for an isolated local fixture"),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"value="db.internal""#),
+        "what was typed stays"
+    );
+    let (_, list) = api.get("/api/v1/connections").await;
+    assert_eq!(list["total"], 0, "nothing stored: {list}");
 }

@@ -1081,3 +1081,67 @@ pub async fn operation_ends(api: &Api, id: &str) -> serde_json::Value {
     })
     .await
 }
+
+/// The stack's https front (`scripts/stack.d/tls-front.py`) on a free port in front of
+/// `backend` (`host:port` or an `http://` URL), presenting the stack's server certificate (the
+/// test CA's, for 127.0.0.1). The process is killed when this is dropped.
+pub struct TlsFront {
+    pub port: u16,
+    child: Child,
+}
+
+impl TlsFront {
+    pub async fn start(backend: &str) -> TlsFront {
+        let backend = backend
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let tls = PathBuf::from(var("TLS_CA_FILE"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let port = free_port();
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let child = Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/stack.d/tls-front.py"
+            ))
+            .arg(format!("127.0.0.1:{port}"))
+            .arg(&backend)
+            .arg(tls.join("server.pem"))
+            .arg(tls.join("server.key"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the TLS front");
+        let front = TlsFront { port, child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the TLS front on {port} did not listen within 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        front
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -940,3 +940,112 @@ async fn a_pipeline_reset_snapshots_again_and_a_serve_killed_after_a_table_chang
     })
     .await;
 }
+
+/// A source that goes away for a while (connection refused) is a transient failure: ClueCDC
+/// reports it so, neither fails the connector nor restarts it (Debezium retries the connection
+/// itself, its task RUNNING), and changes flow again once the source answers.
+#[tokio::test]
+async fn a_source_outage_is_transient_and_the_pipeline_streams_again_once_the_source_answers() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_RECONCILE_INTERVAL", "1s"),
+        ("CLUECDC_RESTART_BACKOFF", "1s"),
+    ]);
+    let (kafka, connect) = stack_clusters(&api).await;
+    let tag = tag();
+    let schema = format!("po_{tag}");
+    let mut db = pg_as_connector_user(&s).await;
+    for sql in [
+        format!("CREATE SCHEMA {schema}"),
+        format!("CREATE TABLE {schema}.items (id int PRIMARY KEY, name text NOT NULL)"),
+        format!("INSERT INTO {schema}.items VALUES (1, 'apple')"),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    // The pipeline reaches PostgreSQL through a gate the test closes: "connection refused".
+    let gate = tokio::sync::Mutex::new(
+        TcpGate::start(&format!("http://{}:{}", s.pg_host, s.pg_port)).await,
+    );
+    let port: u16 = gate
+        .lock()
+        .await
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let closed = std::sync::atomic::AtomicBool::new(false);
+    let src = api.connection(json!({"name": format!("gated {tag}"), "provider": "POSTGRESQL", "capabilities": ["SOURCE"],
+        "settings": {"host": "127.0.0.1", "port": port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": schema, "publication_name": schema},
+        "secrets": {"password": s.pg_password}})).await;
+    let prefix = format!("po-{}", tag.replace('_', "-"));
+    let (status, p) = api.post("/api/v1/pipelines", json!({"name": format!("gated {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka,
+        "connect_cluster_id": connect, "tables": [format!("{schema}.items")], "topic_prefix": prefix})).await;
+    assert_eq!(status, 201, "{p}");
+    let id = p["id"].as_str().unwrap().to_string();
+    let name = p["name"].as_str().unwrap().to_string();
+    let topic = format!("{prefix}.{schema}.items");
+    let connector = format!("cluecdc-capture-{prefix}");
+    let result = async {
+        wait_pipeline_running(&api, &id).await;
+        read_until(&topic, Duration::from_secs(90), |e| count(e, "r") >= 1).await;
+        let (status, _) = api
+            .patch(
+                "/api/v1/alert-rules/pipeline_source_unreachable",
+                json!({"for_secs": 0}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        gate.lock().await.close();
+        closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let fired = eventually(
+            Duration::from_secs(60),
+            "the source alert, transient",
+            || async { alert(&api, "pipeline_source_unreachable", &name, "firing").await },
+        )
+        .await;
+        assert!(
+            fired["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("transient ("),
+            "{fired}"
+        );
+        // Longer than the first backoff (1 s here): a failure ClueCDC acted on shows by now.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let (_, c) = api.get(&format!("/api/v1/connectors/{connector}")).await;
+        assert_eq!(c["phase"], "RUNNING", "not failed by ClueCDC: {c}");
+        assert_eq!(c["restart_attempts"], 0, "{c}");
+        assert!(c["trace"].is_null(), "{c}");
+        let restarts = c["restarts"].as_array().map_or(0, Vec::len);
+        assert_eq!(restarts, 0, "no restart recorded: {c}");
+
+        gate.lock().await.open().await;
+        closed.store(false, std::sync::atomic::Ordering::SeqCst);
+        sqlx::query(&format!("INSERT INTO {schema}.items VALUES (2, 'pear')"))
+            .execute(&mut db)
+            .await
+            .unwrap();
+        read_until(&topic, Duration::from_secs(120), |e| count(e, "c") >= 1).await;
+        eventually(
+            Duration::from_secs(60),
+            "the source alert resolved",
+            || async { alert(&api, "pipeline_source_unreachable", &name, "resolved").await },
+        )
+        .await;
+    };
+    with_cleanup(result, async {
+        if closed.load(std::sync::atomic::Ordering::SeqCst) {
+            gate.lock().await.open().await;
+        }
+        let _ = api
+            .delete(&format!("/api/v1/pipelines/{id}?drop_slot=true"))
+            .await;
+        drop_capture_fixture(&s, &schema, &schema).await;
+    })
+    .await;
+}

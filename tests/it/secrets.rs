@@ -393,10 +393,43 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         "${{cluecdc:{}:ca_cert_file}}",
         pg["secret_ref"].as_str().unwrap()
     ));
+    // Its records go to the TLS + SCRAM listener: the producer logs in with the Kafka
+    // cluster's password and trusts its CA, both references that the provider resolves.
+    let kref = kafka["secret_ref"].as_str().unwrap();
+    for (k, v) in [
+        ("bootstrap.servers", t.kafka_bootstrap.clone()),
+        ("security.protocol", "SASL_SSL".to_string()),
+        ("sasl.mechanism", "SCRAM-SHA-512".to_string()),
+        ("sasl.jaas.config", format!("org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"${{cluecdc:{kref}:sasl_password}}\";", t.scram_user)),
+        ("ssl.truststore.type", "PEM".to_string()),
+        ("ssl.truststore.location", format!("${{cluecdc:{kref}:ca_cert_file}}")),
+    ] {
+        config[format!("producer.override.{k}")] = json!(v);
+    }
     manage_connector(&api, &cluster, &name, &config).await;
 
     let result = async {
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;
+        // The connector's stored and task configs hold the references, never the values.
+        let connect = reqwest::Client::new();
+        for path in [
+            format!("/connectors/{name}/config"),
+            format!("/connectors/{name}/tasks"),
+        ] {
+            let text = connect
+                .get(format!("{}{path}", s.connect_url))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(
+                text.contains(&format!("${{cluecdc:{kref}:sasl_password}}"))
+                    && text.contains(&format!("${{cluecdc:{kref}:ca_cert_file}}")),
+                "{path} holds the Kafka cluster's references: {text}"
+            );
+        }
         let mut seen: Vec<(String, String)> = Vec::new();
         let mut look = |what: String, text: String| seen.push((what, text));
 
@@ -432,6 +465,8 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             .iter()
             .map(|c| c["id"].as_str().unwrap().to_string())
             .collect();
+        let kafka_id = kafka["id"].as_str().unwrap();
+        let connect_id = cluster["id"].as_str().unwrap();
         let browser = {
             let b = sign_in(&api.app, "ada", PASSWORD).await;
             b.client
@@ -440,18 +475,27 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             .into_iter()
             .filter(|r| r.method == "GET" && r.access != "public")
         {
-            let paths: Vec<String> =
-                if route.path.contains(":id") && route.path.contains("connections") {
-                    ids.iter().map(|id| route.path.replace(":id", id)).collect()
-                } else if route.path.ends_with("kafka-clusters/:id")
-                    || route.path.ends_with("kafka-clusters/:id/topics")
-                {
-                    vec![route.path.replace(":id", kafka["id"].as_str().unwrap())]
-                } else if route.path.contains(':') {
-                    continue;
-                } else {
-                    vec![route.path.clone()]
-                };
+            // Every route of one connection, cluster or connector, with the ids made here.
+            let one_id = route.path.matches(':').count() == 1;
+            let paths: Vec<String> = if !route.path.contains(':') {
+                vec![route.path.clone()]
+            } else if one_id && route.path.contains("connections/:id") {
+                ids.iter().map(|id| route.path.replace(":id", id)).collect()
+            } else if one_id
+                && (route.path.contains("kafka-clusters/:id")
+                    || route.path.contains("clusters/kafka/:id"))
+            {
+                vec![route.path.replace(":id", kafka_id)]
+            } else if one_id
+                && (route.path.contains("connect-clusters/:id")
+                    || route.path.contains("clusters/connect/:id"))
+            {
+                vec![route.path.replace(":id", connect_id)]
+            } else if one_id && route.path.contains("connectors/:") {
+                vec![route.path.replace(":name", &name).replace(":id", &name)]
+            } else {
+                continue;
+            };
             for p in paths {
                 let (_, body) = api.get(&p).await;
                 look(format!("API GET {p}"), body.to_string());
@@ -480,7 +524,6 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         );
 
         // Connect: what it stores and shows.
-        let connect = reqwest::Client::new();
         for path in [
             format!("/connectors/{name}/config"),
             format!("/connectors/{name}/tasks"),
@@ -550,6 +593,20 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         );
         look("provider files".into(), listing);
 
+        // The sweep reached the routes of one cluster and connector, not only the lists.
+        for must in [
+            format!("page /clusters/kafka/{kafka_id}/edit"),
+            format!("API GET /api/v1/kafka-clusters/{kafka_id}"),
+            format!("API GET /api/v1/kafka-clusters/{kafka_id}/topics"),
+            format!("page /clusters/connect/{connect_id}/edit"),
+            format!("API GET /api/v1/connectors/{name}"),
+            format!("page /connectors/{name}"),
+        ] {
+            assert!(
+                seen.iter().any(|(what, _)| *what == must),
+                "the sweep visited {must}"
+            );
+        }
         for (what, text) in &seen {
             for c in &canaries {
                 assert!(!text.contains(c.as_str()), "{c} leaked into {what}");
