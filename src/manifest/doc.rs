@@ -437,11 +437,12 @@ pub fn parse_into(out: &mut Loaded, text: &str, origin: &str) -> Result<(), Vec<
             Err(e) => {
                 let path = e.path().to_string();
                 let inner = e.into_inner().to_string();
-                // serde_yaml repeats the path at the start of its message.
-                let message = inner
-                    .strip_prefix(&format!("{path}: "))
-                    .unwrap_or(&inner)
-                    .to_string();
+                // serde_yaml starts its message with the path of the value it was reading (the
+                // field's parent for an unknown field): the path is said once, in full.
+                let message = match inner.split_once(": ") {
+                    Some((head, rest)) if path.starts_with(head) => rest.to_string(),
+                    _ => inner.clone(),
+                };
                 let path = if path == "." {
                     "(document)".to_string()
                 } else {
@@ -544,7 +545,7 @@ mod tests {
         let p = problems("apiVersion: cluecdc/v1\npipelines:\n- name: a\n  source: s\n  kafka_cluster: k\n  connect_cluster: c\n  tables: [public.t]\n  tablez: [x]\n");
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].path, "pipelines[0].tablez");
-        assert!(p[0].message.contains("unknown field `tablez`"), "{p:?}");
+        assert!(p[0].message.starts_with("unknown field `tablez`"), "{p:?}");
     }
 
     #[test]

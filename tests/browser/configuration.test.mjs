@@ -52,7 +52,7 @@ webhooks:
   // Fixed: the plan names the changed field with both values, and the new webhook.
   await page.getByLabel(/^Document/).fill(doc(2500));
   await page.getByRole('button', { name: 'Plan', exact: true }).click();
-  await page.getByRole('heading', { name: 'Plan' }).waitFor();
+  await page.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
   const plan = await page.locator('#plan').innerText();
   assert.match(plan, /1 to create, 1 to change, 0 to delete/);
   assert.match(plan, /change\s+alert_rule\s+delivery_lag_records\s+threshold\s+10000\.0\s+2500\.0/);
@@ -63,7 +63,7 @@ webhooks:
   assert.equal(rules.find((r) => r.kind === 'delivery_lag_records').threshold, 10000, 'planning changes nothing');
 
   await page.getByRole('button', { name: 'Apply 2 changes' }).click();
-  await page.getByRole('heading', { name: 'Applied' }).waitFor();
+  await page.getByRole('heading', { name: 'Applied', exact: true }).waitFor();
   const report = await page.locator('#report').innerText();
   assert.match(report, /change alert_rule "delivery_lag_records"/);
   assert.match(report, /create webhook "http:\/\/127\.0\.0\.1:9\/hook"/);
