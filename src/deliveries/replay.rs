@@ -372,6 +372,9 @@ pub async fn start(
                 "connect_cluster_id": d.connect_cluster_id,
                 "resume_to": resume_to.as_str(),
                 "targets": plan.targets(),
+                // Partitions with records from the target on: the observe step waits until
+                // the sink has committed past the target in each (delivery seen moving again).
+                "deliver_again": plan.items.iter().filter(|i| i.target < i.end).map(|i| SinkOffset { topic: i.topic.clone(), partition: i.partition, offset: i.target }).collect::<Vec<_>>(),
                 "topics": d.topics,
                 "from": plan.from,
                 "reason": reason,
@@ -469,4 +472,97 @@ pub async fn restore_input(
             )
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery() -> Delivery {
+        Delivery {
+            id: "dl_1".into(),
+            name: "lake".into(),
+            pipeline_id: "pl_1".into(),
+            destination_connection_id: "con_1".into(),
+            connect_cluster_id: "cc_1".into(),
+            kind: crate::deliveries::Kind::ObjectStorage,
+            topics: vec!["shop.public.orders".into()],
+            options: serde_json::Value::Null,
+            connector_id: "cn_1".into(),
+            consumer_group: "connect-cluecdc-deliver-lake".into(),
+            created_at: String::new(),
+        }
+    }
+
+    /// Partition 0 has had retention delete offsets 0–4: it keeps 5–9, and 10 comes next.
+    fn positions() -> Vec<crate::kafka::PartitionPosition> {
+        vec![crate::kafka::PartitionPosition {
+            topic: "shop.public.orders".into(),
+            partition: 0,
+            committed: Some(8),
+            low: 5,
+            high: 10,
+            at_time: None,
+        }]
+    }
+
+    fn given(topic: &str, partition: i64, offset: i64) -> OffsetInput {
+        OffsetInput {
+            topic: Some(topic.into()),
+            partition: Some(partition),
+            offset: Some(offset),
+        }
+    }
+
+    fn refusal(g: &[OffsetInput]) -> FieldErrors {
+        match given_offsets(&delivery(), &positions(), g) {
+            Err(Error::Invalid { fields, .. }) => fields,
+            other => panic!("refused expected: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn given_offsets_within_the_retained_range_are_taken_and_the_rest_refused_by_field() {
+        let ok = given_offsets(
+            &delivery(),
+            &positions(),
+            &[given("shop.public.orders", 0, 5)],
+        )
+        .unwrap();
+        assert_eq!(ok[0].1, 5, "the log start itself is fine");
+        assert!(
+            given_offsets(
+                &delivery(),
+                &positions(),
+                &[given("shop.public.orders", 0, 10)]
+            )
+            .is_ok(),
+            "the end itself (skip everything) is fine"
+        );
+        let e = refusal(&[given("shop.public.orders", 0, 4)]);
+        assert!(
+            e["offsets[0].offset"].contains("before the log start")
+                && e["offsets[0].offset"].contains("the oldest offset kept is 5"),
+            "{e:?}"
+        );
+        let e = refusal(&[given("shop.public.orders", 0, 11)]);
+        assert!(e["offsets[0].offset"].contains("past the end"), "{e:?}");
+        let e = refusal(&[given("shop.public.orders", 7, 5)]);
+        assert!(
+            e["offsets[0].partition"].contains("has no partition 7; it has 0–0"),
+            "{e:?}"
+        );
+        let e = refusal(&[given("other", 0, 5)]);
+        assert!(
+            e["offsets[0].topic"].contains("not one of this delivery's topics"),
+            "{e:?}"
+        );
+        let e = refusal(&[
+            given("shop.public.orders", 0, 5),
+            given("shop.public.orders", 0, 6),
+        ]);
+        assert!(e["offsets[1].partition"].contains("given twice"), "{e:?}");
+        let e = refusal(&[]);
+        assert!(e["offsets"].contains("at least one"), "{e:?}");
+    }
 }

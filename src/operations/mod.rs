@@ -58,6 +58,14 @@ pub struct Operation {
     pub actor_kind: String,
 }
 
+/// The JSON the API answers: the operation's fields, and (API.md's `target`) what it acts on
+/// in one object beside `target_kind`, `target_id` and `target_name`.
+pub fn to_json(op: &Operation) -> Value {
+    let mut v = json!(op);
+    v["target"] = json!({"kind": op.target_kind, "id": op.target_id, "name": op.target_name});
+    v
+}
+
 impl Operation {
     /// What it is, in words.
     pub fn label(&self) -> &'static str {

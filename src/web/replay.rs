@@ -106,8 +106,10 @@ pub async fn api_operation(
     state: Data<&AppState>,
     who: Data<&Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Operation>> {
-    Ok(Json(operations::get(&state.pool, &who, &id).await?))
+) -> ApiResult<Json<serde_json::Value>> {
+    Ok(Json(operations::to_json(
+        &operations::get(&state.pool, &who, &id).await?,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -122,7 +124,11 @@ pub async fn api_operations(
     Query(q): Query<OperationsQuery>,
 ) -> ApiResult<Json<serde_json::Value>> {
     who.require(Role::Viewer, "see operations")?;
-    let items = operations::of_target(&state.pool, &q.target, 50).await?;
+    let items: Vec<serde_json::Value> = operations::of_target(&state.pool, &q.target, 50)
+        .await?
+        .iter()
+        .map(operations::to_json)
+        .collect();
     Ok(Json(json!({ "items": items })))
 }
 

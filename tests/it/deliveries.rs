@@ -601,6 +601,15 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
             .await;
         assert_eq!(history["items"], json!([]), "no refusal changed anything");
         assert_eq!(total_lag(&api, &id).await, Some(0));
+        let (_, ops) = api.get(&format!("/api/v1/operations?target={id}")).await;
+        assert_eq!(ops["items"], json!([]), "no refusal started an operation");
+        let st = connect_status(&s.connect_url, "cluecdc-deliver-replayed")
+            .await
+            .unwrap();
+        assert_eq!(
+            st["connector"]["state"], "RUNNING",
+            "no refusal stopped the connector"
+        );
 
         // A destination that lost its rows: the replay from the time brings back exactly the
         // records at or after it (rows 4 and 5), not the older ones.
@@ -616,6 +625,27 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         let op = operation_ends(&api, started["operation_id"].as_str().unwrap()).await;
         assert_eq!(op["state"], "done", "{op}");
         assert_eq!(op["kind"], "replay");
+        assert_eq!(
+            op["target"],
+            json!({"kind": "delivery", "id": id, "name": "replayed"}),
+            "{op}"
+        );
+        // Done means observed delivering again: the sink committed past the target (3), not
+        // only RUNNING.
+        let offsets: Value = reqwest::get(format!(
+            "{}/connectors/cluecdc-deliver-replayed/offsets",
+            s.connect_url
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        let committed = offsets["offsets"][0]["offset"]["kafka_offset"].as_i64();
+        assert!(
+            committed.is_some_and(|c| c > 3),
+            "committed past the target when the replay is done: {offsets}"
+        );
         dest_is(rows(4..=5), "exactly the rows at or after the time again").await;
         eventually(
             Duration::from_secs(60),
@@ -750,6 +780,22 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         assert_eq!(op["state"], "running", "{op}");
         let st = connect_status(&s.connect_url, name).await.unwrap();
         assert_eq!(st["connector"]["state"], "STOPPED", "{st}");
+        // The operation's page shows where it waits, and why.
+        let page = api
+            .http
+            .get(format!("{}/operations/{op_id}", api.app.url))
+            .bearer_auth(&api.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(page.contains("503"), "the page shows the error: {page}");
+        assert!(
+            page.contains("now: <strong>change</strong>"),
+            "the page shows the step it waits at: {page}"
+        );
         let (status, err) = api
             .post(&replay, json!({"from": "earliest", "confirm": "replayed"}))
             .await;

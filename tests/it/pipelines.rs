@@ -869,13 +869,59 @@ async fn a_pipeline_reset_snapshots_again_and_a_serve_killed_after_a_table_chang
                 .contains("type the pipeline's name"),
             "{err}"
         );
+        // Held at its change step (Connect answers the offsets reset with 503 for now): no
+        // other route may change the pipeline meanwhile.
+        proxy.fail("DELETE", "/offsets");
         let (status, started) = api
             .post(&reset, json!({"confirm": format!("kill {tag}")}))
             .await;
         assert_eq!(status, 202, "{started}");
-        let op = operation_ends(api, started["operation_id"].as_str().unwrap()).await;
+        let op_id = started["operation_id"].as_str().unwrap().to_string();
+        eventually(
+            Duration::from_secs(60),
+            "the reset waits at its change step",
+            || async {
+                let (_, op) = api.get(&format!("/api/v1/operations/{op_id}")).await;
+                (op["step"] == "change" && op["error"].as_str().is_some_and(|e| e.contains("503")))
+                    .then_some(())
+            },
+        )
+        .await;
+        let (status, err) = api
+            .patch(
+                &format!("/api/v1/pipelines/{id}"),
+                json!({"tables": [format!("{schema}.first")]}),
+            )
+            .await;
+        assert_eq!(
+            status, 409,
+            "no table change while the reset holds it: {err}"
+        );
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(&op_id),
+            "{err}"
+        );
+        proxy.heal();
+        let op = operation_ends(api, &op_id).await;
         assert_eq!(op["state"], "done", "{op}");
         assert_eq!(op["kind"], "reset");
+        let (_, audit) = api.get("/api/v1/audit?action=pipeline.reset").await;
+        assert_eq!(audit["items"][0]["target_id"], id.as_str(), "{audit}");
+        // The source offsets it replaced are kept with the operation (an LSN for PostgreSQL).
+        let page = api
+            .http
+            .get(format!("{}/operations/{op_id}", api.app.url))
+            .bearer_auth(&api.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            page.contains("Offsets Connect held before the change") && page.contains("lsn"),
+            "{page}"
+        );
         let first = format!("{prefix}.{schema}.first");
         read_until(&first, Duration::from_secs(120), |e| count(e, "r") == 2).await;
         read_until(&second, Duration::from_secs(120), |e| count(e, "r") >= 6).await;
