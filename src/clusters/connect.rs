@@ -375,50 +375,20 @@ fn checked_token(t: &crate::secrets::Secret<String>) -> Result<String> {
     Ok(t.to_string())
 }
 
-/// Replaces the provider token with a given one (the declarative apply); the old one stops
-/// working at once.
-pub async fn set_provider_token(
-    pool: &SqlitePool,
-    who: &Principal,
-    id: &str,
-    token: &crate::secrets::Secret<String>,
-) -> Result<()> {
-    who.require(Role::Admin, "manage clusters")?;
-    let cluster = get(pool, who, id).await?;
-    let token = checked_token(token)?;
-    let mut tx = pool.begin().await?;
-    audit::record(
-        &mut tx,
-        Entry {
-            actor: who.into(),
-            action: "connect_cluster.provider_token",
-            target_kind: "connect_cluster",
-            target_id: id,
-            outcome: Outcome::Success,
-            summary: json!({"name": cluster.name, "given": true}),
-        },
-    )
-    .await?;
-    sqlx::query("UPDATE connect_clusters SET provider_token_hash = ?, provider_token_at = ?, updated_at = ? WHERE id = ?")
-        .bind(token_hash(&token))
-        .bind(crate::time::now())
-        .bind(crate::time::now())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Issues a new provider token; the old one stops working at once.
+/// Issues a new provider token, or takes the one given (the declarative apply, whose document
+/// names the token the workers hold); the old one stops working at once.
 pub async fn rotate_provider_token(
     pool: &SqlitePool,
     who: &Principal,
     id: &str,
+    given: Option<&crate::secrets::Secret<String>>,
 ) -> Result<WithToken> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
-    let token = format!("{PROVIDER_TOKEN_PREFIX}{}", random_token());
+    let token = match given {
+        Some(t) => checked_token(t)?,
+        None => format!("{PROVIDER_TOKEN_PREFIX}{}", random_token()),
+    };
     let mut tx = pool.begin().await?;
     audit::record(
         &mut tx,
@@ -428,7 +398,7 @@ pub async fn rotate_provider_token(
             target_kind: "connect_cluster",
             target_id: id,
             outcome: Outcome::Success,
-            summary: json!({"name": cluster.name}),
+            summary: json!({"name": cluster.name, "given": given.is_some()}),
         },
     )
     .await?;

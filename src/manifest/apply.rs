@@ -248,7 +248,7 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
             }
             crate::clusters::connect::update(pool, store, who, &id, &patch).await?;
             if let Some(t) = token {
-                crate::clusters::connect::set_provider_token(pool, who, &id, &t).await?;
+                crate::clusters::connect::rotate_provider_token(pool, who, &id, Some(&t)).await?;
             }
         }
         Step::CreateConnection(input) => {

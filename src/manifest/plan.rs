@@ -264,6 +264,24 @@ fn secret_change(
     }
 }
 
+/// Refuses, by path, each changed field of an existing `what` that cannot change in place;
+/// true when there was one.
+fn refuse_fixed(
+    p: &mut Problems,
+    path: &str,
+    fields: &BTreeMap<String, FieldChange>,
+    changeable: impl Fn(&str) -> bool,
+    what: &str,
+    why: &str,
+) -> bool {
+    let mut any = false;
+    for (k, f) in fields.iter().filter(|(k, _)| !changeable(k)) {
+        any = true;
+        p.at(path, k, format!("cannot change on an existing {what} (from {} to {}){why}; create a {what} under another name instead", compact(&f.from), compact(&f.to)));
+    }
+    any
+}
+
 /// Problems collected across the whole document; plan refuses with all of them at once.
 #[derive(Default)]
 struct Problems(Vec<Problem>);
@@ -1035,15 +1053,15 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             }
             Some(stored) => {
                 let fields = diff(stored, &canon, &[]);
-                let fixed: Vec<&String> = fields
-                    .keys()
-                    .filter(|k| !(*k == "tables" || *k == "state"))
-                    .collect();
-                for k in &fixed {
-                    let f = &fields[*k];
-                    p.at(&path, k, format!("cannot change on an existing pipeline (from {} to {}): it decides the pipeline's topics, slot or connector; create a pipeline under another name instead", compact(&f.from), compact(&f.to)));
-                }
-                if !fixed.is_empty() || fields.is_empty() {
+                let fixed = refuse_fixed(
+                    &mut p,
+                    &path,
+                    &fields,
+                    |k| k == "tables" || k == "state",
+                    "pipeline",
+                    ": it decides the pipeline's topics, slot or connector",
+                );
+                if fixed || fields.is_empty() {
                     continue;
                 }
                 if fields.contains_key("tables") {
@@ -1193,17 +1211,15 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             }
             Some(stored) => {
                 let fields = diff(stored, &canon, &[]);
-                let fixed: Vec<&String> = fields
-                    .keys()
-                    .filter(|k| {
-                        ["pipeline", "destination", "connect_cluster"].contains(&k.as_str())
-                    })
-                    .collect();
-                for k in &fixed {
-                    let f = &fields[*k];
-                    p.at(&path, k, format!("cannot change on an existing delivery (from {} to {}); create a delivery under another name instead", compact(&f.from), compact(&f.to)));
-                }
-                if !fixed.is_empty() || fields.is_empty() {
+                let fixed = refuse_fixed(
+                    &mut p,
+                    &path,
+                    &fields,
+                    |k| !["pipeline", "destination", "connect_cluster"].contains(&k),
+                    "delivery",
+                    "",
+                );
+                if fixed || fields.is_empty() {
                     continue;
                 }
                 if fields

@@ -78,7 +78,7 @@ pub async fn api_provider_token(
     who: Data<&Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id).await?;
+    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id, None).await?;
     Ok(Response::builder()
         .header("cache-control", "no-store")
         .content_type("application/json")
@@ -332,7 +332,7 @@ pub async fn page_provider_token(
     req: &Request,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id).await?;
+    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id, None).await?;
     let forms = ClusterForms {
         created: Some((
             format!(

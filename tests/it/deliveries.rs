@@ -781,16 +781,7 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         let st = connect_status(&s.connect_url, name).await.unwrap();
         assert_eq!(st["connector"]["state"], "STOPPED", "{st}");
         // The operation's page shows where it waits, and why.
-        let page = api
-            .http
-            .get(format!("{}/operations/{op_id}", api.app.url))
-            .bearer_auth(&api.token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = api.text(&format!("/operations/{op_id}")).await;
         assert!(page.contains("503"), "the page shows the error: {page}");
         assert!(
             page.contains("now: <strong>change</strong>"),

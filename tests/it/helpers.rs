@@ -414,6 +414,18 @@ impl Api {
     pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
         self.call(reqwest::Method::DELETE, path, None).await
     }
+    /// A page or text endpoint (HTML, Prometheus text) as this API's user sees it.
+    pub async fn text(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.app.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
     /// Creates a connection and returns its JSON (panics with the error otherwise).
     pub async fn connection(&self, body: serde_json::Value) -> serde_json::Value {
         let (status, v) = self.post("/api/v1/connections", body).await;

@@ -826,3 +826,125 @@ async fn a_backup_taken_under_write_load_restores_whole_and_a_running_instance_o
         .unwrap();
     assert_eq!(report["ok"], true, "{report}");
 }
+
+#[tokio::test]
+async fn an_apply_that_fails_part_way_keeps_what_it_applied_and_names_what_is_left() {
+    let s = stack();
+    let t = tag();
+    let api = admin_api();
+    let doc = format!(
+        r#"apiVersion: cluecdc/v1
+kafka_clusters:
+- name: k
+  bootstrap_servers: 127.0.0.1:9
+connect_clusters:
+- name: c
+  url: http://127.0.0.1:9
+connections:
+- name: src
+  provider: POSTGRESQL
+  settings: {{host: {host}, port: {port}, database: {db}, user: {user}, tls_mode: disable, slot_name: pf_{t}, publication_name: pf_{t}}}
+  secrets:
+    password: {{env: PF_PASSWORD_{t}}}
+- name: lake
+  provider: MINIO
+  settings: {{bucket: {bucket}, region: {region}, endpoint: "{endpoint}", prefix: pf/, path_style: true, use_ssl: false}}
+  secrets:
+    access_key_id: {{env: PF_KEY_{t}}}
+    secret_access_key: {{env: PF_SECRET_{t}}}
+pipelines:
+- name: p
+  source: src
+  kafka_cluster: k
+  connect_cluster: c
+  tables: [public.pf_missing_{t}]
+deliveries:
+- name: d
+  pipeline: p
+  destination: lake
+"#,
+        host = s.pg_host,
+        port = s.pg_port,
+        db = s.pg_source_db,
+        user = s.pg_user,
+        bucket = s.s3_bucket,
+        region = s.s3_region,
+        endpoint = s.s3_endpoint,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("setup.yaml");
+    std::fs::write(&file, &doc).unwrap();
+    let env = vec![
+        (format!("PF_PASSWORD_{t}"), s.pg_password.clone()),
+        (format!("PF_KEY_{t}"), s.s3_access_key.clone()),
+        (format!("PF_SECRET_{t}"), s.s3_secret_key.clone()),
+    ];
+    // The plan cannot check the pipeline against its source before its connection exists; it
+    // says so, and apply checks it right before creating it.
+    let (ok, out, err) = cli(&api.app.data, &["plan", "-f", file.to_str().unwrap()], &env).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("note: pipeline \"p\" is checked against its plugin and its source when applied, after connection \"src\""), "{out}");
+    let (ok, out, err) = cli(
+        &api.app.data,
+        &["apply", "-f", file.to_str().unwrap()],
+        &env,
+    )
+    .await;
+    assert!(!ok, "the missing table stops the apply: {out}");
+    for done in [
+        "done: create kafka_cluster \"k\"",
+        "done: create connect_cluster \"c\"",
+        "done: create connection \"src\"",
+        "done: create connection \"lake\"",
+    ] {
+        assert!(out.contains(done), "{done}:\n{out}");
+    }
+    assert!(
+        out.contains("FAILED: create pipeline \"p\":")
+            && out.contains(&format!("public.pf_missing_{t}")),
+        "the failed step and why:\n{out}"
+    );
+    assert!(out.contains("left: create delivery \"d\""), "{out}");
+    assert!(err.contains("apply stopped part way"), "{err}");
+    // What was applied stays applied and consistent; the rest is not there.
+    let (_, connections) = api.get("/api/v1/connections").await;
+    let names: Vec<&str> = connections["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["lake", "src"]);
+    let (_, pipelines) = api.get("/api/v1/pipelines").await;
+    assert_eq!(pipelines["items"], json!([]));
+    let (_, audit) = api.get("/api/v1/audit?action=config.apply").await;
+    let row = &audit["items"][0];
+    assert_eq!(row["outcome"], "failure", "{row}");
+    assert_eq!(
+        row["summary"]["left"],
+        json!(["create delivery \"d\""]),
+        "{row}"
+    );
+    // Everything before the failed step is whole: the document without the pipeline and the
+    // delivery plans no change. With them, the plan itself now checks the pipeline against its
+    // source (its connection exists) and refuses it by path, before anything changes.
+    let head = &doc[..doc.find("pipelines:").unwrap()];
+    let applied = dir.path().join("applied.yaml");
+    std::fs::write(&applied, head).unwrap();
+    let (ok, out, err) = cli(
+        &api.app.data,
+        &["plan", "-f", applied.to_str().unwrap()],
+        &env,
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("No changes"), "{out}");
+    let (ok, out, err) = cli(&api.app.data, &["plan", "-f", file.to_str().unwrap()], &env).await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(&format!(
+            "pipelines[0].tables: not found in src: public.pf_missing_{t}"
+        )),
+        "{err}"
+    );
+}

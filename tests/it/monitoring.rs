@@ -361,16 +361,7 @@ async fn lag_and_wal_alerts_fire_and_resolve_with_signed_webhooks_and_metrics_pa
         );
 
         // /metrics: valid Prometheus text, with these signals in it.
-        let text = api
-            .http
-            .get(format!("{}/metrics", api.app.url))
-            .bearer_auth(&api.token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = api.text("/metrics").await;
         let parsed = parse_metrics(&text);
         assert_eq!(
             parsed["cluecdc_http_requests"]["type"], "counter",

@@ -908,16 +908,7 @@ async fn a_pipeline_reset_snapshots_again_and_a_serve_killed_after_a_table_chang
         let (_, audit) = api.get("/api/v1/audit?action=pipeline.reset").await;
         assert_eq!(audit["items"][0]["target_id"], id.as_str(), "{audit}");
         // The source offsets it replaced are kept with the operation (an LSN for PostgreSQL).
-        let page = api
-            .http
-            .get(format!("{}/operations/{op_id}", api.app.url))
-            .bearer_auth(&api.token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = api.text(&format!("/operations/{op_id}")).await;
         assert!(
             page.contains("Offsets Connect held before the change") && page.contains("lsn"),
             "{page}"

@@ -512,15 +512,7 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         }
         look(
             "audit CSV".into(),
-            api.http
-                .get(format!("{}/api/v1/audit/export?format=csv", api.app.url))
-                .bearer_auth(&api.token)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap(),
+            api.text("/api/v1/audit/export?format=csv").await,
         );
 
         // Connect: what it stores and shows.
