@@ -264,6 +264,26 @@ fn secret_change(
     }
 }
 
+/// A pipeline or delivery to create, then (declared paused or stopped) to put in its state.
+fn plan_create(
+    plan: &mut Plan,
+    kind: &'static str,
+    name: &str,
+    state: &str,
+    create: Step,
+    set_state: fn(String, String) -> Step,
+) {
+    plan.create.push(Named {
+        kind,
+        name: name.to_string(),
+    });
+    plan.steps.push(create);
+    if state != "running" {
+        plan.steps
+            .push(set_state(name.to_string(), state.to_string()));
+    }
+}
+
 /// Refuses, by path, each changed field of an existing `what` that cannot change in place;
 /// true when there was one.
 fn refuse_fixed(
@@ -1039,18 +1059,14 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
         };
         canon_pipelines.insert(canon.name.clone(), canon.clone());
         match cur.doc.pipelines.iter().find(|x| x.name == canon.name) {
-            None => {
-                plan.create.push(Named {
-                    kind: "pipeline",
-                    name: canon.name.clone(),
-                });
-                let state = canon.state.clone();
-                plan.steps.push(Step::CreatePipeline(canon.clone()));
-                if state != "running" {
-                    plan.steps
-                        .push(Step::SetPipelineState(canon.name.clone(), state));
-                }
-            }
+            None => plan_create(
+                &mut plan,
+                "pipeline",
+                &canon.name,
+                &canon.state,
+                Step::CreatePipeline(canon.clone()),
+                Step::SetPipelineState,
+            ),
             Some(stored) => {
                 let fields = diff(stored, &canon, &[]);
                 let fixed = refuse_fixed(
@@ -1197,18 +1213,14 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             state: dl.state.clone(),
         };
         match cur.doc.deliveries.iter().find(|x| x.name == canon.name) {
-            None => {
-                plan.create.push(Named {
-                    kind: "delivery",
-                    name: canon.name.clone(),
-                });
-                let state = canon.state.clone();
-                plan.steps.push(Step::CreateDelivery(canon.clone()));
-                if state != "running" {
-                    plan.steps
-                        .push(Step::SetDeliveryState(canon.name.clone(), state));
-                }
-            }
+            None => plan_create(
+                &mut plan,
+                "delivery",
+                &canon.name,
+                &canon.state,
+                Step::CreateDelivery(canon.clone()),
+                Step::SetDeliveryState,
+            ),
             Some(stored) => {
                 let fields = diff(stored, &canon, &[]);
                 let fixed = refuse_fixed(
