@@ -15,6 +15,32 @@ img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'n
 /// Request bodies larger than this are refused with 413 before any handler runs.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// A too-large body is still read (and dropped) up to this much, so that the client, which
+/// may still be sending, gets the 413 instead of a connection reset; beyond it, it is cut off.
+const DRAIN_BYTES: usize = 16 * MAX_BODY_BYTES;
+
+/// The body, or `Err` when it is larger than [`MAX_BODY_BYTES`] (or unreadable).
+async fn read_limited(body: poem::Body) -> Result<Vec<u8>, ()> {
+    use futures::StreamExt;
+    let mut stream = std::pin::pin!(body.into_bytes_stream());
+    let mut kept: Vec<u8> = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| ())?;
+        seen += chunk.len();
+        if seen <= MAX_BODY_BYTES {
+            kept.extend_from_slice(&chunk);
+        } else if seen > DRAIN_BYTES {
+            return Err(());
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        Err(())
+    } else {
+        Ok(kept)
+    }
+}
+
 pub async fn request_context<E: Endpoint>(
     next: Arc<E>,
     mut req: Request,
@@ -27,7 +53,7 @@ pub async fn request_context<E: Endpoint>(
     let span = tracing::info_span!("request", %method, %path, request_id = %id);
     // Buffer the body under a limit (chunked bodies included), so no handler or guard can be
     // made to read an unbounded body.
-    let body = req.take_body().into_bytes_limit(MAX_BODY_BYTES).await;
+    let body = read_limited(req.take_body()).await;
     let mut response = match body {
         Err(_) if path.starts_with("/api/") => poem::Response::builder()
             .status(poem::http::StatusCode::PAYLOAD_TOO_LARGE)
