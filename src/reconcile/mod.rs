@@ -517,10 +517,14 @@ impl Reconciler {
             .min(Duration::from_secs(60))
             .mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
         tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
-        sqlx::query("UPDATE connect_clusters SET failures = failures + 1, last_error = ?, next_attempt_at = ? WHERE id = ?")
+        // Only if the cluster is still the one this pass tried: a PATCH made meanwhile cleared
+        // the error, and the old address's failure must not come back over the new address.
+        sqlx::query("UPDATE connect_clusters SET failures = failures + 1, last_error = ?, next_attempt_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
             .bind(e.to_string())
             .bind(now_ms() + backoff.as_millis() as i64)
             .bind(&cluster.id)
+            .bind(&cluster.url)
+            .bind(&cluster.updated_at)
             .execute(&self.pool)
             .await?;
         // Its connectors now show UNKNOWN.
@@ -656,9 +660,12 @@ impl Reconciler {
             .is_some_and(|t| (chrono::Utc::now() - t).num_seconds() < OBSERVED_REFRESH_SECS);
         if !confirmed_recently || cluster.last_error.is_some() || cluster.next_attempt_at.is_some()
         {
-            sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ?")
+            // As above: an answer from the address a PATCH just replaced is not the new one's.
+            sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
                 .bind(crate::time::now())
                 .bind(&cluster.id)
+                .bind(&cluster.url)
+                .bind(&cluster.updated_at)
                 .execute(&self.pool)
                 .await
                 .map_err(|e| db_err(e.into()))?;
@@ -1155,4 +1162,67 @@ pub struct Status {
     pub this_process: String,
     pub passes_in_this_process: u64,
     pub last_pass: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clusters::connect::{self, ConnectClusterInput};
+
+    /// A pass that tried the old address and failed must not write its error over a PATCH that
+    /// moved the cluster meanwhile (the user would read the old address's failure as the new
+    /// one's until the next pass).
+    #[tokio::test]
+    async fn a_failure_at_the_address_a_patch_replaced_is_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        let key = crate::secrets::keyring::MasterKey::generate().to_base64();
+        let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
+        let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
+        let who = crate::auth::Principal::cli();
+        let input = |url: &str| ConnectClusterInput {
+            name: Some("moving".into()),
+            url: Some(url.into()),
+            ..Default::default()
+        };
+        let created = connect::create(&pool, &secrets, &who, &input("http://127.0.0.1:1"))
+            .await
+            .unwrap()
+            .cluster;
+        let r = Reconciler::new(
+            pool.clone(),
+            secrets.clone(),
+            Settings::default(),
+            Arc::new(Handle::default()),
+            "t".into(),
+            crate::snapshots::Writes::default(),
+        );
+        let refused = ConnectError::Unreachable {
+            url: created.url.clone(),
+            reason: "connection refused".into(),
+        };
+        // What the pass read, then the PATCH, then the pass's verdict.
+        connect::update(
+            &pool,
+            &secrets,
+            &who,
+            &created.id,
+            &input("http://127.0.0.1:2"),
+        )
+        .await
+        .unwrap();
+        r.record_unreachable(&created, &refused).await.unwrap();
+        let now = connect::get(&pool, &who, &created.id).await.unwrap();
+        assert_eq!(now.last_error, None, "the old address's failure stayed out");
+        assert_eq!(
+            now.next_attempt_at, None,
+            "the new address is tried at once"
+        );
+        // The same failure against the cluster as it now is is recorded.
+        r.record_unreachable(&now, &refused).await.unwrap();
+        let after = connect::get(&pool, &who, &created.id).await.unwrap();
+        assert!(after.last_error.unwrap().contains("unreachable"));
+        assert!(after.next_attempt_at.is_some());
+    }
 }
