@@ -24,6 +24,8 @@ pub struct Layout {
     pub role: &'static str,
     pub csrf_token: String,
     pub nav: Vec<NavItem>,
+    /// The Settings section's links, with the current page marked; empty elsewhere.
+    pub settings: Vec<NavItem>,
     pub flash: Option<String>,
 }
 
@@ -39,9 +41,15 @@ const NAV: &[(&str, &str, Role)] = &[
     (super::paths::TOPICS, "Topics", Role::Viewer),
     (super::paths::ALERTS, "Alerts", Role::Viewer),
     (super::paths::AUDIT, "Audit", Role::Viewer),
-    (super::paths::USERS, "Users", Role::Admin),
-    (super::paths::TOKENS, "API tokens", Role::Admin),
-    (super::paths::CONFIGURATION, "Configuration", Role::Admin),
+    (super::paths::USERS, "Settings", Role::Admin),
+];
+
+/// The Settings section's pages, linked from one another (`templates/settings_nav.html`); the
+/// main navigation has one entry for all of them, so it fits one line at 1280 px.
+pub const SETTINGS: &[(&str, &str)] = &[
+    (super::paths::USERS, "Users"),
+    (super::paths::TOKENS, "API tokens"),
+    (super::paths::CONFIGURATION, "Configuration"),
 ];
 
 impl Layout {
@@ -69,12 +77,29 @@ impl Layout {
                 .map(|(href, label, _)| NavItem {
                     href,
                     label,
-                    current: *href == current,
+                    current: *href == current
+                        || (*href == super::paths::USERS && in_settings(current)),
                 })
                 .collect(),
+            settings: if in_settings(current) {
+                SETTINGS
+                    .iter()
+                    .map(|(href, label)| NavItem {
+                        href,
+                        label,
+                        current: *href == current,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
             flash,
         }
     }
+}
+
+fn in_settings(path: &str) -> bool {
+    SETTINGS.iter().any(|(href, _)| *href == path)
 }
 
 /// A one-shot message shown on the next page (after a redirect).

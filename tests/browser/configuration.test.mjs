@@ -18,8 +18,16 @@ test('an admin downloads the export, plans a pasted document (a typo refused by 
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = watchConsole(page);
   await signIn(page, app, 'ada');
-  await page.getByRole('link', { name: 'Configuration' }).click();
+  // One Settings entry in the main navigation; the section's own links lead on.
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Settings' }).click();
+  await page.waitForURL(/\/settings\/users$/);
+  await page.getByRole('navigation', { name: 'Settings' }).getByRole('link', { name: 'Configuration' }).click();
   await page.waitForURL(/\/settings\/configuration$/);
+  assert.equal(await page.getByRole('navigation', { name: 'Settings' }).getByRole('link', { name: 'Configuration' }).getAttribute('aria-current'), 'page');
+  // The main navigation fits one line at 1280 px (it wrapped before the section was folded).
+  const navHeight = await page.getByRole('navigation', { name: 'Main' }).evaluate((n) => n.getBoundingClientRect().height);
+  const linkHeight = await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Overview' }).evaluate((a) => a.getBoundingClientRect().height);
+  assert.ok(navHeight < linkHeight * 1.8, `main navigation on one line: ${navHeight}px for links ${linkHeight}px high`);
   await htmxReady(page);
 
   // The export, as the download link gives it.
@@ -95,6 +103,7 @@ test('a viewer has no configuration page and cannot export', async () => {
   const page = await browser.newPage();
   await signIn(page, app, 'vera');
   assert.equal(await page.getByRole('link', { name: 'Configuration' }).count(), 0);
+  assert.equal(await page.getByRole('link', { name: 'Settings' }).count(), 0);
   const res = await page.goto(app.url + '/settings/configuration');
   assert.equal(res.status(), 403);
   const dl = await page.goto(app.url + '/settings/configuration/export');
