@@ -521,11 +521,28 @@ pub async fn connector_gone(pool: &SqlitePool, connector_id: &str) -> Result<boo
 /// What a delete request answers: waits up to 60 s for the delete operation, and says it goes
 /// on without the request when Connect is slower than that. `what` names the connectors.
 pub async fn delete_finished(pool: &SqlitePool, id: &str, what: &str) -> Result<Operation> {
-    let op = wait(pool, id, Duration::from_secs(60)).await?;
+    finished_within(pool, id, what, Duration::from_secs(60)).await
+}
+
+async fn finished_within(
+    pool: &SqlitePool,
+    id: &str,
+    what: &str,
+    within: Duration,
+) -> Result<Operation> {
+    let op = wait(pool, id, within).await?;
+    let secs = within.as_secs();
     match op.state.as_str() {
         "done" => Ok(op),
+        // Say which part is outstanding: past "remove" the connector is gone, and what is left
+        // (dropping a replication slot on a source that does not answer) is not Connect's.
+        "running" if op.step == "remove" => Err(Error::Unavailable(format!(
+            "{what} was not removed from Connect within {secs} s ({}); operation {} keeps trying and finishes the delete once it is gone",
+            op.error.unwrap_or_else(|| "no answer yet".into()),
+            op.id
+        ))),
         "running" => Err(Error::Unavailable(format!(
-            "{what} was not removed from Connect within 60 s ({}); operation {} keeps trying and finishes the delete once it is gone",
+            "{what} is removed from Connect, but the delete did not finish within {secs} s ({}); operation {} keeps trying",
             op.error.unwrap_or_else(|| "no answer yet".into()),
             op.id
         ))),
@@ -629,6 +646,53 @@ mod tests {
                 .unwrap();
         assert_eq!(state, ("paused".to_string(), None), "given back paused");
         refuse_if_held(&pool, "k", "resume").await.unwrap();
+    }
+
+    /// A delete request that gives up waiting says what is left: Connect, or (past "remove")
+    /// the slot drop on a source that does not answer.
+    #[tokio::test]
+    async fn a_delete_still_running_names_the_part_that_is_outstanding() {
+        let (_d, pool) = pool_with_connector().await;
+        let who = Principal::cli();
+        let mut tx = pool.begin().await.unwrap();
+        let id = insert(
+            &mut tx,
+            &who,
+            NewOperation {
+                kind: "pipeline_delete",
+                target_kind: "pipeline",
+                target_id: "pl_1",
+                target_name: "p",
+                params: json!({"connector_id": "k", "drop_slot": true}),
+            },
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let within = Duration::from_millis(300);
+        match finished_within(&pool, &id, "the connector", within).await {
+            Err(Error::Unavailable(m)) => {
+                assert!(
+                    m.contains("was not removed from Connect") && m.contains(&id),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        sqlx::query("UPDATE operations SET step = 'forget', error = 'could not drop the replication slot: PostgreSQL at db:5432 is unreachable' WHERE id = ?")
+            .bind(&id)
+            .execute(&pool)
+            .await
+            .unwrap();
+        match finished_within(&pool, &id, "the connector", within).await {
+            Err(Error::Unavailable(m)) => assert!(
+                m.contains("is removed from Connect")
+                    && m.contains("could not drop the replication slot")
+                    && m.contains("keeps trying"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
