@@ -416,23 +416,32 @@ pub struct HistoryEntry {
 pub async fn history(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Vec<HistoryEntry>> {
     who.require(Role::Viewer, "see deliveries")?;
     let d = load(pool, id).await?;
-    let rows: Vec<(i64, String, String, String, String, String, Option<String>)> = sqlx::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE target_id = ? ORDER BY id DESC LIMIT 100")
+    /// `before` and `after` are JSON lists of offsets.
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: i64,
+        operation_id: String,
+        at: String,
+        actor: String,
+        reason: String,
+        before: String,
+        after: Option<String>,
+    }
+    let rows: Vec<Row> = sqlx::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE target_id = ? ORDER BY id DESC LIMIT 100")
         .bind(&d.id)
         .fetch_all(pool)
         .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(id, operation_id, at, actor, reason, before, after)| HistoryEntry {
-                id,
-                operation_id,
-                at,
-                actor,
-                reason,
-                before: serde_json::from_str(&before).unwrap_or_default(),
-                after: after.and_then(|a| serde_json::from_str(&a).ok()),
-            },
-        )
+        .map(|r| HistoryEntry {
+            id: r.id,
+            operation_id: r.operation_id,
+            at: r.at,
+            actor: r.actor,
+            reason: r.reason,
+            before: serde_json::from_str(&r.before).unwrap_or_default(),
+            after: r.after.and_then(|a| serde_json::from_str(&a).ok()),
+        })
         .collect())
 }
 

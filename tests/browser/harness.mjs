@@ -55,10 +55,17 @@ export async function launchBrowser() {
   });
 }
 
-/** Waits until htmx has processed the page (it loads deferred and binds on DOMContentLoaded):
- * an element can be in the DOM, and be acted on, before its hx- attributes listen. */
+/** Waits until htmx has processed the page: an element can be in the DOM, and be acted on,
+ * before its hx- attributes listen. htmx loads deferred and binds on DOMContentLoaded, which
+ * fires after the deferred script has run (so `window.htmx` alone is not enough); it marks each
+ * element it has processed with an `initHash` in its internal data, which is what is waited for,
+ * on every element with hx- attributes, and for no request in flight. */
 export async function htmxReady(page) {
-  await page.waitForFunction(() => document.readyState !== 'loading' && window.htmx !== undefined && document.body && !document.body.classList.contains('htmx-request'));
+  await page.waitForFunction(() => {
+    if (window.htmx === undefined || !document.body || document.body.classList.contains('htmx-request')) return false;
+    const bound = [...document.querySelectorAll('[hx-get],[hx-post],[hx-put],[hx-patch],[hx-delete]')];
+    return bound.every((e) => e['htmx-internal-data']?.initHash);
+  });
 }
 
 /** Collects console errors (a CSP violation shows up here) for a page. A 422 is how a form
