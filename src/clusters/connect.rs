@@ -548,10 +548,13 @@ pub async fn check_health(
             }
         }
     };
-    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ?")
+    // Only over the settings that were checked (see the reconciler's verdicts).
+    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
         .bind(json!(health).to_string())
         .bind(crate::time::now())
         .bind(id)
+        .bind(&c.url)
+        .bind(&c.updated_at)
         .execute(pool)
         .await?;
     Ok(health)

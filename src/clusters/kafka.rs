@@ -407,10 +407,14 @@ pub async fn check_health(
 ) -> Result<kafka::Health> {
     let c = get(pool, who, id).await?;
     let h = kafka::health(&access(store, &c).await?).await;
-    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ?")
+    // Only over the settings that were checked: a change made during the check cleared the
+    // health, and the old address's answer must not come back over the new one.
+    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ? AND bootstrap_servers = ? AND updated_at = ?")
         .bind(json!(h).to_string())
         .bind(crate::time::now())
         .bind(id)
+        .bind(&c.bootstrap_servers)
+        .bind(&c.updated_at)
         .execute(pool)
         .await?;
     Ok(h)
