@@ -44,9 +44,9 @@ const NAV: &[(&str, &str, Role)] = &[
     (super::paths::USERS, "Settings", Role::Admin),
 ];
 
-/// The Settings section's pages, linked from one another (`templates/settings_nav.html`); the
-/// main navigation has one entry for all of them, so it fits one line at 1280 px.
-pub const SETTINGS: &[(&str, &str)] = &[
+/// The Settings section's pages, linked from one another (the sub-navigation in `base.html`);
+/// the main navigation has one entry for all of them, so it fits one line at 1280 px.
+const SETTINGS: &[(&str, &str)] = &[
     (super::paths::USERS, "Users"),
     (super::paths::TOKENS, "API tokens"),
     (super::paths::CONFIGURATION, "Configuration"),
@@ -77,8 +77,7 @@ impl Layout {
                 .map(|(href, label, _)| NavItem {
                     href,
                     label,
-                    current: *href == current
-                        || (*href == super::paths::USERS && in_settings(current)),
+                    current: *href == current || (in_settings(href) && in_settings(current)),
                 })
                 .collect(),
             settings: if in_settings(current) {
