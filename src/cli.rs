@@ -339,6 +339,7 @@ impl Local {
             store: &self.store,
             wake: &self.wake,
             who: &self.who,
+            values: crate::manifest::plan::Values::LOCAL,
         }
     }
 }

@@ -9,6 +9,7 @@ use sqlx::SqlitePool;
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{random_token, token_hash, Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
+use crate::secrets::binding::{self, Binding};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ConnectCluster {
@@ -256,6 +257,13 @@ pub async fn create(
     })
 }
 
+/// The basic auth password goes to the Connect REST API at the URL, for the user: changing
+/// either needs it again (`crate::secrets::binding`).
+pub const BINDINGS: &[Binding] = &[Binding {
+    secret: "basic_auth_password",
+    settings: &["url", "basic_auth_user"],
+}];
+
 /// Changes some settings; absent fields keep their value. An empty `basic_auth_user` turns
 /// basic auth off (and forgets the password); a new `basic_auth_password` replaces the stored
 /// one. The provider token stays (rotate it separately).
@@ -320,6 +328,26 @@ pub async fn update(
             "basic auth needs both basic_auth_user and basic_auth_password",
         ));
     }
+    let rebound = binding::rebound(
+        BINDINGS,
+        &[
+            ("url", url != cur.url),
+            ("basic_auth_user", user != cur.basic_auth_user),
+        ]
+        .into_iter()
+        .filter_map(|(f, changed)| changed.then_some(f))
+        .collect::<Vec<_>>(),
+        &if user.is_some() && has_password {
+            vec!["basic_auth_password".to_string()]
+        } else {
+            vec![]
+        },
+    );
+    Error::check(binding::refusals(
+        &rebound,
+        |_| patch.basic_auth_password.is_some(),
+        "",
+    ))?;
     let secret_ref = match (&user, &cur.secret_ref) {
         (Some(_), Some(r)) => Some(r.clone()),
         (Some(_), None) => Some(crate::secrets::store::new_ref()),
@@ -331,7 +359,7 @@ pub async fn update(
         .map(str::trim)
         .filter(|p| !p.is_empty());
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some(), "tls_ca_certificate": ca.is_some()}) }).await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some(), "tls_ca_certificate": ca.is_some(), "rebound": rebound}) }).await?;
     sqlx::query("UPDATE connect_clusters SET name = ?, url = ?, kafka_cluster_id = ?, managed_by = ?, basic_auth_user = ?, secret_ref = ?, tls_ca_certificate = ?, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
         .bind(&name)
         .bind(&url)

@@ -11,6 +11,7 @@ use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
 use crate::kafka::{self, check_topic_name, KafkaAccess, TopicInfo, TopicSpec};
+use crate::secrets::binding::{self, Binding};
 use crate::secrets::store::{new_ref, SecretStore};
 use crate::secrets::Secret;
 
@@ -75,6 +76,13 @@ pub struct KafkaClusterInput {
     /// Write-only.
     pub sasl_password: Option<Secret<String>>,
 }
+
+/// The SASL password goes to the brokers named by the bootstrap servers, by the mechanism, for
+/// the user: changing any of them needs it again (`crate::secrets::binding`).
+pub const BINDINGS: &[Binding] = &[Binding {
+    secret: "sasl_password",
+    settings: &["bootstrap_servers", "sasl_mechanism", "sasl_username"],
+}];
 
 const PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
 const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
@@ -176,8 +184,8 @@ pub fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Op
             "only SASL_PLAINTEXT and SASL_SSL take SASL credentials".into(),
         );
     }
-    if protocol == "SASL_PLAINTEXT" && mechanism.as_deref() == Some("PLAIN") {
-        // Allowed (local fixtures use it), but the page warns.
+    if let Err(why) = kafka::check_plain_over_tls(&protocol, mechanism.as_deref()) {
+        errors.insert("sasl_mechanism".into(), why.into());
     }
     if let Some(pem) = &input.tls_ca_certificate {
         if !pem.contains("-----BEGIN CERTIFICATE-----") {
@@ -281,6 +289,28 @@ pub async fn update(
             .or_else(|| (sasl && stored_password).then(|| Secret::new(String::new()))),
     };
     let (name, bootstrap, protocol, mechanism) = validate(&merged)?;
+    let user = merged.sasl_username.as_deref().map(str::trim);
+    let rebound = binding::rebound(
+        BINDINGS,
+        &[
+            ("bootstrap_servers", bootstrap != cur.bootstrap_servers),
+            ("sasl_mechanism", mechanism != cur.sasl_mechanism),
+            ("sasl_username", user != cur.sasl_username.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(f, changed)| changed.then_some(f))
+        .collect::<Vec<_>>(),
+        &if sasl && stored_password {
+            vec!["sasl_password".to_string()]
+        } else {
+            vec![]
+        },
+    );
+    Error::check(binding::refusals(
+        &rebound,
+        |_| patch.sasl_password.is_some(),
+        "",
+    ))?;
     let mut changed: Vec<&str> = Vec::new();
     for (field, given) in [
         ("name", patch.name.is_some()),
@@ -295,13 +325,13 @@ pub async fn update(
         }
     }
     let mut tx = pool.begin().await?;
-    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.update", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "changed": changed, "secret_fields_set": if patch.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }}) }).await?;
+    audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.update", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "changed": changed, "secret_fields_set": if patch.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }, "rebound": rebound}) }).await?;
     sqlx::query("UPDATE kafka_clusters SET name = ?, bootstrap_servers = ?, security_protocol = ?, sasl_mechanism = ?, sasl_username = ?, tls_ca_certificate = ?, health = NULL, health_at = NULL, updated_at = ? WHERE id = ?")
         .bind(&name)
         .bind(&bootstrap)
         .bind(&protocol)
         .bind(&mechanism)
-        .bind(merged.sasl_username.as_deref().map(str::trim))
+        .bind(user)
         .bind(&merged.tls_ca_certificate)
         .bind(crate::time::now())
         .bind(id)
@@ -668,6 +698,37 @@ mod tests {
                 && fields.contains_key("sasl_username")
                 && fields.contains_key("sasl_password")
         );
+    }
+
+    #[test]
+    fn sasl_plain_is_refused_without_tls_and_allowed_over_it_or_with_scram() {
+        let input = |protocol: &str, mechanism: &str| KafkaClusterInput {
+            name: Some("k".into()),
+            bootstrap_servers: Some("k:9092".into()),
+            security_protocol: Some(protocol.into()),
+            sasl_mechanism: Some(mechanism.into()),
+            sasl_username: Some("cdc".into()),
+            sasl_password: Some(Secret::new("p".into())),
+            ..Default::default()
+        };
+        let Err(Error::Invalid { fields, .. }) = validate(&input("sasl_plaintext", "plain")) else {
+            panic!("SASL_PLAINTEXT with PLAIN was accepted")
+        };
+        assert_eq!(
+            fields["sasl_mechanism"],
+            "PLAIN sends the password in clear text; use SASL_SSL (TLS) for PLAIN, or SCRAM-SHA-256/SCRAM-SHA-512"
+        );
+        assert_eq!(fields.len(), 1, "{fields:?}");
+        for (protocol, mechanism) in [
+            ("SASL_SSL", "PLAIN"),
+            ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+            ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
+        ] {
+            assert!(
+                validate(&input(protocol, mechanism)).is_ok(),
+                "{protocol} {mechanism}"
+            );
+        }
     }
 
     #[test]

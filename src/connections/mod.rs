@@ -5,6 +5,7 @@
 //! and MinIO) implementing `Adapter`: test the connection and discover tables. Validation of
 //! settings is pure and lives in `settings`.
 
+pub mod guard;
 pub mod mysql;
 pub mod postgres;
 pub mod s3;
@@ -23,6 +24,7 @@ use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{self, ListSql, Page, Window};
+use crate::secrets::binding::{self, Rebound};
 use crate::secrets::store::{new_ref, SecretStore};
 use crate::secrets::Secret;
 
@@ -650,6 +652,21 @@ pub async fn update(
         false,
         &mut errors,
     );
+    let stored = store.fields_set(&current.secret_ref).await?;
+    let rebound = match &validated {
+        Some(v) => rebound(
+            current.provider,
+            &json!(current.settings),
+            &json!(v.settings),
+            &stored,
+        ),
+        None => Vec::new(),
+    };
+    errors.extend(binding::refusals(
+        &rebound,
+        |f| secrets.contains_key(f),
+        "secrets.",
+    ));
     Error::check(errors)?;
     let Some(v) = validated else {
         return Err(Error::Unexpected(anyhow::anyhow!(
@@ -680,6 +697,9 @@ pub async fn update(
     let replaced: Vec<String> = secrets.keys().cloned().collect();
     let mut sum = summary(&updated, &replaced);
     sum["secret_fields_replaced"] = json!(replaced);
+    if !rebound.is_empty() {
+        sum["rebound"] = json!(rebound);
+    }
     audit::record(
         &mut tx,
         Entry {
@@ -741,6 +761,28 @@ pub async fn rotate(
         .await?;
     tx.commit().await?;
     view(store, load(pool, id).await?).await
+}
+
+/// The stored secrets (`stored` names the fields set) that a change of a connection's settings
+/// (as JSON objects) from `current` to `new` sends somewhere else: each must be given again in the same change.
+pub fn rebound(
+    provider: Provider,
+    current: &Value,
+    new: &Value,
+    stored: &[String],
+) -> Vec<Rebound> {
+    let empty = Map::new();
+    let (a, b) = (
+        current.as_object().unwrap_or(&empty),
+        new.as_object().unwrap_or(&empty),
+    );
+    let changed: Vec<&str> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(String::as_str)
+        .collect();
+    binding::rebound(settings::bindings(provider), &changed, stored)
 }
 
 /// What uses a connection; deleting it is refused while this is not empty.

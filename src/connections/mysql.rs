@@ -8,7 +8,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use sqlx::{ConnectOptions, Connection as _, MySqlConnection, Row};
 
 use super::settings::TlsMode;
-use super::{sanitize, Adapter, Check, Connection, Provider, TableInfo};
+use super::{guard, sanitize, Adapter, Check, Connection, Provider, TableInfo};
 use crate::error::{Error, Result};
 use crate::secrets::Secret;
 
@@ -16,7 +16,7 @@ pub struct MySql;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn connect_options(conn: &Connection, password: &str) -> Option<MySqlConnectOptions> {
+fn connect_options(conn: &Connection, password: &str) -> Option<MySqlConnectOptions> {
     let d = conn.database()?;
     let mut o = MySqlConnectOptions::new()
         .host(&d.host)
@@ -37,6 +37,33 @@ pub fn connect_options(conn: &Connection, password: &str) -> Option<MySqlConnect
     Some(o)
 }
 
+/// The one way ClueCDC connects to a MySQL or MariaDB server: through [`guard`], which refuses
+/// to give the password away to a server that has not proved itself, within
+/// [`CONNECT_TIMEOUT`]. Errors are sanitized, and a refusal says why and what to change.
+pub async fn connect(
+    conn: &Connection,
+    password: &str,
+) -> std::result::Result<MySqlConnection, String> {
+    let d = conn.database().ok_or("not a database connection")?;
+    let options = connect_options(conn, password).ok_or("not a database connection")?;
+    let attempt = guard::connect(guard::Protocol::MySql, d, |via| {
+        let options = match via {
+            Some(relay) => options.host(&relay.ip().to_string()).port(relay.port()),
+            None => options,
+        };
+        async move { MySqlConnection::connect_with(&options).await }
+    });
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(guard::Failure::Refused(why))) => Err(why),
+        Ok(Err(guard::Failure::Driver(e))) => Err(sanitize(
+            &e,
+            &[("password".to_string(), Secret::new(password.to_string()))].into(),
+        )),
+        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
+    }
+}
+
 async fn open(
     conn: &Connection,
     secrets: &BTreeMap<String, Secret<String>>,
@@ -45,24 +72,21 @@ async fn open(
         .get("password")
         .map(|s| s.expose().clone())
         .unwrap_or_default();
-    let options = connect_options(conn, &password).ok_or("not a database connection")?;
-    match tokio::time::timeout(CONNECT_TIMEOUT, MySqlConnection::connect_with(&options)).await {
-        Ok(Ok(mut c)) => {
-            // Bound every later query: MySQL's max_execution_time (ms), MariaDB's max_statement_time (s).
-            let _ = sqlx::query("SET SESSION max_statement_time = 10")
-                .execute(&mut c)
-                .await;
-            let _ = sqlx::query("SET SESSION max_execution_time = 10000")
-                .execute(&mut c)
-                .await;
-            Ok(c)
-        }
-        Ok(Err(e)) => Err(sanitize(&e.to_string(), secrets)),
-        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
-    }
+    let mut c = connect(conn, &password).await?;
+    // Bound every later query: MySQL's max_execution_time (ms), MariaDB's max_statement_time (s).
+    let _ = sqlx::query("SET SESSION max_statement_time = 10")
+        .execute(&mut c)
+        .await;
+    let _ = sqlx::query("SET SESSION max_execution_time = 10000")
+        .execute(&mut c)
+        .await;
+    Ok(c)
 }
 
 fn connect_hint(message: &str) -> String {
+    if let Some((_, fix)) = guard::split(message) {
+        return fix.into();
+    }
     let m = message.to_lowercase();
     if m.contains("access denied") {
         "check the user and password (rotate the credentials if they changed) and the host the user may connect from".into()
@@ -112,7 +136,9 @@ impl Adapter for MySql {
                 }
                 Err(e) => {
                     let hint = connect_hint(&e);
-                    checks.push(Check::fail("reachable", e, hint));
+                    // A refusal's fix is the hint; the message keeps only why.
+                    let message = guard::split(&e).map_or(e.clone(), |(why, _)| why.to_string());
+                    checks.push(Check::fail("reachable", message, hint));
                     return checks;
                 }
             };

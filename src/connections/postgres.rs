@@ -10,7 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use sqlx::{ConnectOptions, Connection as _, PgConnection, Row};
 
 use super::settings::TlsMode;
-use super::{sanitize, Adapter, Check, Connection, TableInfo};
+use super::{guard, sanitize, Adapter, Check, Connection, TableInfo};
 use crate::error::{Error, Result};
 use crate::secrets::Secret;
 
@@ -18,7 +18,7 @@ pub struct Postgres;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn connect_options(conn: &Connection, password: &str) -> Option<PgConnectOptions> {
+fn connect_options(conn: &Connection, password: &str) -> Option<PgConnectOptions> {
     let d = conn.database()?;
     let mut o = PgConnectOptions::new()
         .host(&d.host)
@@ -41,6 +41,33 @@ pub fn connect_options(conn: &Connection, password: &str) -> Option<PgConnectOpt
     Some(o)
 }
 
+/// The one way ClueCDC connects to a PostgreSQL server: through [`guard`], which refuses to
+/// give the password away to a server that has not proved itself, within [`CONNECT_TIMEOUT`].
+/// Errors are sanitized, and a refusal says why and what to change.
+pub async fn connect(
+    conn: &Connection,
+    password: &str,
+) -> std::result::Result<PgConnection, String> {
+    let d = conn.database().ok_or("not a database connection")?;
+    let options = connect_options(conn, password).ok_or("not a database connection")?;
+    let attempt = guard::connect(guard::Protocol::Postgres, d, |via| {
+        let options = match via {
+            Some(relay) => options.host(&relay.ip().to_string()).port(relay.port()),
+            None => options,
+        };
+        async move { PgConnection::connect_with(&options).await }
+    });
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(guard::Failure::Refused(why))) => Err(why),
+        Ok(Err(guard::Failure::Driver(e))) => Err(sanitize(
+            &e,
+            &[("password".to_string(), Secret::new(password.to_string()))].into(),
+        )),
+        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
+    }
+}
+
 async fn open(
     conn: &Connection,
     secrets: &BTreeMap<String, Secret<String>>,
@@ -49,16 +76,14 @@ async fn open(
         .get("password")
         .map(|s| s.expose().clone())
         .unwrap_or_default();
-    let options = connect_options(conn, &password).ok_or("not a database connection")?;
-    match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(sanitize(&e.to_string(), secrets)),
-        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
-    }
+    connect(conn, &password).await
 }
 
 /// A fix for the common ways a connection fails.
 fn connect_hint(message: &str) -> String {
+    if let Some((_, fix)) = guard::split(message) {
+        return fix.into();
+    }
     let m = message.to_lowercase();
     if m.contains("password authentication failed") || m.contains("authentication") {
         "check the user and password (rotate the credentials if they changed) and pg_hba.conf"
@@ -100,7 +125,9 @@ impl Adapter for Postgres {
                 }
                 Err(e) => {
                     let hint = connect_hint(&e);
-                    checks.push(Check::fail("reachable", e, hint));
+                    // A refusal's fix is the hint; the message keeps only why.
+                    let message = guard::split(&e).map_or(e.clone(), |(why, _)| why.to_string());
+                    checks.push(Check::fail("reachable", message, hint));
                     return checks;
                 }
             };

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::{Capability, Provider};
 use crate::error::FieldErrors;
+use crate::secrets::binding::Binding;
 use crate::secrets::Secret;
 
 /// How a database connection uses TLS. New and changed connections choose `verify-full`,
@@ -625,6 +626,34 @@ pub fn secret_fields(provider: Provider) -> &'static [(&'static str, bool)] {
         ]
     } else {
         &[("password", true)]
+    }
+}
+
+/// Who receives each secret field: a change of these settings must give the secret again
+/// (see `crate::secrets::binding`). A database password goes to the host, port and user; an
+/// object store's keys (the session token travels as a header) to the endpoint and region.
+pub fn bindings(provider: Provider) -> &'static [Binding] {
+    const STORE: &[&str] = &["endpoint", "region"];
+    if provider.is_object_storage() {
+        &[
+            Binding {
+                secret: "access_key_id",
+                settings: STORE,
+            },
+            Binding {
+                secret: "secret_access_key",
+                settings: STORE,
+            },
+            Binding {
+                secret: "session_token",
+                settings: STORE,
+            },
+        ]
+    } else {
+        &[Binding {
+            secret: "password",
+            settings: &["host", "port", "user"],
+        }]
     }
 }
 

@@ -59,7 +59,10 @@ impl KafkaAccess {
         h.finalize().into()
     }
 
-    fn config(&self) -> ClientConfig {
+    /// The client's configuration; refused for SASL PLAIN without TLS, also for a cluster
+    /// stored before that rule, so that ClueCDC never sends its password in clear text.
+    fn config(&self) -> Result<ClientConfig, String> {
+        check_plain_over_tls(&self.security_protocol, self.sasl_mechanism.as_deref())?;
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap_servers)
             .set("security.protocol", self.security_protocol.to_lowercase())
@@ -78,7 +81,20 @@ impl KafkaAccess {
         if let Some(pem) = &self.tls_ca_pem {
             c.set("ssl.ca.pem", pem);
         }
-        c
+        Ok(c)
+    }
+}
+
+/// SASL PLAIN hands the broker the password as it is: only inside TLS.
+pub fn check_plain_over_tls(
+    security_protocol: &str,
+    sasl_mechanism: Option<&str>,
+) -> Result<(), &'static str> {
+    let plain = sasl_mechanism.is_some_and(|m| m.eq_ignore_ascii_case("PLAIN"));
+    if plain && security_protocol.eq_ignore_ascii_case("SASL_PLAINTEXT") {
+        Err("PLAIN sends the password in clear text; use SASL_SSL (TLS) for PLAIN, or SCRAM-SHA-256/SCRAM-SHA-512")
+    } else {
+        Ok(())
     }
 }
 
@@ -188,7 +204,7 @@ fn admin(access: &KafkaAccess) -> Result<Arc<Admin>, String> {
         *used = now;
         return Ok(client.clone());
     }
-    let client: Arc<Admin> = Arc::new(access.config().create().map_err(|e| e.to_string())?);
+    let client: Arc<Admin> = Arc::new(access.config()?.create().map_err(|e| e.to_string())?);
     clients.insert(key, (client.clone(), now));
     Ok(client)
 }
@@ -283,7 +299,7 @@ fn metadata(
 
 fn consumer(access: &KafkaAccess) -> Result<BaseConsumer<Errors>, String> {
     access
-        .config()
+        .config()?
         .set("group.id", "cluecdc-metadata")
         .set("enable.auto.commit", "false")
         .create_with_context(Errors::default())
@@ -583,7 +599,7 @@ pub async fn positions(
     let topics = topics.to_vec();
     blocking(move || {
         let c: BaseConsumer = access
-            .config()
+            .config()?
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .create()
@@ -692,7 +708,7 @@ pub async fn record_times(
     let at = at.to_vec();
     blocking(move || {
         let c: BaseConsumer = access
-            .config()
+            .config()?
             .set("group.id", "cluecdc-peek")
             .set("enable.auto.commit", "false")
             .set("fetch.max.bytes", "1048576")
@@ -753,7 +769,7 @@ pub async fn read_topic(
     let topic = topic.to_string();
     blocking(move || {
         let c: BaseConsumer = access
-            .config()
+            .config()?
             .set("group.id", "cluecdc-peek")
             .set("enable.auto.commit", "false")
             .create()
@@ -830,7 +846,7 @@ pub async fn partition_marks(
     let wanted = wanted.to_vec();
     blocking(move || {
         let c: BaseConsumer = access
-            .config()
+            .config()?
             .set("group.id", "cluecdc-peek")
             .create()
             .map_err(|e| e.to_string())?;
@@ -879,5 +895,33 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b), "the same access reuses its client");
         let c = admin(&scram("one")).unwrap_or_else(|e| panic!("{e}"));
         assert!(!Arc::ptr_eq(&a, &c));
+    }
+
+    #[tokio::test]
+    async fn a_stored_cluster_with_sasl_plain_without_tls_is_never_contacted() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let access = KafkaAccess {
+            security_protocol: "SASL_PLAINTEXT".into(),
+            sasl_mechanism: Some("PLAIN".into()),
+            sasl_username: Some("cdc".into()),
+            sasl_password: Some(Secret::new("kafka-canary".into())),
+            ..KafkaAccess::plain(&listener.local_addr().unwrap().to_string())
+        };
+        let h = health(&access).await;
+        assert!(!h.reachable);
+        assert_eq!(
+            h.error.as_deref(),
+            Some("PLAIN sends the password in clear text; use SASL_SSL (TLS) for PLAIN, or SCRAM-SHA-256/SCRAM-SHA-512")
+        );
+        assert!(topics(&access, None).await.is_err());
+        assert!(admin(&access).is_err());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(listener.accept().is_err(), "no client connected");
+        let over_tls = KafkaAccess {
+            security_protocol: "SASL_SSL".into(),
+            ..access.clone()
+        };
+        assert!(over_tls.config().is_ok());
     }
 }

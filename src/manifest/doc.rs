@@ -96,6 +96,17 @@ impl SecretSource {
     }
 }
 
+impl SecretSource {
+    /// The reference as a caller names it when giving its value over HTTP: the variable's name
+    /// or the file's path, as written.
+    pub fn key(&self) -> &str {
+        match self {
+            SecretSource::Env(n) => n,
+            SecretSource::File(p) => p,
+        }
+    }
+}
+
 impl Serialize for SecretSource {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(1))?;
@@ -326,6 +337,30 @@ impl Loaded {
             .and_then(|p| p.get(i))
             .cloned()
             .unwrap_or_else(|| format!("{kind}[{i}]"))
+    }
+
+    /// Every secret reference of the document, each once (a variable or file named twice is
+    /// one value), in document order: what a caller over HTTP may give values for.
+    pub fn references(&self) -> Vec<SecretSource> {
+        let d = &self.doc;
+        let all = d
+            .kafka_clusters
+            .iter()
+            .filter_map(|k| k.sasl_password.as_ref())
+            .chain(
+                d.connect_clusters
+                    .iter()
+                    .flat_map(|c| c.basic_auth_password.iter().chain(c.provider_token.iter())),
+            )
+            .chain(d.connections.iter().flat_map(|c| c.secrets.values()))
+            .chain(d.webhooks.iter().map(|w| &w.secret));
+        let mut out: Vec<SecretSource> = Vec::new();
+        for r in all {
+            if !out.contains(r) {
+                out.push(r.clone());
+            }
+        }
+        out
     }
 
     fn add(&mut self, doc: Document, origin: &str) {

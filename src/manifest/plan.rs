@@ -26,6 +26,78 @@ pub struct Ctx<'a> {
     pub store: &'a Arc<SecretStore>,
     pub wake: &'a Arc<crate::reconcile::Handle>,
     pub who: &'a Principal,
+    /// Where the document's secret references get their values.
+    pub values: &'a Values,
+}
+
+/// Where a document's `{env}` and `{file}` references are read.
+///
+/// Invariant: only the caller's own side resolves references. The `cluecdc` CLI reads its own
+/// environment and files (`Local`); a document sent over HTTP gets values only from the
+/// request (`Given`, keyed by the reference as written: the variable's name or the file's
+/// path), and the server never reads a variable or file of its own for it: otherwise whoever
+/// may apply a document could have the server put its master key, or any file it can read,
+/// into a secret and send it to an address of their choosing.
+pub enum Values {
+    Local,
+    Given(BTreeMap<String, Secret<String>>),
+}
+
+impl Values {
+    /// The CLI's: references are read where `cluecdc` runs.
+    pub const LOCAL: &'static Values = &Values::Local;
+
+    fn read(&self, src: &SecretSource) -> std::result::Result<Secret<String>, String> {
+        let Values::Given(given) = self else {
+            return src.read();
+        };
+        let key = src.key();
+        let written = match src {
+            SecretSource::Env(n) => format!("{{env: {n}}}"),
+            SecretSource::File(p) => format!("{{file: {p}}}"),
+        };
+        match given.get(key) {
+            Some(v) if !v.expose().is_empty() => Ok(v.clone()),
+            _ => Err(format!(
+                "the server never reads {written} itself: give its value in the request's secrets under {key:?} (on the Configuration page, in its field), or apply from a shell with `cluecdc apply`, which reads it where it runs"
+            )),
+        }
+    }
+}
+
+/// A declared secret's value: read (given) now, or the stored one, kept because its reference
+/// could not be read here.
+enum Declared {
+    Given(Secret<String>),
+    Kept(Secret<String>),
+}
+
+impl Declared {
+    fn value(&self) -> &Secret<String> {
+        match self {
+            Declared::Given(v) | Declared::Kept(v) => v,
+        }
+    }
+    fn is_given(&self) -> bool {
+        matches!(self, Declared::Given(_))
+    }
+}
+
+/// Refuses, by path, each stored secret whose binding the change moves (`changed` holds the
+/// changed settings) unless its value was given: a kept value never follows a resource to a new
+/// address. True when nothing was refused.
+fn check_rebound(
+    p: &mut Problems,
+    path: &str,
+    prefix: &str,
+    rebound: &[crate::secrets::binding::Rebound],
+    given: impl Fn(&str) -> bool,
+) -> bool {
+    let refused = crate::secrets::binding::refusals(rebound, given, prefix);
+    for (field, why) in &refused {
+        p.at(path, field, format!("{why}; the document's reference could not be read here, so the stored value cannot be used"));
+    }
+    refused.is_empty()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -349,22 +421,24 @@ pub fn refusal(problems: Vec<Problem>) -> Error {
     }
 }
 
-/// A declared secret's value. When its variable or file is not there where the plan runs (the
-/// server, for the API and the page), a resource that has the secret stored keeps it, and the
-/// plan says so; a resource being created needs it.
+/// A declared secret's value. When its reference cannot be read where the plan runs (over
+/// HTTP: the request gave no value for it), a resource that has the secret stored keeps it,
+/// and the plan says so, unless the change moves the secret's binding (`check_rebound`); a
+/// resource being created needs it.
 fn declared_secret(
+    ctx: &Ctx<'_>,
     p: &mut Problems,
     notes: &mut Vec<String>,
     path: &str,
     field: &str,
     src: Option<&SecretSource>,
     stored: Option<&Secret<String>>,
-) -> Option<Secret<String>> {
-    match (src?.read(), stored) {
-        (Ok(v), _) => Some(v),
+) -> Option<Declared> {
+    match (ctx.values.read(src?), stored) {
+        (Ok(v), _) => Some(Declared::Given(v)),
         (Err(why), Some(kept)) => {
             notes.push(format!("{path}.{field}: {why}; the stored value is kept"));
-            Some(kept.clone())
+            Some(Declared::Kept(kept.clone()))
         }
         (Err(why), None) => {
             p.at(path, field, why);
@@ -488,7 +562,8 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             "sasl_password",
         )
         .await?;
-        let password = declared_secret(
+        let declared = declared_secret(
+            ctx,
             &mut p,
             &mut plan.notes,
             &path,
@@ -496,6 +571,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             k.sasl_password.as_ref(),
             old.as_ref(),
         );
+        let password = declared.as_ref().map(|d| d.value().clone());
         let mut input = crate::clusters::kafka::KafkaClusterInput {
             name: Some(k.name.clone()),
             bootstrap_servers: Some(k.bootstrap_servers.clone()),
@@ -552,8 +628,22 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                     k.sasl_password.as_ref(),
                 );
                 let password_changed = fields.len() > before;
+                let changed: Vec<&str> = fields.keys().map(String::as_str).collect();
+                let rebound = crate::secrets::binding::rebound(
+                    crate::clusters::kafka::BINDINGS,
+                    &changed,
+                    &if sasl && old.is_some() {
+                        vec!["sasl_password".to_string()]
+                    } else {
+                        vec![]
+                    },
+                );
+                let given = declared.as_ref().is_some_and(Declared::is_given);
+                if !check_rebound(&mut p, &path, "", &rebound, |_| given) {
+                    continue;
+                }
                 if !fields.is_empty() {
-                    if !password_changed {
+                    if !password_changed && rebound.is_empty() {
                         input.sasl_password = None;
                     }
                     if stored.tls_ca_certificate.is_some() && canon.tls_ca_certificate.is_none() {
@@ -579,7 +669,8 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             "basic_auth_password",
         )
         .await?;
-        let password = declared_secret(
+        let declared = declared_secret(
+            ctx,
             &mut p,
             &mut plan.notes,
             &path,
@@ -587,9 +678,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             c.basic_auth_password.as_ref(),
             old.as_ref(),
         );
+        let password = declared.as_ref().map(|d| d.value().clone());
         // Only the token's hash is stored: an existing cluster whose token is not readable here
         // keeps its token; a new one needs it.
-        let token = match c.provider_token.as_ref().map(SecretSource::read) {
+        let token = match c.provider_token.as_ref().map(|t| ctx.values.read(t)) {
             None => None,
             Some(Ok(t)) => Some(t),
             Some(Err(why)) if cur.provider_token_hashes.contains_key(c.name.trim()) => {
@@ -672,7 +764,21 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                     password.as_ref(),
                     c.basic_auth_password.as_ref(),
                 );
-                if fields.len() == before {
+                let changed: Vec<&str> = fields.keys().map(String::as_str).collect();
+                let rebound = crate::secrets::binding::rebound(
+                    crate::clusters::connect::BINDINGS,
+                    &changed,
+                    &if user.is_some() && old.is_some() {
+                        vec!["basic_auth_password".to_string()]
+                    } else {
+                        vec![]
+                    },
+                );
+                let given = declared.as_ref().is_some_and(Declared::is_given);
+                if !check_rebound(&mut p, &path, "", &rebound, |_| given) {
+                    continue;
+                }
+                if fields.len() == before && rebound.is_empty() {
                     input.basic_auth_password = None;
                 }
                 let mut new_token = None;
@@ -730,8 +836,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             };
         let mut secret_values = Map::new();
         let mut read: BTreeMap<String, Secret<String>> = BTreeMap::new();
+        let mut given: HashSet<String> = HashSet::new();
         for (field, src) in &c.secrets {
-            if let Some(v) = declared_secret(
+            if let Some(d) = declared_secret(
+                ctx,
                 &mut p,
                 &mut plan.notes,
                 &path,
@@ -739,6 +847,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                 Some(src),
                 fields_set.get(field),
             ) {
+                if d.is_given() {
+                    given.insert(field.clone());
+                }
+                let v = d.value().clone();
                 secret_values.insert(field.clone(), Value::String(v.expose().clone()));
                 read.insert(field.clone(), v);
             }
@@ -815,6 +927,15 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                     );
                 }
                 let secrets_changed = fields.len() > before;
+                let rebound = crate::connections::rebound(
+                    v.provider,
+                    &json!(stored.settings),
+                    &json!(canon.settings),
+                    &fields_set.keys().cloned().collect::<Vec<_>>(),
+                );
+                if !check_rebound(&mut p, &path, "secrets.", &rebound, |f| given.contains(f)) {
+                    continue;
+                }
                 if !fields.is_empty() {
                     // Settings merge key by key on update: a key no longer declared is removed.
                     let mut settings: Map<String, Value> =
@@ -822,12 +943,19 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
                     for k in stored.settings.keys() {
                         settings.entry(k.clone()).or_insert(Value::Null);
                     }
+                    // A secret given again for a moved binding travels with the move itself.
                     let patch = crate::connections::ConnectionInput {
                         name: Some(v.name.clone()),
                         provider: None,
                         capabilities: canon.capabilities.clone(),
                         settings: Some(settings),
-                        secrets: None,
+                        secrets: (!rebound.is_empty()).then(|| {
+                            secret_values
+                                .iter()
+                                .filter(|(k, _)| given.contains(*k))
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect()
+                        }),
                     };
                     plan.change.push(Changed {
                         kind: "connection",
@@ -898,14 +1026,17 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             .ok()
             .and_then(|u| cur.secret_ref("webhooks", &u).cloned());
         let old = stored_secret(ctx, existing.as_ref(), "signing_secret").await?;
+        // A webhook is its URL: another URL is another webhook, which needs its secret.
         let Some(secret) = declared_secret(
+            ctx,
             &mut p,
             &mut plan.notes,
             &path,
             "secret",
             Some(&w.secret),
             old.as_ref(),
-        ) else {
+        )
+        .map(|d| d.value().clone()) else {
             continue;
         };
         let input = crate::monitor::webhooks::WebhookInput {
@@ -1563,6 +1694,37 @@ mod tests {
             &["name"]
         )
         .is_empty());
+    }
+
+    #[test]
+    fn over_http_a_reference_is_never_read_from_the_servers_environment_or_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "from-the-file\n").unwrap();
+        let file = file.to_string_lossy().to_string();
+        // PATH is set wherever tests run: the server's own environment.
+        let env = SecretSource::Env("PATH".into());
+        let path = SecretSource::File(file.clone());
+        let http = Values::Given(BTreeMap::new());
+        let e = http.read(&env).unwrap_err();
+        assert!(
+            e.contains("never reads {env: PATH}") && e.contains("\"PATH\""),
+            "{e}"
+        );
+        let e = http.read(&path).unwrap_err();
+        assert!(e.contains(&format!("never reads {{file: {file}}}")), "{e}");
+        let given = Values::Given(
+            [
+                ("PATH".to_string(), Secret::new("given".to_string())),
+                (file.clone(), Secret::new("given too".to_string())),
+            ]
+            .into(),
+        );
+        assert_eq!(given.read(&env).unwrap().expose(), "given");
+        assert_eq!(given.read(&path).unwrap().expose(), "given too");
+        // The CLI reads where it runs.
+        assert_eq!(Values::LOCAL.read(&path).unwrap().expose(), "from-the-file");
+        assert!(!Values::LOCAL.read(&env).unwrap().expose().is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! and field, decrypted late (only to answer the Connect config provider, to run a connection
 //! test, or to scan Connect for leaks).
 
+pub mod binding;
 pub mod keyring;
 pub mod resolve;
 pub mod store;

@@ -1,11 +1,13 @@
 //! Configuration as code over HTTP: `GET /api/v1/export`, `POST /api/v1/apply`, and the
 //! Settings → Configuration page (download an export, paste a document, see its plan, apply).
 
+use std::collections::BTreeMap;
+
 use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Query};
-use poem::{handler, Body, Response};
+use poem::{handler, Body, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -17,16 +19,29 @@ use crate::auth::{Principal, Role};
 use crate::error::Error;
 use crate::manifest::apply::{self, Report};
 use crate::manifest::doc::{self, Problem};
-use crate::manifest::plan::{self, Ctx, Plan};
+use crate::manifest::plan::{self, Ctx, Plan, Values};
 use crate::manifest::{export, strimzi};
+use crate::secrets::Secret;
 
-fn ctx<'a>(state: &'a AppState, who: &'a Principal) -> Ctx<'a> {
+/// Over HTTP, a document's references get their values from the request alone (`Values`).
+fn ctx<'a>(state: &'a AppState, who: &'a Principal, values: &'a Values) -> Ctx<'a> {
     Ctx {
         pool: &state.pool,
         store: &state.inner.secrets,
         wake: &state.inner.reconciler,
         who,
+        values,
     }
+}
+
+/// `POST /api/v1/apply`'s JSON body: the document, and values for its secret references keyed
+/// by the variable's name or the file's path as written (never echoed back).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    document: String,
+    #[serde(default)]
+    secrets: BTreeMap<String, Secret<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,6 +142,7 @@ fn report_response(r: &Report) -> Response {
 
 #[handler]
 pub async fn api_apply(
+    req: &Request,
     state: Data<&AppState>,
     who: Data<&Principal>,
     Query(q): Query<ApplyQuery>,
@@ -139,9 +155,24 @@ pub async fn api_apply(
             "send the document as UTF-8 YAML",
         ))
     })?;
+    let json = req
+        .content_type()
+        .is_some_and(|t| t.starts_with("application/json"));
+    let (text, values) = if json {
+        let b: ApplyBody = serde_json::from_str(&text).map_err(|e| {
+            // serde's message names the field, never a value.
+            ApiError(Error::field(
+                "(body)",
+                format!("send {{\"document\": \"<YAML>\", \"secrets\": {{\"<NAME>\": \"<value>\"}}}}, or the YAML alone: {}", e.to_string().split(" at line").next().unwrap_or_default()),
+            ))
+        })?;
+        (b.document, Values::Given(b.secrets))
+    } else {
+        (text, Values::Given(BTreeMap::new()))
+    };
     let loaded = parse(&text)?;
     let prune = q.prune.unwrap_or(false);
-    let c = ctx(&state, &who);
+    let c = ctx(&state, &who, &values);
     let planned = plan::plan(&c, &loaded, prune).await?;
     if q.dry_run.unwrap_or(false) {
         let mut body = json!(planned);
@@ -155,12 +186,18 @@ pub async fn api_apply(
 
 // ---- the page -------------------------------------------------------------------------------
 
+/// The form field that carries a reference's value: `value:<NAME or PATH>`.
+const VALUE_FIELD: &str = "value:";
+
 #[derive(Debug, Default, Deserialize)]
 pub struct DocumentForm {
     #[serde(default)]
     document: String,
     #[serde(default)]
     prune: Option<String>,
+    /// The other fields: the CSRF token, and `value:<key>` for each secret reference.
+    #[serde(flatten)]
+    rest: BTreeMap<String, String>,
 }
 
 impl DocumentForm {
@@ -169,6 +206,41 @@ impl DocumentForm {
             .as_deref()
             .is_some_and(|v| v == "on" || v == "true")
     }
+
+    /// The values typed for the document's references; the form is never rendered with them.
+    fn values(&mut self) -> Values {
+        let rest = std::mem::take(&mut self.rest);
+        Values::Given(
+            rest.into_iter()
+                .filter_map(|(k, v)| {
+                    let key = k.strip_prefix(VALUE_FIELD)?.to_string();
+                    (!v.is_empty()).then(|| (key, Secret::new(v)))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A reference of the pasted document, as the page offers a password field for it.
+struct Reference {
+    field: String,
+    label: String,
+}
+
+fn references(loaded: &Result<doc::Loaded, Error>) -> Vec<Reference> {
+    let Ok(l) = loaded else {
+        return Vec::new();
+    };
+    l.references()
+        .into_iter()
+        .map(|r| Reference {
+            field: format!("{VALUE_FIELD}{}", r.key()),
+            label: match &r {
+                doc::SecretSource::Env(n) => format!("env {n}"),
+                doc::SecretSource::File(p) => format!("file {p}"),
+            },
+        })
+        .collect()
 }
 
 #[derive(Template)]
@@ -185,6 +257,8 @@ struct ConfigurationPage {
     /// A refusal that is not about a place in the document (a service or provider error).
     error: Option<String>,
     connect_clusters: Vec<String>,
+    /// The document's secret references, each a password field (empty: values are not kept).
+    references: Vec<Reference>,
 }
 
 async fn page_of(
@@ -201,6 +275,7 @@ async fn page_of(
         report: None,
         problems: Vec::new(),
         error: None,
+        references: Vec::new(),
         connect_clusters: crate::clusters::connect::list(&state.pool, who)
             .await?
             .into_iter()
@@ -260,13 +335,15 @@ pub async fn plan_form(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
-    Form(form): Form<DocumentForm>,
+    Form(mut form): Form<DocumentForm>,
 ) -> PageResult<Response> {
     let prune = form.prune();
+    let values = form.values();
     let loaded = parse(&form.document);
     let mut view = page_of(&state, &who, jar, form).await?;
+    view.references = references(&loaded);
     let result = match loaded {
-        Ok(l) => plan::plan(&ctx(&state, &who), &l, prune).await,
+        Ok(l) => plan::plan(&ctx(&state, &who, &values), &l, prune).await,
         Err(e) => Err(e),
     };
     match result {
@@ -288,12 +365,14 @@ pub async fn apply_form(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
-    Form(form): Form<DocumentForm>,
+    Form(mut form): Form<DocumentForm>,
 ) -> PageResult<Response> {
     let prune = form.prune();
+    let values = form.values();
     let loaded = parse(&form.document);
     let mut view = page_of(&state, &who, jar, form).await?;
-    let c = ctx(&state, &who);
+    view.references = references(&loaded);
+    let c = ctx(&state, &who, &values);
     let planned = match loaded {
         Ok(l) => plan::plan(&c, &l, prune).await,
         Err(e) => Err(e),

@@ -5,7 +5,7 @@ import { startApp, launchBrowser, watchConsole, screenshot, createUser, createTo
 const hookSecret = 'browser-hook-secret-0123456789';
 let app, browser, token;
 before(async () => {
-  // The server reads the document's {env: …} secrets from its own environment.
+  // The server holds the variable the document names, and never reads it for a request.
   app = await startApp({ env: { CLUECDC_LEAK_SCAN_INTERVAL: '1h', BROWSER_HOOK_SECRET: hookSecret } });
   createUser(app, 'ada', 'admin');
   createUser(app, 'vera', 'viewer');
@@ -57,10 +57,21 @@ webhooks:
   assert.equal(await page.getByLabel(/^Document/).getAttribute('aria-invalid'), 'true');
   assert.match(await page.getByLabel(/^Document/).inputValue(), /treshold/, 'what was pasted stays');
 
-  // Fixed: the plan names the changed field with both values, and the new webhook.
+  // Fixed, but the new webhook's secret is a reference the server does not read itself:
+  // refused by its path, and a field for its value appears.
   await page.getByLabel(/^Document/).fill(doc(2500));
   await page.getByRole('button', { name: 'Plan', exact: true }).click();
+  await page.getByText(/webhooks\[0\]\.secret/).waitFor();
+  assert.match(await page.getByRole('alert').innerText(), /webhooks\[0\]\.secret: the server never reads \{env: BROWSER_HOOK_SECRET\} itself/);
+  const valueField = (form) => page.locator(form).getByLabel('env BROWSER_HOOK_SECRET', { exact: true });
+  assert.equal(await valueField('#document-form').getAttribute('type'), 'password');
+  await screenshot(page, 'configuration-reference-refused');
+
+  // With the value typed in: the plan names the changed field with both values, and the new webhook.
+  await valueField('#document-form').fill(hookSecret);
+  await page.getByRole('button', { name: 'Plan', exact: true }).click();
   await page.getByRole('heading', { name: 'Plan', exact: true }).waitFor();
+  assert.equal(await valueField('#document-form').inputValue(), '', 'a value is never rendered back');
   const plan = await page.locator('#plan').innerText();
   assert.match(plan, /1 to create, 1 to change, 0 to delete/);
   assert.match(plan, /change\s+alert_rule\s+delivery_lag_records\s+threshold\s+10000\.0\s+2500\.0/);
@@ -70,6 +81,7 @@ webhooks:
   let rules = (await api(app, token, 'GET', '/api/v1/alert-rules'))[1].items;
   assert.equal(rules.find((r) => r.kind === 'delivery_lag_records').threshold, 10000, 'planning changes nothing');
 
+  await valueField('#plan').fill(hookSecret);
   await page.getByRole('button', { name: 'Apply 2 changes' }).click();
   await page.getByRole('heading', { name: 'Applied', exact: true }).waitFor();
   const report = await page.locator('#report').innerText();

@@ -529,7 +529,7 @@ async fn hostile_documents_are_refused_with_the_path_they_name_and_change_nothin
         (format!("{head}connections:\n- name: db\n  provider: POSTGRESQL\n  secrets:\n    password: hunter2-hunter2\n"), "connections[0].secrets.password", "never written in the document"),
         (format!("{head}{connection}- name: db\n  provider: MINIO\n"), "connections[1].name", "already used by connections[0]"),
         (format!("{head}{pipeline}"), "pipelines[0].source", "no connection named \"db\""),
-        (format!("{head}{connection}"), "connections[0].secrets.password", "environment variable PW is not set"),
+        (format!("{head}{connection}"), "connections[0].secrets.password", "the server never reads {env: PW} itself"),
         (format!("{head}connections:\n- name: x\n  provider: MINIO\n  settings:\n    deep: {}{}\n", "[".repeat(5000), "]".repeat(5000)), "connections[0].settings.deep", "recursion limit"),
         (format!("{head}kafka_clusters: 7\n"), "kafka_clusters", "expected a sequence"),
         ("apiVersion: cluecdc/v2\n".to_string(), "apiVersion", "must be cluecdc/v1"),
