@@ -107,6 +107,28 @@ where
     }
 }
 
+/// A guarded connect's outcome within `timeout`, as text to show: a refusal as it is, the
+/// driver's own error sanitized (`password` replaced, URL credentials removed).
+pub async fn within<C>(
+    timeout: std::time::Duration,
+    password: &str,
+    attempt: impl Future<Output = Result<C, Failure>>,
+) -> Result<C, String> {
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(Failure::Refused(why))) => Err(why),
+        Ok(Err(Failure::Driver(e))) => Err(super::sanitize(
+            &e,
+            &[(
+                "password".to_string(),
+                crate::secrets::Secret::new(password.to_string()),
+            )]
+            .into(),
+        )),
+        Err(_) => Err(format!("no answer within {} s", timeout.as_secs())),
+    }
+}
+
 /// Large enough that a result set crosses in few reads.
 const BUFFER: usize = 64 * 1024;
 

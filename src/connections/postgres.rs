@@ -57,15 +57,7 @@ pub async fn connect(
         };
         async move { PgConnection::connect_with(&options).await }
     });
-    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(guard::Failure::Refused(why))) => Err(why),
-        Ok(Err(guard::Failure::Driver(e))) => Err(sanitize(
-            &e,
-            &[("password".to_string(), Secret::new(password.to_string()))].into(),
-        )),
-        Err(_) => Err(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
-    }
+    guard::within(CONNECT_TIMEOUT, password, attempt).await
 }
 
 async fn open(
