@@ -59,20 +59,55 @@ pub async fn connect(
 async fn open(
     conn: &Connection,
     secrets: &BTreeMap<String, Secret<String>>,
-) -> std::result::Result<MySqlConnection, String> {
+) -> std::result::Result<Opened, String> {
     let password = secrets
         .get("password")
         .map(|s| s.expose().clone())
         .unwrap_or_default();
     let mut c = connect(conn, &password).await?;
-    // Bound every later query: MySQL's max_execution_time (ms), MariaDB's max_statement_time (s).
-    let _ = sqlx::query("SET SESSION max_statement_time = 10")
-        .execute(&mut c)
-        .await;
-    let _ = sqlx::query("SET SESSION max_execution_time = 10000")
-        .execute(&mut c)
-        .await;
-    Ok(c)
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(&mut c)
+        .await
+        .map_err(|e| sanitize(&e.to_string(), secrets))?;
+    let is_mariadb = is_mariadb(&version);
+    // Bound every later statement in the server's own terms: MariaDB's max_statement_time (s)
+    // bounds every statement; MySQL's max_execution_time (ms) bounds only SELECT, so
+    // lock_wait_timeout (s) bounds DDL waiting for a metadata lock too. Each is set alone: an
+    // unknown variable fails its statement, not the others.
+    let bounds: &[&str] = if is_mariadb {
+        &[
+            "SET SESSION max_statement_time = 10",
+            "SET SESSION lock_wait_timeout = 10",
+        ]
+    } else {
+        &[
+            "SET SESSION max_execution_time = 10000",
+            "SET SESSION lock_wait_timeout = 10",
+        ]
+    };
+    for statement in bounds {
+        if let Err(e) = sqlx::query(statement).execute(&mut c).await {
+            tracing::debug!(statement, error = %e, "a statement bound was not set");
+        }
+    }
+    Ok(Opened {
+        c,
+        version,
+        is_mariadb,
+    })
+}
+
+/// A session with its statements bounded, and what the server said it is.
+struct Opened {
+    c: MySqlConnection,
+    version: String,
+    is_mariadb: bool,
+}
+
+/// MariaDB says so in its version (`11.8.3-MariaDB-…`, or `5.5.5-10.11…-MariaDB` through old
+/// clients); MySQL never does.
+fn is_mariadb(version: &str) -> bool {
+    version.to_lowercase().contains("mariadb")
 }
 
 fn connect_hint(message: &str) -> String {
@@ -115,8 +150,12 @@ impl Adapter for MySql {
                 return vec![];
             };
             let mut checks = Vec::new();
-            let mut c = match open(conn, secrets).await {
-                Ok(c) => {
+            let Opened {
+                mut c,
+                version,
+                is_mariadb,
+            } = match open(conn, secrets).await {
+                Ok(o) => {
                     checks.push(Check::pass(
                         "reachable",
                         format!(
@@ -124,7 +163,7 @@ impl Adapter for MySql {
                             d.host, d.port, d.database, d.user
                         ),
                     ));
-                    c
+                    o
                 }
                 Err(e) => {
                     let hint = connect_hint(&e);
@@ -134,28 +173,25 @@ impl Adapter for MySql {
                     return checks;
                 }
             };
-            let version: String = sqlx::query_scalar("SELECT VERSION()")
-                .fetch_one(&mut c)
-                .await
-                .unwrap_or_default();
-            let is_mariadb = version.to_lowercase().contains("mariadb");
-            let mut v = Check::pass("version", version.clone());
-            if conn.provider == Provider::Mysql && is_mariadb {
-                v = Check::warn(
-                    "version",
-                    format!("{version} is MariaDB"),
-                    "choose provider MARIADB so the pipeline uses Debezium's MariaDB connector",
-                );
-            } else if conn.provider == Provider::Mariadb && !is_mariadb {
-                v = Check::warn(
-                    "version",
-                    format!("{version} is not MariaDB"),
-                    "choose provider MYSQL so the pipeline uses Debezium's MySQL connector",
-                );
+            // The provider picks the Debezium connector and the JDBC driver: the wrong one
+            // fails later in ways that name neither, so it fails here, before anything else.
+            let wrong = match (conn.provider, is_mariadb) {
+                (Provider::Mysql, true) => Some(("MariaDB", "MYSQL", "MARIADB", "Debezium's MySQL connector does not follow MariaDB's binary log and GTIDs")),
+                (Provider::Mariadb, false) => Some(("MySQL", "MARIADB", "MYSQL", "Debezium's MariaDB connector and driver speak only MariaDB's replication protocol")),
+                _ => None,
+            };
+            if let Some((server, chosen, right, why)) = wrong {
+                checks.push(Check::fail(
+                    "provider",
+                    format!("the server is {server} ({version}), but the connection's provider is {chosen}: {why}"),
+                    format!("create the connection again with provider {right} (a connection's provider cannot change) and delete this one"),
+                ));
+                let _ = c.close().await;
+                return checks;
             }
-            checks.push(v);
+            checks.push(Check::pass("version", version.clone()));
             if conn.is_source() {
-                source_checks(&mut c, is_mariadb, &mut checks).await;
+                source_checks(&mut c, d, is_mariadb, &mut checks).await;
             }
             if conn.capabilities.contains(&super::Capability::Destination) {
                 destination_checks(&mut c, secrets, &mut checks).await;
@@ -172,7 +208,7 @@ impl Adapter for MySql {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<TableInfo>>> {
         Box::pin(async move {
-            let mut c = open(conn, secrets)
+            let Opened { mut c, .. } = open(conn, secrets)
                 .await
                 .map_err(|e| Error::Unavailable(format!("cannot connect: {e}")))?;
             let rows = sqlx::query(
@@ -213,7 +249,12 @@ impl Adapter for MySql {
     }
 }
 
-async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut Vec<Check>) {
+async fn source_checks(
+    c: &mut MySqlConnection,
+    d: &super::settings::DatabaseSettings,
+    is_mariadb: bool,
+    checks: &mut Vec<Check>,
+) {
     match variable(c, "log_bin").await.as_deref() {
         Some("ON") | Some("1") => checks.push(Check::pass("binlog", "binary logging is on")),
         other => checks.push(Check::fail(
@@ -252,11 +293,27 @@ async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut V
         let mode = variable(c, "gtid_mode")
             .await
             .unwrap_or_else(|| "unknown".into());
-        if mode == "ON" {
-            checks.push(Check::pass("gtid", "gtid_mode is ON"));
-        } else {
-            checks.push(Check::warn("gtid", format!("gtid_mode is {mode}"), "GTIDs make failover to a replica safe for the connector; consider gtid_mode=ON with enforce_gtid_consistency=ON"));
-        }
+        let consistency = variable(c, "enforce_gtid_consistency")
+            .await
+            .unwrap_or_else(|| "unknown".into());
+        checks.push(gtid_check(&mode, &consistency));
+    }
+    let retention = match variable(c, "binlog_expire_logs_seconds").await {
+        Some(s) => s.parse::<u64>().ok(),
+        // Older MariaDB: days only.
+        None => variable(c, "expire_logs_days")
+            .await
+            .and_then(|d| d.parse::<f64>().ok())
+            .map(|d| (d * 86_400.0) as u64),
+    };
+    checks.push(retention_check(retention));
+    if let (Some(ours), Some(theirs)) = (
+        d.server_id,
+        variable(c, "server_id")
+            .await
+            .and_then(|v| v.parse::<u32>().ok()),
+    ) {
+        checks.push(server_id_check(ours, theirs));
     }
     let grants: Vec<String> = sqlx::query_scalar("SHOW GRANTS FOR CURRENT_USER()")
         .fetch_all(&mut *c)
@@ -280,6 +337,19 @@ async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut V
     if !(has("SELECT") || all.contains("GRANT SELECT") || all.contains("GRANT ALL PRIVILEGES")) {
         missing.push("SELECT");
     }
+    // Debezium's snapshot flushes tables (RELOAD) and lists databases (SHOW DATABASES); without
+    // them it falls back to table locks or sees only some databases.
+    let lesser: Vec<&str> = ["RELOAD", "SHOW DATABASES"]
+        .into_iter()
+        .filter(|p| !has(p))
+        .collect();
+    if missing.is_empty() && !lesser.is_empty() {
+        checks.push(Check::warn(
+            "snapshot privileges",
+            format!("missing {}", lesser.join(", ")),
+            format!("run GRANT {} ON *.* TO the connector user: the initial snapshot needs them to read a consistent state without long table locks", lesser.join(", ")),
+        ));
+    }
     if missing.is_empty() {
         checks.push(Check::pass(
             "privileges",
@@ -294,6 +364,41 @@ async fn source_checks(c: &mut MySqlConnection, is_mariadb: bool, checks: &mut V
                 ["SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT"].join(", ")
             ),
         ));
+    }
+}
+
+/// MySQL's GTIDs: Debezium can stream without them, but with them a failover to a replica
+/// keeps the position; `gtid_mode=ON` needs `enforce_gtid_consistency=ON`.
+fn gtid_check(mode: &str, consistency: &str) -> Check {
+    match (mode, consistency) {
+        ("ON", "ON") => Check::pass("gtid", "gtid_mode and enforce_gtid_consistency are ON"),
+        ("ON", other) => Check::warn("gtid", format!("gtid_mode is ON but enforce_gtid_consistency is {other}"), "set enforce_gtid_consistency = ON in the server configuration"),
+        (other, _) => Check::warn("gtid", format!("gtid_mode is {other}"), "GTIDs let the connector follow a failover to a replica: set gtid_mode = ON with enforce_gtid_consistency = ON"),
+    }
+}
+
+/// How long the server keeps binary logs, against how long a pipeline may be paused or down:
+/// past it, the connector's position is purged and it must snapshot again.
+fn retention_check(seconds: Option<u64>) -> Check {
+    const DAY: u64 = 86_400;
+    match seconds {
+        None => Check::warn("binlog retention", "binlog_expire_logs_seconds is unknown", "check how long the server keeps binary logs: a pipeline down longer than that must snapshot again"),
+        Some(0) => Check::warn("binlog retention", "binary logs are never purged automatically", "set binlog_expire_logs_seconds (e.g. 604800, 7 days) or purge them yourself: they fill the disk otherwise"),
+        Some(s) if s < DAY => Check::warn("binlog retention", format!("binary logs are kept {} h (binlog_expire_logs_seconds = {s})", s / 3600), "a pipeline paused or down longer than that loses its position and must snapshot again: keep them at least as long as the longest outage you plan for (7 days, 604800, is common)"),
+        Some(s) => Check::pass("binlog retention", format!("binary logs are kept {:.1} days: a pipeline may be paused or down that long without losing its position", s as f64 / DAY as f64)),
+    }
+}
+
+/// Debezium joins the server as a replica with the connection's `server_id`, which must differ
+/// from the server's own (and from every other replica's).
+fn server_id_check(ours: u32, theirs: u32) -> Check {
+    if ours == theirs {
+        Check::fail("server id", format!("the server's own server_id is {theirs}, the same as this connection's server_id"), "choose another server_id for the connection (unique among the server's replicas): the server refuses a replica with its own id")
+    } else {
+        Check::pass(
+            "server id",
+            format!("the connector joins as replica {ours} (the server is {theirs})"),
+        )
     }
 }
 
@@ -327,5 +432,49 @@ async fn destination_checks(
             sanitize(&e.to_string(), secrets),
             format!("grant CREATE, ALTER, DROP, INSERT, UPDATE, DELETE on the database to the user; if a table {probe} was left behind, drop it"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connections::CheckStatus;
+
+    #[test]
+    fn mariadb_is_told_by_its_version_string_and_mysql_never_is() {
+        assert!(is_mariadb("11.8.3-MariaDB-0+deb13u1"));
+        assert!(is_mariadb("5.5.5-10.11.6-MariaDB-0+deb12u1"));
+        assert!(!is_mariadb("9.7.0"));
+        assert!(!is_mariadb("8.4.6-0ubuntu0.24.04.1"));
+    }
+
+    #[test]
+    fn gtid_consistency_is_named_when_gtid_mode_is_on_without_it() {
+        assert_eq!(gtid_check("ON", "ON").status, CheckStatus::Pass);
+        let c = gtid_check("ON", "WARN");
+        assert_eq!(c.status, CheckStatus::Warn);
+        assert!(c.hint.unwrap().contains("enforce_gtid_consistency = ON"));
+        assert!(gtid_check("OFF", "OFF")
+            .message
+            .contains("gtid_mode is OFF"));
+    }
+
+    #[test]
+    fn binlog_retention_is_measured_against_a_day_and_never_purging_is_a_warning() {
+        assert_eq!(retention_check(Some(2_592_000)).status, CheckStatus::Pass);
+        let short = retention_check(Some(3600));
+        assert_eq!(short.status, CheckStatus::Warn);
+        assert!(short.message.contains("1 h"), "{}", short.message);
+        assert!(short.hint.unwrap().contains("snapshot again"));
+        assert_eq!(retention_check(Some(0)).status, CheckStatus::Warn);
+        assert_eq!(retention_check(None).status, CheckStatus::Warn);
+    }
+
+    #[test]
+    fn the_connectors_server_id_must_differ_from_the_servers_own() {
+        assert_eq!(server_id_check(184_054, 1).status, CheckStatus::Pass);
+        let same = server_id_check(1, 1);
+        assert_eq!(same.status, CheckStatus::Fail);
+        assert!(same.hint.unwrap().contains("choose another server_id"));
     }
 }

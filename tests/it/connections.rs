@@ -424,6 +424,39 @@ async fn mariadb_source_checks_pass_and_a_wrong_password_says_what_to_fix() {
         "{report}"
     );
     assert!(!report.to_string().contains("not-the-password-77"));
+
+    // The stack's MariaDB registered as MYSQL: the test fails on the provider, names the
+    // server and the right choice, and checks nothing else.
+    let mut as_mysql = body("maria as mysql", &s.mariadb_password);
+    as_mysql["provider"] = json!("MYSQL");
+    let wrong = api.connection(as_mysql).await;
+    let (_, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", wrong["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(report["ok"], false, "{report}");
+    let last = report["checks"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["name"].as_str(), last["status"].as_str()),
+        (Some("provider"), Some("fail")),
+        "{report}"
+    );
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("the server is MariaDB") && message.contains("provider is MYSQL"),
+        "{message}"
+    );
+    assert!(
+        last["hint"].as_str().unwrap().contains("provider MARIADB"),
+        "{last}"
+    );
+    assert_eq!(
+        report["checks"].as_array().unwrap().len(),
+        2,
+        "nothing else is checked: {report}"
+    );
 }
 
 /// Every validation rule: 422, the field named with how to fix it, nothing stored.
