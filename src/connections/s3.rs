@@ -132,6 +132,58 @@ fn hint_for(code: &str, message: &str, bucket: &str) -> String {
     }
 }
 
+/// Writes and deletes a probe whose key is `len` bytes long (under the probe folder), so that
+/// a store that refuses keys as long as a delivery's longest is named before anything is
+/// created (a store that fails them fails every upload, and the sink then sits RUNNING with all
+/// its records behind). `example` is the delivery's longest key, quoted in the message.
+pub async fn long_key_check(
+    s: &ObjectStorageSettings,
+    secrets: &BTreeMap<String, Secret<String>>,
+    len: usize,
+    example: &str,
+) -> Check {
+    const NAME: &str = "long keys";
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let head = format!("{}{PROBE_DIR}{id}-", s.prefix);
+    let key = format!(
+        "{head}{}",
+        "k".repeat(len.saturating_sub(head.len()).max(1))
+    );
+    let client = match client(s, secrets) {
+        Ok(c) => c,
+        Err(why) => {
+            return Check::fail(
+                NAME,
+                why,
+                "paste the PEM of the CA that signed the server's certificate",
+            )
+        }
+    };
+    let put = client
+        .put_object()
+        .bucket(&s.bucket)
+        .key(&key)
+        .body(b"ClueCDC long key probe\n".to_vec().into())
+        .content_type("text/plain")
+        .send()
+        .await;
+    if let Err(e) = put {
+        let (_, msg) = describe(&e, secrets);
+        return Check::fail(
+            NAME,
+            format!("the store refused an object whose key is {} bytes, as long as this delivery's longest key ({example}): {msg}", key.len()),
+            "shorten the key template, the connection's prefix or the topic names, or use a store that takes longer keys (S3 and MinIO take 1,024 bytes)",
+        );
+    }
+    match client.delete_object().bucket(&s.bucket).key(&key).send().await {
+        Ok(_) => Check::pass(NAME, format!("the store takes keys of {} bytes, as long as this delivery's longest key ({example})", key.len())),
+        Err(e) => {
+            let (_, msg) = describe(&e, secrets);
+            Check::fail(NAME, format!("could not delete the probe object {key}: {msg}"), format!("remove {key} by hand, and grant s3:DeleteObject so tests clean up after themselves"))
+        }
+    }
+}
+
 impl Adapter for ObjectStorage {
     fn test<'a>(
         &'a self,

@@ -238,6 +238,21 @@ pub fn example_key(
     render_key(&file_name_template(prefix, o), topic, 0, 0, now)
 }
 
+/// The longest key the delivery writes for any of `topics`: partition and start offset at their
+/// widest; `None` without topics.
+pub fn longest_key(
+    prefix: &str,
+    o: &ObjectStorageOptions,
+    topics: &[String],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<String> {
+    let template = file_name_template(prefix, o);
+    topics
+        .iter()
+        .map(|t| render_key(&template, t, i32::MAX, i64::MAX, now))
+        .max_by_key(String::len)
+}
+
 fn render_key(
     template: &str,
     topic: &str,
@@ -707,6 +722,17 @@ mod tests {
             ..o.clone()
         };
         assert_eq!(example_key("", &plain, "t", now), "raw/2026/t-0-0.jsonl");
+        // The longest key: the longest topic, with partition and offset at their widest.
+        assert_eq!(
+            longest_key("", &plain, &["t".into(), "tt".into()], now).as_deref(),
+            Some("raw/2026/tt-2147483647-9223372036854775807.jsonl")
+        );
+        assert_eq!(longest_key("", &plain, &[], now), None);
+        assert_eq!(
+            longest_key("cdc/", &o, &["a".into()], now).map(|k| k.len()),
+            Some(example_key("cdc/", &o, "a", now).len()),
+            "padded numbers are as wide as they get"
+        );
         assert_eq!(
             topic_scope("cdc/", &o, "shop.public.orders"),
             "cdc/shop.public.orders/"

@@ -643,9 +643,23 @@ async fn preview_of(
     if let Some(why) = validation_errors.get_mut("aws.session.token") {
         *why = vec![format!("the S3 sink {} has no session-token setting, so temporary credentials cannot be handed to it: rotate the connection to long-lived keys scoped to the bucket", plugin.version)];
     }
-    let destination_checks = connections::test(pool, store, who, &c.dest.id)
+    let mut destination_checks = connections::test(pool, store, who, &c.dest.id)
         .await?
         .checks;
+    if let (Options::ObjectStorage(o), Some(s)) = (&c.options, c.dest.object_storage()) {
+        let passed = destination_checks
+            .iter()
+            .all(|k| k.status != CheckStatus::Fail);
+        if let (true, Some(longest)) = (
+            passed,
+            config::longest_key(&s.prefix, o, &c.topics, chrono::Utc::now()),
+        ) {
+            let secrets = store.get_all(&c.dest.secret_ref).await?;
+            destination_checks.push(
+                crate::connections::s3::long_key_check(s, &secrets, longest.len(), &longest).await,
+            );
+        }
+    }
     let example_key = match (&c.options, c.dest.object_storage(), c.topics.first()) {
         (Options::ObjectStorage(o), Some(s), Some(topic)) => {
             Some(config::example_key(&s.prefix, o, topic, chrono::Utc::now()))
