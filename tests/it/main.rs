@@ -9,6 +9,7 @@ mod access;
 mod app_smoke;
 mod connections;
 mod deliveries;
+mod hostile;
 mod lists;
 mod manifest;
 mod monitoring;

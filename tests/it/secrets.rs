@@ -1,12 +1,14 @@
 //! Secrets end to end: Kafka Connect resolves `${cluecdc:<ref>:<field>}` through the
 //! ClueCDC config provider, stores only the reference, keeps running after rotation, and a
-//! canary planted in every secret field appears nowhere it must not.
+//! canary planted in every secret field appears nowhere it must not, hostile counterparts on
+//! loopback included.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::helpers::*;
+use crate::hostile::{assert_nothing_leaked, Hostile, Kind};
 
 fn suffix() -> String {
     let n = std::time::SystemTime::now()
@@ -385,6 +387,20 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
     ];
     // The test CA's private key never goes anywhere near ClueCDC; nothing may show it.
     canaries.extend(crate::tls::key_lines(&t.ca_key));
+    // Hostile counterparts on loopback (issue 27): the connections and the Kafka cluster above
+    // are re-pointed at them without their secrets, connections and clusters made against them
+    // carry canaries of their own, and every byte they received is swept like the rest.
+    let hostile_pg = Hostile::start(Kind::Postgres).await;
+    let hostile_clear = Hostile::start(Kind::MySqlClearText).await;
+    let hostile_rsa = Hostile::start(Kind::MySqlRsa).await;
+    let hostile_kafka = Hostile::start(Kind::KafkaSasl).await;
+    let hostile_http = Hostile::start(Kind::Http).await;
+    // Where a Connect cluster's basic auth was given for: it gets that password, so it is not
+    // swept; the cluster is then re-pointed at `hostile_http`.
+    let given_http = Hostile::start(Kind::Http).await;
+    for c in ["hpg", "hmyclear", "hmyrsa", "hplain", "hbasic"] {
+        canaries.push(canary(c));
+    }
     let name = format!("cdc-canary-{tag}");
     // TLS with the stack's CA, as a file the provider writes on the worker.
     let mut config = debezium_config(&s, &name, &f, pg["secret_ref"].as_str().unwrap());
@@ -459,6 +475,120 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         look("rotate".into(), api.post(&format!("/api/v1/connections/{s3_id}/rotate"), json!({"secrets": {"access_key_id": canary("ak"), "secret_access_key": canary("rotated")}})).await.1.to_string());
         // A bad request echoing a secret must not echo it back.
         look("invalid create".into(), api.post("/api/v1/connections", json!({"name": "bad name!", "provider": "MINIO", "settings": {"bucket": "b-1", "endpoint": format!("http://u:{}@m:9000", canary("sk"))}, "secrets": {"access_key_id": canary("ak"), "nope": canary("sk")}})).await.1.to_string());
+
+        // Re-pointed at a hostile counterpart without the secrets: refused, and the stored
+        // address is what the next test uses.
+        for (c, settings) in [
+            (&pg, json!({"port": hostile_pg.port})),
+            (&maria, json!({"port": hostile_clear.port})),
+            (&s3, json!({"endpoint": hostile_http.url()})),
+        ] {
+            let id = c["id"].as_str().unwrap();
+            // Every secret stored now (the rotation above left the store without its token).
+            let (_, stored) = api.get(&format!("/api/v1/connections/{id}")).await;
+            let (status, body) = api
+                .patch(
+                    &format!("/api/v1/connections/{id}"),
+                    json!({"settings": settings}),
+                )
+                .await;
+            assert_eq!(status, 422, "re-pointing {id} without its secrets: {body}");
+            for f in stored["secret_fields_set"].as_array().unwrap() {
+                let f = format!("secrets.{}", f.as_str().unwrap());
+                assert!(body["error"]["fields"][&f].is_string(), "{f}: {body}");
+            }
+            look(format!("re-point {id}"), body.to_string());
+            look(
+                format!("test {id} after the re-point"),
+                api.post(&format!("/api/v1/connections/{id}/test"), json!({}))
+                    .await
+                    .1
+                    .to_string(),
+            );
+        }
+        let kid = kafka["id"].as_str().unwrap();
+        let (status, body) = api
+            .patch(
+                &format!("/api/v1/kafka-clusters/{kid}"),
+                json!({"bootstrap_servers": hostile_kafka.addr()}),
+            )
+            .await;
+        assert_eq!(status, 422, "{body}");
+        look("re-point kafka".into(), body.to_string());
+        look(
+            "kafka health after the re-point".into(),
+            api.get(&format!("/api/v1/kafka-clusters/{kid}"))
+                .await
+                .1
+                .to_string(),
+        );
+        let (status, body) = api
+            .post(
+                "/api/v1/kafka-clusters",
+                json!({"name": "hostile plain", "bootstrap_servers": hostile_kafka.addr(), "security_protocol": "SASL_PLAINTEXT",
+                    "sasl_mechanism": "PLAIN", "sasl_username": "cdc", "sasl_password": canary("hplain")}),
+            )
+            .await;
+        assert_eq!(status, 422, "PLAIN without TLS: {body}");
+        look("create plain kafka".into(), body.to_string());
+        // Made against the counterparts: the tests fail, and no password leaves.
+        for (name, provider, port, pw) in [
+            ("hostile pg", "POSTGRESQL", hostile_pg.port, canary("hpg")),
+            (
+                "hostile mysql",
+                "MYSQL",
+                hostile_clear.port,
+                canary("hmyclear"),
+            ),
+            (
+                "hostile mysql rsa",
+                "MYSQL",
+                hostile_rsa.port,
+                canary("hmyrsa"),
+            ),
+        ] {
+            let c = api
+                .connection(json!({"name": name, "provider": provider, "capabilities": ["DESTINATION"],
+                    "settings": {"host": "127.0.0.1", "port": port, "database": "app", "user": "cdc", "tls_mode": "disable"},
+                    "secrets": {"password": pw}}))
+                .await;
+            look(format!("create {name}"), c.to_string());
+            let (_, report) = api
+                .post(
+                    &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+                    json!({}),
+                )
+                .await;
+            assert_eq!(report["ok"], false, "{name}: {report}");
+            look(format!("test {name}"), report.to_string());
+        }
+        let (status, guarded) = api
+            .post(
+                "/api/v1/connect-clusters",
+                json!({"name": "hostile connect", "url": given_http.url(), "basic_auth_user": "admin", "basic_auth_password": canary("hbasic")}),
+            )
+            .await;
+        assert_eq!(status, 201, "{guarded}");
+        let gid = guarded["id"].as_str().unwrap();
+        let (status, body) = api
+            .patch(
+                &format!("/api/v1/connect-clusters/{gid}"),
+                json!({"url": hostile_http.url()}),
+            )
+            .await;
+        assert_eq!(status, 422, "{body}");
+        look("re-point connect".into(), body.to_string());
+        look(
+            "connect health after the re-point".into(),
+            api.get(&format!("/api/v1/connect-clusters/{gid}/plugins"))
+                .await
+                .1
+                .to_string(),
+        );
+        assert!(
+            crate::hostile::leaked(&given_http.received(), &canary("hbasic")),
+            "the Connect cluster's own URL got its password (the counterpart records it)"
+        );
 
         // Every GET route of the API and the pages, ids filled in.
         let ids: Vec<String> = [&pg, &maria, &s3]
@@ -584,6 +714,24 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
             "the provider wrote {ca_file} in {dir}: {listing}"
         );
         look("provider files".into(), listing);
+        let swept = [
+            &hostile_pg,
+            &hostile_clear,
+            &hostile_rsa,
+            &hostile_kafka,
+            &hostile_http,
+        ];
+        assert!(
+            hostile_pg.connections() >= 1
+                && hostile_clear.connections() >= 1
+                && hostile_rsa.connections() >= 1,
+            "the connections made against the counterparts reached them"
+        );
+        for h in swept {
+            look(format!("hostile {:?} counterpart", h.kind), h.transcript());
+        }
+        let all: Vec<&str> = canaries.iter().map(String::as_str).collect();
+        assert_nothing_leaked(&swept, &all);
 
         // The sweep reached the routes of one cluster and connector, not only the lists.
         for must in [
