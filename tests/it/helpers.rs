@@ -143,6 +143,16 @@ pub struct Stack {
     pub mariadb_user: String,
     pub mariadb_password: String,
     pub mariadb_db: String,
+    pub mysql_host: String,
+    pub mysql_port: u16,
+    pub mysql_user: String,
+    pub mysql_password: String,
+    pub mysql_db: String,
+    pub mysql_dest_db: String,
+    pub mysql_dest_user: String,
+    pub mysql_dest_password: String,
+    pub mysql_root_user: String,
+    pub mysql_root_password: String,
     pub s3_endpoint: String,
     pub s3_region: String,
     pub s3_bucket: String,
@@ -172,6 +182,16 @@ pub fn stack() -> Stack {
         mariadb_user: var("MARIADB_USER"),
         mariadb_password: var("MARIADB_PASSWORD"),
         mariadb_db: var("MARIADB_DB"),
+        mysql_host: var("MYSQL_HOST"),
+        mysql_port: var("MYSQL_PORT").parse().unwrap(),
+        mysql_user: var("MYSQL_USER"),
+        mysql_password: var("MYSQL_PASSWORD"),
+        mysql_db: var("MYSQL_DB"),
+        mysql_dest_db: var("MYSQL_DEST_DB"),
+        mysql_dest_user: var("MYSQL_DEST_USER"),
+        mysql_dest_password: var("MYSQL_DEST_PASSWORD"),
+        mysql_root_user: var("MYSQL_ROOT_USER"),
+        mysql_root_password: var("MYSQL_ROOT_PASSWORD"),
         s3_endpoint: var("S3_ENDPOINT"),
         s3_region: var("S3_REGION"),
         s3_bucket: var("S3_BUCKET"),
@@ -198,6 +218,14 @@ impl Stack {
         format!(
             "mysql://{}:{}@{}:{}/{}",
             self.mariadb_user, self.mariadb_password, self.mariadb_host, self.mariadb_port, db
+        )
+    }
+
+    /// The stack's MySQL as its root user (fixtures: tables, grants, binlog purges).
+    pub fn mysql_root_url(&self, db: &str) -> String {
+        format!(
+            "mysql://{}:{}@{}:{}/{}",
+            self.mysql_root_user, self.mysql_root_password, self.mysql_host, self.mysql_port, db
         )
     }
 
