@@ -1185,3 +1185,25 @@ impl Drop for TlsFront {
         let _ = self.child.wait();
     }
 }
+
+/// `cluecdc ARGS --data-dir DIR` with `env`, off the async runtime (the test's Connect proxy
+/// keeps serving meanwhile): (success, stdout, stderr).
+pub async fn cli(data: &Path, args: &[&str], env: &[(String, String)]) -> (bool, String, String) {
+    let mut cmd = Command::new(binary());
+    cmd.args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env_remove("CLUECDC_DATA_DIR")
+        .env("CLUECDC_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}

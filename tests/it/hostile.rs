@@ -799,27 +799,6 @@ async fn send(api: &Api, path: &str, content_type: &str, body: String) -> (u16, 
     )
 }
 
-/// `cluecdc ARGS --data-dir DIR` with `env`, off the async runtime: (success, stdout, stderr).
-async fn cli(data: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let mut cmd = std::process::Command::new(binary());
-    cmd.args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .env_remove("CLUECDC_DATA_DIR")
-        .env("CLUECDC_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 fn failing_check(report: &Value) -> String {
     report["checks"]
         .as_array()
@@ -1610,8 +1589,8 @@ async fn a_document_applied_over_http_or_the_page_never_reads_the_servers_enviro
         &api.app.data,
         &["apply", "-f", doc_file.to_str().unwrap()],
         &[
-            ("CLUECDC_MASTER_KEY", &master_key),
-            (&env_name, &s.pg_password),
+            ("CLUECDC_MASTER_KEY".to_string(), master_key.clone()),
+            (env_name.clone(), s.pg_password.clone()),
         ],
     )
     .await;

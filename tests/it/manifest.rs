@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -19,28 +18,6 @@ fn tag() -> String {
         .unwrap()
         .as_micros();
     format!("{}_{}", std::process::id(), n % 1_000_000)
-}
-
-/// `cluecdc ARGS --data-dir DIR` with `env`, off the async runtime (the test's Connect proxy
-/// keeps serving meanwhile): (success, stdout, stderr).
-async fn cli(data: &Path, args: &[&str], env: &[(String, String)]) -> (bool, String, String) {
-    let mut cmd = Command::new(binary());
-    cmd.args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .env_remove("CLUECDC_DATA_DIR")
-        .env("CLUECDC_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
 }
 
 /// A raw request with a YAML or text body; (status, body as JSON, or as a string).
