@@ -11,7 +11,8 @@ What it does, step by step:
   1. starts ClueCDC (or uses a running one, --url/--token), registers the stack's Kafka and
      Connect clusters and points Connect's `cluecdc` config provider at it;
   2. creates a PostgreSQL source connection and a MinIO destination connection (prefix
-     demo-<run id>/) and requires the destination's connection test to pass;
+     demo-object-storage/<run id>/; object keys of about 200 bytes) and requires the
+     destination's connection test to pass;
   3. creates a schema with two tables (one with a composite primary key, REPLICA IDENTITY FULL)
      and rows that exist before capture starts (snapshot `r` events);
   4. creates a pipeline over both tables and waits until it runs and its snapshot is in Kafka;
@@ -94,11 +95,10 @@ from typing import Any, Callable, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S3_SINK = "io.aiven.kafka.connect.s3.AivenKafkaConnectS3SinkConnector"
 RECORDS_PER_FILE = 50
-# The native stack's S3 server (s3s-fs 0.14) keeps a multipart upload's metadata in ONE file whose
-# name holds the base64 of bucket and key, so a key longer than this fails every upload with 500
-# "File name too long" (the Aiven sink uploads every object as multipart). With the default key
-# template a key is prefix + 2 x topic + 68 bytes; the run's names are kept short to fit.
-MAX_KEY_BYTES = 123
+# S3's limit on an object key (UTF-8 bytes), and MinIO's on each '/'-separated segment of one (it
+# keeps objects as files). With the default key template a key is prefix + 2 x topic + 68 bytes.
+MAX_KEY_BYTES = 1024
+MAX_KEY_SEGMENT_BYTES = 255
 ADMIN = "demo"
 T0 = time.monotonic()
 
@@ -836,19 +836,22 @@ def describe(events: list) -> str:
 class Demo:
     def __init__(self, s: Settings):
         self.s = s
-        # Short names on purpose: see MAX_KEY_BYTES.
-        self.run_id = base36(int(time.time()) + os.getpid())[-4:]
-        self.schema = f"d{self.run_id}"
+        # Names as a user would choose them: object keys of this run are about 200 bytes.
+        self.run_id = base36(int(time.time() * 1000) * 100 + os.getpid() % 100)[-8:]
+        self.schema = f"demo_{self.run_id}_sales"
         self.slot = f"demo_{self.run_id}"
-        self.topic_prefix = f"d{self.run_id}"
-        self.s3_prefix = f"demo-{self.run_id}/"
+        self.topic_prefix = f"cluecdc_demo_{self.run_id}"
+        self.s3_prefix = f"demo-object-storage/{self.run_id}/"
         self.pg = Postgres(s)
         self.s3 = S3(s.s3_endpoint, s.s3_region, s.s3_bucket, s.s3_access_key, s.s3_secret_key)
         self.w = Workload(self.schema)
-        longest = max(len(f"{self.s3_prefix}{t}/year=2026/month=12/day=01/{t}-{0:010d}-{0:020d}.jsonl.gz")
-                      for t in (f"{self.topic_prefix}.{tb.full}" for tb in self.w.tables))
-        if longest > MAX_KEY_BYTES and not s.compose:
-            raise DemoError(f"object keys of this run would be {longest} bytes; the native S3 server fails above {MAX_KEY_BYTES}")
+        keys = [f"{self.s3_prefix}{t}/year=2026/month=12/day=01/{t}-{0:010d}-{0:020d}.jsonl.gz"
+                for t in (f"{self.topic_prefix}.{tb.full}" for tb in self.w.tables)]
+        self.longest_key = max(len(k.encode()) for k in keys)
+        segment = max(len(p.encode()) for k in keys for p in k.split("/"))
+        if self.longest_key > MAX_KEY_BYTES or segment > MAX_KEY_SEGMENT_BYTES:
+            raise DemoError(f"object keys of this run would be {self.longest_key} bytes with a {segment}-byte segment; "
+                            f"S3 takes {MAX_KEY_BYTES} bytes, MinIO {MAX_KEY_SEGMENT_BYTES} per segment")
         self.app: Optional[App] = None
         self.api: Optional[Api] = None
         self.password = "demo-" + hashlib.sha256(os.urandom(16)).hexdigest()[:24]
@@ -1335,7 +1338,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"demo: {e}", file=sys.stderr)
         print("demo: 0 passed, 1 failed")
         return 2
-    log(f"object-storage demo, run {demo.run_id}: schema {demo.schema}, topics {demo.topic_prefix}.*, objects under {demo.s3_bucket_prefix()}")
+    log(f"object-storage demo, run {demo.run_id}: schema {demo.schema}, topics {demo.topic_prefix}.*, objects under {demo.s3_bucket_prefix()} (keys up to {demo.longest_key} bytes)")
     error: Optional[str] = None
     try:
         demo.run()

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""A TLS front for a plain-text TCP server (the stack's s3s-fs has no TLS of its own).
+"""A TLS front for a plain-text TCP server (the stack's MinIO serves either TLS or plain text on
+a port, and the plain endpoint stays).
 
     tls-front.py LISTEN_HOST:PORT BACKEND_HOST:PORT CERT_PEM KEY_PEM
 
 Terminates TLS (1.2+, the stack's test-CA certificate) and copies bytes both ways, one backend
 connection per client connection. HTTP is not parsed: signatures (SigV4 signs the Host header,
-which names the front's port) pass through untouched, and s3s-fs accepts any host.
+which names the front's port) pass through untouched, and MinIO checks them against the Host
+header it receives, whatever port it listens on.
 """
 import asyncio
 import ssl

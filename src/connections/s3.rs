@@ -132,6 +132,24 @@ fn hint_for(code: &str, message: &str, bucket: &str) -> String {
     }
 }
 
+/// A probe key under `head` as long as `example` (`len` bytes) whose parts between slashes are
+/// no longer than `example`'s longest: stores limit both (MinIO: 1,024 bytes in all, 255 a
+/// part), and a probe with one long part would be refused where the real keys are not.
+fn long_probe_key(head: &str, len: usize, example: &str) -> String {
+    let part = example.split('/').map(str::len).max().unwrap_or(1).max(1);
+    let mut key = head.to_string();
+    key.push('k');
+    while key.len() < len {
+        let last = key.len() - key.rfind('/').map_or(0, |i| i + 1);
+        // A full part continues after a slash, unless only the slash would fit.
+        if last >= part && len - key.len() >= 2 {
+            key.push('/');
+        }
+        key.push('k');
+    }
+    key
+}
+
 /// Writes and deletes a probe whose key is `len` bytes long (under the probe folder), so that
 /// a store that refuses keys as long as a delivery's longest is named before anything is
 /// created (a store that fails them fails every upload, and the sink then sits RUNNING with all
@@ -144,11 +162,7 @@ pub async fn long_key_check(
 ) -> Check {
     const NAME: &str = "long keys";
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let head = format!("{}{PROBE_DIR}{id}-", s.prefix);
-    let key = format!(
-        "{head}{}",
-        "k".repeat(len.saturating_sub(head.len()).max(1))
-    );
+    let key = long_probe_key(&format!("{}{PROBE_DIR}{id}-", s.prefix), len, example);
     let client = match client(s, secrets) {
         Ok(c) => c,
         Err(why) => {
@@ -171,8 +185,8 @@ pub async fn long_key_check(
         let (_, msg) = describe(&e, secrets);
         return Check::fail(
             NAME,
-            format!("the store refused an object whose key is {} bytes, as long as this delivery's longest key ({example}): {msg}", key.len()),
-            "shorten the key template, the connection's prefix or the topic names, or use a store that takes longer keys (S3 and MinIO take 1,024 bytes)",
+            format!("the store refused an object whose key is {} bytes, as long as this delivery's longest key ({example}), its parts between slashes no longer than that key's: {msg}", key.len()),
+            "shorten the key template, the connection's prefix or the topic names, or use a store that takes longer keys (S3 takes 1,024 bytes; MinIO 1,024, and 255 between two slashes)",
         );
     }
     match client.delete_object().bucket(&s.bucket).key(&key).send().await {
@@ -307,5 +321,33 @@ impl Adapter for ObjectStorage {
                 conn.name
             )))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_probe_key_is_as_long_as_the_example_with_no_longer_parts() {
+        let example = format!(
+            "cdc/{}/year=2026/{}-0000000000.jsonl.gz",
+            "t".repeat(200),
+            "t".repeat(200)
+        );
+        let key = long_probe_key(
+            "cdc/.cluecdc/connection-tests/abc-",
+            example.len(),
+            &example,
+        );
+        assert_eq!(key.len(), example.len());
+        let longest = example.split('/').map(str::len).max().unwrap();
+        assert!(
+            key.split('/').all(|p| !p.is_empty() && p.len() <= longest),
+            "{key}"
+        );
+        assert!(key.starts_with("cdc/.cluecdc/connection-tests/abc-k"));
+        // A short example still gets a probe of its own.
+        assert_eq!(long_probe_key("p/", 1, "x"), "p/k");
     }
 }

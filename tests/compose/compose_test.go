@@ -33,7 +33,7 @@ func TestComposeFileWithTheTestOverrideParsesWithTheComposeSpecSchema(t *testing
 	if err != nil {
 		t.Fatalf("%s + %s do not load with schema validation and consistency checks: %v", composeFile, composeTestFile, err)
 	}
-	for _, want := range []string{"cluecdc", "cluecdc-worker", "kafka", "connect", "postgres", "minio", "minio-bootstrap", "mariadb"} {
+	for _, want := range []string{"cluecdc", "cluecdc-worker", "kafka", "connect", "postgres", "minio", "minio-bootstrap", "mariadb", "mysql"} {
 		service(t, p, want)
 	}
 }
@@ -431,6 +431,29 @@ func TestMinioIsAnAGPLTestFixtureOnlyInTheTestOverride(t *testing.T) {
 	}
 }
 
+// One MinIO pin serves both: the native stack builds the same module the compose image builds,
+// and checks the same hash.
+func TestTheNativeStackBuildsTheLockedMinioModule(t *testing.T) {
+	lock := readLock(t)
+	if _, ok := lock["S3S_FS_VERSION"]; ok {
+		t.Errorf("%s still pins S3S_FS_VERSION: the native stack's S3 server is MinIO", versionsLock)
+	}
+	data, err := os.ReadFile(repoPath(t, "scripts/stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(data)
+	for _, needle := range []string{"lock MINIO_MODULE_VERSION", "lock MINIO_MODULE_SUM", "lock MINIO_GO_VERSION",
+		`go mod download -json "github.com/minio/minio@$ver"`, `go install -trimpath -ldflags "-s -w" "github.com/minio/minio@$ver"`} {
+		if !strings.Contains(script, needle) {
+			t.Errorf("scripts/stack: no %q (it builds MinIO from the pinned module and checks its hash)", needle)
+		}
+	}
+	if strings.Contains(strings.ToLower(script), "s3s-fs") {
+		t.Errorf("scripts/stack still mentions s3s-fs")
+	}
+}
+
 // ---- fixture wiring -----------------------------------------------------------------------------
 
 func TestMinioBootstrapUsesTheFixtureBucketCredentialsAndEndpoint(t *testing.T) {
@@ -523,6 +546,70 @@ func TestMariadbWritesAFullRowBinlog(t *testing.T) {
 		if !strings.Contains(cmd, flag) {
 			t.Errorf("service \"mariadb\": command %q lacks %s", cmd, flag)
 		}
+	}
+}
+
+// The grants Debezium documents for its MySQL connector's user (no more): the native stack's
+// capture user and the compose fixture's get exactly these.
+const debeziumMysqlGrants = "GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO "
+
+// mysqlFixtureSQL returns the SQL the mysql service's entrypoint runs from
+// /docker-entrypoint-initdb.d/ (an inline config), and the config's name.
+func mysqlFixtureSQL(t *testing.T, p *types.Project) (string, string) {
+	t.Helper()
+	m := service(t, p, "mysql")
+	for _, c := range m.Configs {
+		if !strings.HasPrefix(c.Target, "/docker-entrypoint-initdb.d/") || !strings.HasSuffix(c.Target, ".sql") {
+			continue
+		}
+		cfg, ok := p.Configs[c.Source]
+		if !ok {
+			t.Fatalf("service \"mysql\": configs names %q, which is not declared under top-level configs:", c.Source)
+		}
+		if cfg.Content == "" {
+			t.Fatalf("configs.%s: no inline content (the fixture SQL lives in %s)", c.Source, composeTestFile)
+		}
+		return cfg.Content, c.Source
+	}
+	t.Fatalf("service \"mysql\": no config mounted as /docker-entrypoint-initdb.d/*.sql")
+	return "", ""
+}
+
+func TestMysqlRunsThePinnedSeriesWithAFullRowBinlogAndGtids(t *testing.T) {
+	lock := readLock(t)
+	deb := lockValue(t, lock, "MYSQL_DEBIAN_VERSION")
+	v := regexp.MustCompile(`^(\d+)\.(\d+)\.\d+-[0-9A-Za-z.+~]+$`).FindStringSubmatch(deb)
+	if v == nil {
+		t.Fatalf("%s: MYSQL_DEBIAN_VERSION=%q is not a Debian package version <major>.<minor>.<patch>-<revision>", versionsLock, deb)
+	}
+	p := mustLoad(t, composeFile, composeTestFile)
+	m := service(t, p, "mysql")
+	if !regexp.MustCompile(`^mysql:` + v[1] + `\.` + v[2] + `(\.\d+)?$`).MatchString(m.Image) {
+		t.Errorf("service \"mysql\": image = %q, want mysql:%s.%s (the series of MYSQL_DEBIAN_VERSION=%s in %s, which the native stack runs)",
+			m.Image, v[1], v[2], deb, versionsLock)
+	}
+	cmd := strings.Join(m.Command, " ")
+	for _, flag := range []string{"--server-id=", "--log-bin", "--binlog-format=ROW", "--binlog-row-image=FULL", "--gtid-mode=ON", "--enforce-gtid-consistency=ON"} {
+		if !strings.Contains(cmd, flag) {
+			t.Errorf("service \"mysql\": command %q lacks %s", cmd, flag)
+		}
+	}
+	if hc := strings.Join(m.HealthCheck.Test, " "); !strings.Contains(hc, "-h 127.0.0.1") {
+		t.Errorf("service \"mysql\": healthcheck %q should check over TCP (the init server listens on the socket only)", hc)
+	}
+	sql, name := mysqlFixtureSQL(t, p)
+	if !strings.Contains(sql, debeziumMysqlGrants+"'cdc_user'@'%'") {
+		t.Errorf("configs.%s: does not grant cdc_user exactly %q…", name, debeziumMysqlGrants)
+	}
+	if strings.Contains(strings.ToUpper(sql), "GRANT ALL PRIVILEGES ON *.*") {
+		t.Errorf("configs.%s: grants ALL on *.*; the capture user gets only the Debezium grants", name)
+	}
+	native, err := os.ReadFile(repoPath(t, "scripts/stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(native), debeziumMysqlGrants+"'$MYSQL_USER'@'%'") {
+		t.Errorf("scripts/stack: bootstrap_mysql no longer grants the capture user exactly %q…", debeziumMysqlGrants)
 	}
 }
 
@@ -806,7 +893,7 @@ func TestFixtureCredentialsMatchTheNativeStack(t *testing.T) {
 		}
 	}
 	p := mustLoad(t, composeFile, composeTestFile)
-	pg, maria, boot := service(t, p, "postgres"), service(t, p, "mariadb"), service(t, p, "minio-bootstrap")
+	pg, maria, boot, mysql := service(t, p, "postgres"), service(t, p, "mariadb"), service(t, p, "minio-bootstrap"), service(t, p, "mysql")
 	pgSQL, err := os.ReadFile(repoPath(t, "compose/postgres/10-cluecdc-fixture.sql"))
 	if err != nil {
 		t.Fatal(err)
@@ -819,6 +906,8 @@ func TestFixtureCredentialsMatchTheNativeStack(t *testing.T) {
 		"MARIADB_PASSWORD":      {fromEnv(maria, "MARIADB_PASSWORD"), "service \"mariadb\": environment.MARIADB_PASSWORD"},
 		"MARIADB_ROOT_PASSWORD": {fromEnv(maria, "MARIADB_ROOT_PASSWORD"), "service \"mariadb\": environment.MARIADB_ROOT_PASSWORD"},
 		"MARIADB_DB":            {fromEnv(maria, "MARIADB_DATABASE"), "service \"mariadb\": environment.MARIADB_DATABASE"},
+		"MYSQL_ROOT_PASSWORD":   {fromEnv(mysql, "MYSQL_ROOT_PASSWORD"), "service \"mysql\": environment.MYSQL_ROOT_PASSWORD"},
+		"MYSQL_DB":              {fromEnv(mysql, "MYSQL_DATABASE"), "service \"mysql\": environment.MYSQL_DATABASE"},
 		"S3_REGION":             {fromEnv(boot, "S3_REGION"), "service \"minio-bootstrap\": environment.S3_REGION"},
 		"S3_BUCKET":             {fromEnv(boot, "S3_BUCKET"), "service \"minio-bootstrap\": environment.S3_BUCKET"},
 		"S3_ACCESS_KEY":         {fromEnv(boot, "S3_ACCESS_KEY"), "service \"minio-bootstrap\": environment.S3_ACCESS_KEY"},
@@ -843,6 +932,17 @@ func TestFixtureCredentialsMatchTheNativeStack(t *testing.T) {
 		checked++
 		if !strings.Contains(string(pgSQL), want) {
 			t.Errorf("compose/postgres/10-cluecdc-fixture.sql does not create %s=%q of scripts/stack", k, want)
+		}
+	}
+	mysqlSQL, mysqlConfig := mysqlFixtureSQL(t, p)
+	for _, k := range []string{"MYSQL_USER", "MYSQL_PASSWORD", "MYSQL_DEST_DB", "MYSQL_DEST_USER", "MYSQL_DEST_PASSWORD"} {
+		want, ok := native[k]
+		if !ok {
+			continue
+		}
+		checked++
+		if !strings.Contains(mysqlSQL, "'"+want+"'") && !strings.Contains(mysqlSQL, "`"+want+"`") {
+			t.Errorf("configs.%s (the mysql fixture SQL) does not create %s=%q of scripts/stack", mysqlConfig, k, want)
 		}
 	}
 	if checked == 0 {

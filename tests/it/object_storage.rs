@@ -14,10 +14,7 @@ use sqlx::Connection;
 
 use crate::helpers::*;
 
-/// A short unique tag (5 base-36 characters). Names stay short on purpose: the stack's S3
-/// server (s3s-fs) keeps each multipart upload's metadata in a file named after the base64 of
-/// the object key, so keys longer than about 120 characters fail there with "File name too
-/// long" (real S3 and MinIO allow 1024 bytes).
+/// A short unique tag (5 base-36 characters).
 fn tag() -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let micros = std::time::SystemTime::now()
@@ -388,10 +385,43 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             "a preview creates nothing"
         );
 
-        // Three deliveries of one pipeline: gzip, uncompressed, and continue with a dead-letter topic.
+        // Three deliveries of one pipeline: gzip, uncompressed under keys of over 500 bytes (two
+        // folders of 230 characters: the store takes 1,024 bytes, 255 between slashes), and
+        // continue with a dead-letter topic.
+        let long = format!("{}/{}", "l".repeat(230), "m".repeat(230));
+        let plain = json!({"name": "lake plain", "pipeline_id": p["id"], "destination_connection_id": b["id"], "compression": "none", "key_template": format!("{{{{topic}}}}/{long}/{{{{topic}}}}-{{{{partition}}}}-{{{{start_offset}}}}")});
+        let (status, pv) = api.post("/api/v1/deliveries/preview", plain.clone()).await;
+        assert_eq!(status, 200, "{pv}");
+        let probe = pv["destination_checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == "long keys")
+            .unwrap_or_else(|| panic!("the storage check writes a long key too: {pv}"));
+        assert_eq!(probe["status"], "pass", "{probe}");
+        let longest = probe["message"].as_str().unwrap();
+        assert!(longest.contains(&long), "{longest}");
+        // A part of 300 bytes between two slashes: the store refuses such keys, so the delivery
+        // is refused before anything is created, naming the long-key check and the fix.
+        let mut too_long = plain.clone();
+        too_long["name"] = json!("lake too long");
+        too_long["key_template"] = json!(format!(
+            "{{{{topic}}}}/{}/{{{{partition}}}}-{{{{start_offset}}}}",
+            "x".repeat(300)
+        ));
+        let (status, err) = api.post("/api/v1/deliveries", too_long).await;
+        assert_eq!(status, 422, "{err}");
+        let why = err["error"]["fields"]["destination_connection_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            why.contains("long keys: the store refused an object whose key is")
+                && why.contains("255 between two slashes"),
+            "{why}"
+        );
         for body in [
             gz,
-            json!({"name": "lake plain", "pipeline_id": p["id"], "destination_connection_id": b["id"], "compression": "none", "key_template": "{{topic}}/{{partition}}-{{start_offset}}"}),
+            plain,
             json!({"name": "lake lenient", "pipeline_id": p["id"], "destination_connection_id": c["id"], "topics": [items.clone()], "error_policy": "continue", "dead_letter_topic": dlq}),
         ] {
             let (status, d) = api.post("/api/v1/deliveries", body).await;
@@ -449,8 +479,10 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
                     );
                 } else {
                     assert!(
-                        l.key.starts_with(&format!("{prefix}{}/", l.topic)),
-                        "the custom template: {}",
+                        l.key
+                            .starts_with(&format!("{prefix}{}/{long}/{}-", l.topic, l.topic))
+                            && l.key.len() > 500,
+                        "the custom template, over 500 bytes: {}",
                         l.key
                     );
                 }

@@ -156,6 +156,140 @@ async fn mariadb_writes_a_row_based_binlog_with_full_row_images() {
     }
 }
 
+/// The stack's MySQL (Debian sid's mysql-server, `scripts/stack` component `mysql`), reached as
+/// a connector would: TLS verified against the test CA and the host name, as the capture user.
+#[tokio::test]
+async fn mysql_streams_a_gtid_row_binlog_over_verified_tls_and_its_capture_user_has_exactly_the_debezium_grants(
+) {
+    use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+    use sqlx::Row;
+    let var = crate::helpers::var;
+    let (host, port) = (var("MYSQL_HOST"), var("MYSQL_PORT").parse::<u16>().unwrap());
+    let addr = format!("{host}:{port}");
+    let opts = |user: &str, password: &str, db: &str| {
+        MySqlConnectOptions::new()
+            .host(&host)
+            .port(port)
+            .username(user)
+            .password(password)
+            .database(db)
+            .ssl_mode(MySqlSslMode::VerifyIdentity)
+            .ssl_ca(var("TLS_CA_FILE"))
+    };
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::MySqlConnection::connect_with(&opts(
+            &var("MYSQL_USER"),
+            &var("MYSQL_PASSWORD"),
+            &var("MYSQL_DB"),
+        )),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", down("MySQL", &addr, e)))
+    .unwrap_or_else(|e| panic!("{}", down("MySQL", &addr, e)));
+
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        version,
+        var("MYSQL_VERSION"),
+        "MySQL runs another version than `scripts/stack env` pins (MYSQL_VERSION)"
+    );
+    assert!(
+        !version.to_lowercase().contains("mariadb"),
+        "the MySQL component is a MariaDB server: {version}"
+    );
+    for (name, want) in [
+        ("log_bin", "ON"),
+        ("binlog_format", "ROW"),
+        ("binlog_row_image", "FULL"),
+        ("gtid_mode", "ON"),
+        ("enforce_gtid_consistency", "ON"),
+    ] {
+        let row: (String, String) = sqlx::query_as(&format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(row.1, want, "MySQL {name}");
+    }
+    let server_id: u64 = sqlx::query_scalar("SELECT @@server_id")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_ne!(server_id, 0, "MySQL needs a server_id for a binary log");
+    let tls: (String, String) = sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_version'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        tls.1.starts_with("TLSv1."),
+        "the session is not encrypted: {tls:?}"
+    );
+
+    // Exactly the grants Debezium documents for the MySQL connector, nothing more.
+    let grants: Vec<String> = sqlx::query("SHOW GRANTS FOR CURRENT_USER()")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.try_get_unchecked::<String, _>(0).unwrap())
+        .collect();
+    assert_eq!(
+        grants,
+        [format!(
+            "GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `{}`@`%`",
+            var("MYSQL_USER")
+        )],
+        "the capture user's grants"
+    );
+    // What those grants are for: the binary log position (MySQL 8.4+ spelling) and the log list.
+    let status = sqlx::query("SHOW BINARY LOG STATUS")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let file: String = status.try_get_unchecked(0).unwrap();
+    let gtids: String = status.try_get_unchecked(4).unwrap();
+    assert!(file.starts_with("binlog."), "binary log file {file}");
+    assert!(
+        gtids.is_empty() || gtids.contains(':'),
+        "Executed_Gtid_Set {gtids:?}"
+    );
+    sqlx::query("SHOW BINARY LOGS")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        sqlx::query("CREATE TABLE smoke_refused (id INT PRIMARY KEY)")
+            .execute(&mut conn)
+            .await
+            .is_err(),
+        "the capture user can create tables: it must have the Debezium grants only"
+    );
+
+    // The destination user owns the destination database (a JDBC sink creates and alters tables).
+    let mut dest = sqlx::MySqlConnection::connect_with(&opts(
+        &var("MYSQL_DEST_USER"),
+        &var("MYSQL_DEST_PASSWORD"),
+        &var("MYSQL_DEST_DB"),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("MySQL: the destination user cannot log in: {e}"));
+    let table = format!("smoke_{}", std::process::id());
+    for sql in [
+        format!("CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(10))"),
+        format!("ALTER TABLE {table} ADD COLUMN w INT NULL"),
+        format!("INSERT INTO {table} (id, v) VALUES (1, 'a') ON DUPLICATE KEY UPDATE v = 'b'"),
+        format!("DROP TABLE {table}"),
+    ] {
+        sqlx::query(&sql)
+            .execute(&mut dest)
+            .await
+            .unwrap_or_else(|e| panic!("MySQL destination user: {sql}: {e}"));
+    }
+}
+
 #[tokio::test]
 async fn the_s3_server_round_trips_a_signed_object_and_refuses_a_wrong_secret() {
     let s = stack();
@@ -213,6 +347,76 @@ async fn the_s3_server_round_trips_a_signed_object_and_refuses_a_wrong_secret() 
         refused.is_err(),
         "a write signed with a wrong secret must be refused"
     );
+}
+
+/// The stack's object store is MinIO (built from the pinned source), and takes what real S3
+/// takes: keys over 500 bytes (the S3 server the stack ran before, s3s-fs, failed above ~123 with "File name too long").
+/// MinIO keeps objects as files: each '/'-separated segment of a key can be 255 bytes at most.
+#[tokio::test]
+async fn the_s3_server_is_minio_and_takes_object_keys_longer_than_500_bytes() {
+    let s = stack();
+    let live = reqwest::Client::new()
+        .get(format!("{}/minio/health/live", s.s3_endpoint))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{}", down("S3", &s.s3_endpoint, e)));
+    assert!(
+        live.status().is_success(),
+        "{}",
+        down("S3", &s.s3_endpoint, live.status())
+    );
+    assert_eq!(
+        live.headers().get("server").and_then(|v| v.to_str().ok()),
+        Some("MinIO"),
+        "the stack's S3 server is not MinIO"
+    );
+
+    let client = s.s3_client(&s.s3_secret_key);
+    let prefix = format!("smoke-long-{}/", uuid_like());
+    let key = format!(
+        "{prefix}{}/{}/{}.jsonl.gz",
+        "t".repeat(240),
+        "p".repeat(240),
+        "o".repeat(40)
+    );
+    assert!(key.len() > 500, "{}", key.len());
+    let body = b"a long key".to_vec();
+    client
+        .put_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .body(body.clone().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PutObject with a {}-byte key: {e:?}", key.len()));
+    let listed = client
+        .list_objects_v2()
+        .bucket(&s.s3_bucket)
+        .prefix(&prefix)
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, [key.as_str()]);
+    let got = client
+        .get_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        body.as_slice()
+    );
+    client
+        .delete_object()
+        .bucket(&s.s3_bucket)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
 }
 
 fn uuid_like() -> String {

@@ -1,6 +1,6 @@
 //! TLS end to end against the stack's TLS side (`scripts/stack`: a test CA, PostgreSQL and
 //! MariaDB offering its certificate, a SASL_SSL + SCRAM-SHA-512 Kafka listener, an https front
-//! for s3s-fs): what verifies passes, and a wrong CA or password fails with a message that names
+//! for MinIO): what verifies passes, and a wrong CA or password fails with a message that names
 //! the problem. No option anywhere turns verification off.
 
 use serde_json::{json, Value};
@@ -331,7 +331,6 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
     let mut deliveries = Vec::new();
     for body in [
         json!({"name": "tls jdbc", "pipeline_id": pid, "destination_connection_id": dest["id"], "table_name_format": format!("tl_{tag}_${{source.table}}")}),
-        // A short key: s3s-fs names a multipart upload's metadata file after the key in base64.
         json!({"name": "tls lake", "pipeline_id": pid, "destination_connection_id": lake["id"], "records_per_file": 1,
             "compression": "none", "key_template": "{{topic}}/{{partition}}-{{start_offset}}"}),
     ] {
