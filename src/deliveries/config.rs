@@ -746,6 +746,36 @@ mod tests {
     }
 
     #[test]
+    fn the_mysql_jdbc_sink_config_with_its_ca_matches_its_golden_file() {
+        // MySQL Connector/J 9 reads the CA from a PKCS12 truststore the config provider writes
+        // on the worker; VERIFY_IDENTITY checks the host name too. Over verified TLS the
+        // password travels inside TLS, so no allowPublicKeyRetrieval (an RSA key exchange that
+        // trusts whatever key the server sends).
+        let mut c = dest(Provider::Mysql);
+        if let Settings::Database(d) = &mut c.settings {
+            d.port = 3306;
+            d.ca_certificate =
+                Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+        }
+        let config = jdbc(
+            &c,
+            &["orders.public.orders".into()],
+            &JdbcOptions::default(),
+        );
+        golden("jdbc-mysql.json", &config);
+        let url = &config["connection.url"];
+        assert!(url.contains("sslMode=VERIFY_IDENTITY&trustCertificateKeyStoreType=PKCS12"));
+        assert!(
+            !url.to_lowercase().contains("allowpublickeyretrieval"),
+            "{url}"
+        );
+        if let Settings::Database(d) = &mut c.settings {
+            d.tls_mode = TlsMode::VerifyCa;
+        }
+        assert!(jdbc_url(&c).contains("sslMode=VERIFY_CA&"));
+    }
+
+    #[test]
     fn continue_sends_skipped_records_to_the_named_dead_letter_topic() {
         let o = JdbcOptions {
             error_policy: "continue".into(),

@@ -59,6 +59,8 @@ const PERMANENT: &[(&str, &str, &str)] = &[
     ("pkix path building failed", "TLS certificate not trusted", UNTRUSTED),
     ("unable to find valid certification path", "TLS certificate not trusted", UNTRUSTED),
     ("unknownissuer", "TLS certificate not trusted", UNTRUSTED),
+    // MySQL Connector/J with a truststore of its own (trustCertificateKeyStoreUrl).
+    ("path does not chain with any of the trust anchors", "TLS certificate not trusted", UNTRUSTED),
     ("notvalidforname", "TLS host name mismatch", NAME_MISMATCH),
     ("certificate verify failed", "TLS certificate not trusted", UNTRUSTED),
     ("could not be verified by hostnameverifier", "TLS host name mismatch", NAME_MISMATCH),
@@ -181,6 +183,7 @@ mod tests {
             "bucket: AccessDenied: Access Denied",
             "org.postgresql.util.PSQLException: SSL error: PKIX path building failed: sun.security.provider.certpath.SunCertPathBuilderException: unable to find valid certification path to requested target",
             "org.postgresql.util.PSQLException: The hostname db.internal could not be verified by hostnameverifier PgjdbcHostnameVerifier.",
+            "com.mysql.cj.jdbc.exceptions.CommunicationsException: Communications link failure\nCaused by: javax.net.ssl.SSLHandshakeException: java.security.cert.CertPathValidatorException: Path does not chain with any of the trust anchors",
         ] {
             assert!(matches!(classify(t), Failure::Permanent { .. }), "{t}");
         }
