@@ -41,7 +41,10 @@ pub enum Failure {
 }
 
 const FIX_POSTGRES: &str = "set tls_mode verify-full with the server's CA certificate, or change the user's pg_hba.conf line to scram-sha-256 (with the password stored as SCRAM)";
-const FIX_MYSQL: &str = "set tls_mode verify-full (or verify-ca) with the server's CA certificate, or give the user mysql_native_password, or caching_sha2_password once the server has cached its login (after one login over TLS or the local socket since the server started)";
+// sqlx 0.8.6 asks a caching_sha2_password server for the full authentication on every login
+// (launchbadge/sqlx#4244), so without verified TLS only mysql_native_password and client_ed25519
+// logins (MariaDB's) get through: MySQL 8.4+/9 needs TLS.
+const FIX_MYSQL: &str = "set tls_mode verify-full (or verify-ca) with the server's CA certificate; without verified TLS only mysql_native_password or client_ed25519 logins (MariaDB's) are answered, so MySQL 8.4 and later need TLS";
 const FIX_UNVERIFIED: &str =
     "edit the connection and choose verify-full (or verify-ca) with the server's CA certificate";
 const FIX_NOT_POSTGRES: &str = "check host and port: they must lead to a PostgreSQL server";

@@ -111,6 +111,9 @@ fn is_mariadb(version: &str) -> bool {
 }
 
 fn connect_hint(message: &str) -> String {
+    if message.contains("caching_sha2_password's full authentication") {
+        return FULL_AUTH_FIX.into();
+    }
     if let Some((_, fix)) = guard::split(message) {
         return fix.into();
     }
@@ -129,6 +132,16 @@ fn connect_hint(message: &str) -> String {
         "check the connection settings".into()
     }
 }
+
+/// Seen on MySQL 9.7: ClueCDC's client (sqlx 0.8) computes caching_sha2_password's fast-path
+/// scramble in an order the server never accepts (launchbadge/sqlx#4244, fixed in 0.9), so the
+/// server asks for the full authentication at every login, even with the login cached, and
+/// without verified TLS the guard refuses that. MySQL 9 has no mysql_native_password.
+const FULL_AUTH_FIX: &str = "set tls_mode verify-full (or verify-ca) with the server's CA certificate: without verified TLS every caching_sha2_password login (MySQL 8.4 and 9's default) asks ClueCDC's client for the full authentication, cached or not; on MySQL 8.0/8.4 a user with mysql_native_password also works";
+
+/// The table Debezium reads incremental-snapshot signals from (`crate::pipelines::config::
+/// SIGNAL_TABLE`), in the connection's database.
+const SIGNAL_TABLE: &str = "cluecdc_signal";
 
 async fn variable(c: &mut MySqlConnection, name: &str) -> Option<String> {
     let row = sqlx::query(&format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
@@ -350,6 +363,7 @@ async fn source_checks(
             format!("run GRANT {} ON *.* TO the connector user: the initial snapshot needs them to read a consistent state without long table locks", lesser.join(", ")),
         ));
     }
+    let signal_table = signal_table_check(c, d, &grants).await;
     if missing.is_empty() {
         checks.push(Check::pass(
             "privileges",
@@ -364,6 +378,76 @@ async fn source_checks(
                 ["SELECT", "REPLICATION SLAVE", "REPLICATION CLIENT"].join(", ")
             ),
         ));
+    }
+    checks.push(signal_table);
+}
+
+/// The privileges a `SHOW GRANTS` line gives on `*.*`, on the database `db` or on its table
+/// `table` (uppercased names; `ALL PRIVILEGES` as itself). Role grants have no ` ON ` and give
+/// nothing here.
+fn granted_on(grant: &str, db: &str, table: &str) -> Vec<String> {
+    let g = grant.replace('\\', "");
+    let Some(rest) = g.strip_prefix("GRANT ") else {
+        return vec![];
+    };
+    let Some((privileges, target)) = rest.split_once(" ON ") else {
+        return vec![];
+    };
+    let target = target.split(" TO ").next().unwrap_or_default().trim();
+    let ours =
+        target == "*.*" || target == format!("`{db}`.*") || target == format!("`{db}`.`{table}`");
+    if !ours {
+        return vec![];
+    }
+    privileges
+        .split(',')
+        .map(|p| p.trim().to_uppercase())
+        .collect()
+}
+
+/// Incremental snapshots (a re-snapshot, a table added to a pipeline) go through the signal
+/// table: ClueCDC inserts the request and Debezium's MySQL connector inserts its watermarks
+/// there, both as this user; a pipeline's create makes the table when it is missing.
+async fn signal_table_check(
+    c: &mut MySqlConnection,
+    d: &super::settings::DatabaseSettings,
+    grants: &[String],
+) -> Check {
+    let exists = sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(SIGNAL_TABLE)
+    .fetch_one(&mut *c)
+    .await
+    .map(|n| n > 0)
+    .unwrap_or(false);
+    signal_verdict(&d.database, &d.user, exists, grants)
+}
+
+fn signal_verdict(db: &str, user: &str, exists: bool, grants: &[String]) -> Check {
+    let privileges: Vec<String> = grants
+        .iter()
+        .flat_map(|g| granted_on(g, db, SIGNAL_TABLE))
+        .collect();
+    let may = |p: &str| privileges.iter().any(|g| g == p || g == "ALL PRIVILEGES");
+    // Privileges through a role do not show in the user's own grant lines.
+    let roles = grants.iter().any(|g| !g.contains(" ON "));
+    let table = format!("{db}.{SIGNAL_TABLE}");
+    let ddl = format!("CREATE TABLE IF NOT EXISTS `{db}`.`{SIGNAL_TABLE}` (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)");
+    let grant = format!("GRANT INSERT ON `{db}`.`{SIGNAL_TABLE}` TO '{user}'");
+    match (exists, may("INSERT"), may("CREATE")) {
+        (true, true, _) => Check::pass("signal table", format!("{table} exists and the user may insert into it (incremental snapshots)")),
+        (false, true, true) => Check::pass("signal table", format!("{table} is created with the first pipeline (the user may create and insert into it)")),
+        (true, false, _) => Check::warn("signal table", format!("the user may not insert into {table}: re-snapshots and tables added to a pipeline would fail (ClueCDC writes the request there, the connector its watermarks)"), format!("as an admin, run: {grant};")),
+        (false, ..) => {
+            let message = format!("{table} does not exist and the user may not create it and insert into it: creating a pipeline would fail");
+            let hint = format!("as an admin, run: {ddl}; {grant};");
+            if roles {
+                Check::warn("signal table", message, hint)
+            } else {
+                Check::fail("signal table", message, hint)
+            }
+        }
     }
 }
 
@@ -468,6 +552,46 @@ mod tests {
         assert!(short.hint.unwrap().contains("snapshot again"));
         assert_eq!(retention_check(Some(0)).status, CheckStatus::Warn);
         assert_eq!(retention_check(None).status, CheckStatus::Warn);
+    }
+
+    #[test]
+    fn the_signal_table_needs_insert_and_create_when_missing_and_the_fix_is_the_statements() {
+        let debezium =
+            vec!["GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `cdc`@`%`".to_string()];
+        let missing = signal_verdict("orders", "cdc", false, &debezium);
+        assert_eq!(missing.status, CheckStatus::Fail);
+        let hint = missing.hint.unwrap();
+        assert!(
+            hint.contains("CREATE TABLE IF NOT EXISTS `orders`.`cluecdc_signal`"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("GRANT INSERT ON `orders`.`cluecdc_signal` TO 'cdc'"),
+            "{hint}"
+        );
+        let no_insert = signal_verdict("orders", "cdc", true, &debezium);
+        assert_eq!(no_insert.status, CheckStatus::Warn);
+        let mut granted = debezium.clone();
+        granted.push("GRANT INSERT ON `orders`.`cluecdc_signal` TO `cdc`@`%`".into());
+        assert_eq!(
+            signal_verdict("orders", "cdc", true, &granted).status,
+            CheckStatus::Pass
+        );
+        let owner = vec!["GRANT ALL PRIVILEGES ON `orders`.* TO `cdc`@`%`".to_string()];
+        assert_eq!(
+            signal_verdict("orders", "cdc", false, &owner).status,
+            CheckStatus::Pass
+        );
+        let other_db = vec!["GRANT ALL PRIVILEGES ON `billing`.* TO `cdc`@`%`".to_string()];
+        assert_eq!(
+            signal_verdict("orders", "cdc", false, &other_db).status,
+            CheckStatus::Fail
+        );
+        let escaped = vec!["GRANT ALL PRIVILEGES ON `cdc\\_source`.* TO `cdc`@`%`".to_string()];
+        assert_eq!(
+            signal_verdict("cdc_source", "cdc", false, &escaped).status,
+            CheckStatus::Pass
+        );
     }
 
     #[test]

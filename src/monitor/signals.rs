@@ -551,7 +551,7 @@ impl Monitor {
                         kind: "binlog_position_lost",
                         subject: p.name.clone(),
                         value: if kept { 0.0 } else { 1.0 },
-                        message: format!("the binlog {} that pipeline {} was reading is purged from the server (oldest kept: {}): the connector cannot resume; raise the server's binlog retention, then re-create the pipeline with a new snapshot", b.connector_file.clone().unwrap_or_default(), p.name, b.oldest_file),
+                        message: format!("the binlog {} that pipeline {} was reading is purged from the server (oldest kept: {}): a connector task started from it fails (a task still running may have read past it: then this clears once it commits a newer position); reset and re-snapshot the pipeline (Reset and re-snapshot… on its page, or POST /api/v1/pipelines/{}/reset), and keep binary logs longer than a pipeline may be paused or down (binlog_expire_logs_seconds on the server)", b.connector_file.clone().unwrap_or_default(), p.name, b.oldest_file, p.id),
                     });
                 }
             }

@@ -90,10 +90,17 @@ pub fn heartbeat_collection(provider: Provider, d: &DatabaseSettings, tables: &[
 
 /// Stores the source's clock in milliseconds: comparable in any destination, whatever its
 /// timestamp types and time zone.
+///
+/// MySQL and MariaDB: the update repeats the expression instead of `VALUES(ts_ms)`, which MySQL
+/// 8.0.20+ deprecates (warning 1287 on every heartbeat) and whose replacement, a row alias
+/// (`AS new … new.ts_ms`), MariaDB does not parse; this form means the same on both.
 pub fn heartbeat_query(provider: Provider, collection: &str) -> String {
     match provider {
         Provider::Postgresql => format!("INSERT INTO {collection} (id, ts_ms) VALUES (1, (extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT (id) DO UPDATE SET ts_ms = excluded.ts_ms"),
-        _ => format!("INSERT INTO {collection} (id, ts_ms) VALUES (1, ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000)) ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"),
+        _ => {
+            let now_ms = "ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000)";
+            format!("INSERT INTO {collection} (id, ts_ms) VALUES (1, {now_ms}) ON DUPLICATE KEY UPDATE ts_ms = {now_ms}")
+        }
     }
 }
 
@@ -372,6 +379,33 @@ mod tests {
                 &spec(&["orders.orders", "orders.order_items"]),
             ),
         );
+    }
+
+    #[test]
+    fn mysql_config_matches_its_golden_file() {
+        golden(
+            "mysql",
+            &build(
+                &conn(Provider::Mysql),
+                &spec(&["orders.orders", "orders.order_items"]),
+            ),
+        );
+    }
+
+    /// MySQL with its CA (the truststore from the config provider, verify_identity) and the
+    /// freshness heartbeat, whose upsert MySQL 9 runs without a deprecation warning.
+    #[test]
+    fn a_verify_full_mysql_source_with_heartbeats_matches_its_golden_file() {
+        let mut c = conn(Provider::Mysql);
+        if let Settings::Database(d) = &mut c.settings {
+            d.ca_certificate =
+                Some("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into());
+        }
+        let mut sp = spec(&["orders.orders", "orders.order_items"]);
+        sp.heartbeat = true;
+        let config = build(&c, &sp);
+        assert!(!config["heartbeat.action.query"].contains("VALUES(ts_ms)"));
+        golden("mysql_verify_full_heartbeat", &config);
     }
 
     #[test]

@@ -302,12 +302,10 @@ impl Session {
         default_table: &str,
         columns: &str,
     ) -> Result<()> {
+        let (schema, table) = collection.split_once('.').unwrap_or(("", default_table));
         let q = match self.c.provider {
             Provider::Postgresql => collection.to_string(),
-            _ => {
-                let (schema, table) = collection.split_once('.').unwrap_or(("", default_table));
-                format!("`{schema}`.`{table}`")
-            }
+            _ => format!("`{schema}`.`{table}`"),
         };
         let ddl = format!("CREATE TABLE IF NOT EXISTS {q} {columns}");
         let result = match self.db()? {
@@ -316,12 +314,43 @@ impl Session {
                 .await
                 .map(|_| ())
                 .or_else(created_meanwhile),
-            Db::My(db) => sqlx::query(&ddl).execute(db).await.map(|_| ()),
+            // MySQL checks the CREATE privilege before it looks whether the table exists, so
+            // a capture user with exactly the grants Debezium documents (no CREATE) is refused
+            // even `CREATE TABLE IF NOT EXISTS` of a table an admin made: it is created only
+            // when missing.
+            Db::My(db) => {
+                let exists = sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                )
+                .bind(schema)
+                .bind(table)
+                .fetch_one(&mut *db)
+                .await;
+                match exists {
+                    Ok(n) if n > 0 => Ok(()),
+                    Ok(_) => sqlx::query(&ddl).execute(db).await.map(|_| ()),
+                    Err(e) => Err(e),
+                }
+            }
         };
         self.healthy = result.is_ok();
+        let user = self
+            .c
+            .database()
+            .map(|d| d.user.clone())
+            .unwrap_or_default();
         result.map_err(|e| {
+            let grant = match self.c.provider {
+                Provider::Postgresql => String::new(),
+                // The connector writes incremental-snapshot watermarks into the signal table
+                // and runs the heartbeat's upsert, as the connection's user.
+                _ => format!(
+                    " GRANT {} ON {q} TO '{user}';",
+                    if what == "signal" { "INSERT" } else { "INSERT, UPDATE" }
+                ),
+            };
             Error::Conflict(format!(
-                "cannot create the {what} table {collection} ({e}); run: {ddl};"
+                "cannot create the {what} table {collection} ({e}); as a user who may, run: {ddl};{grant}"
             ))
         })
     }

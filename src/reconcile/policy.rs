@@ -78,6 +78,9 @@ const PERMANENT: &[(&str, &str, &str)] = &[
     ("requested wal segment", "WAL removed", "the WAL the connector needs was removed: re-snapshot the pipeline"),
     ("could not find first log file name in binary log index file", "binlog purged", "the binlog position the connector needs was purged: re-snapshot the pipeline and keep binlogs longer"),
     ("binlog probably contains events that have been purged", "binlog purged", "the binlog position the connector needs was purged: re-snapshot the pipeline and keep binlogs longer"),
+    // Debezium 3.5 at task start when the server no longer has its offset (MySQL 9.7: the binlog
+    // file and GTIDs were purged).
+    ("but this is no longer available on the server", "source position purged", "the server no longer has the position the connector must resume from (a MySQL/MariaDB binlog purged past it): reset and re-snapshot the pipeline, and keep binary logs longer than a pipeline may be paused or down"),
     ("is behind the", "saved offset behind the slot", "the saved offset is older than what the server still keeps: re-snapshot the pipeline"),
     ("offset is not valid", "saved offset invalid", "the saved offset no longer matches the source: re-snapshot the pipeline"),
     ("configexception", "invalid configuration", "fix the connector configuration; Connect's validation message is in the trace"),

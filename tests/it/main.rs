@@ -13,6 +13,7 @@ mod hostile;
 mod lists;
 mod manifest;
 mod monitoring;
+mod mysql;
 mod mysql_sink;
 mod object_storage;
 mod pipelines;
