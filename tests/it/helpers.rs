@@ -1207,3 +1207,19 @@ pub async fn cli(data: &Path, args: &[&str], env: &[(String, String)]) -> (bool,
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }
+
+/// Creates a connection and runs its test: (connection, report).
+pub async fn test_connection(
+    api: &Api,
+    body: serde_json::Value,
+) -> (serde_json::Value, serde_json::Value) {
+    let c = api.connection(body).await;
+    let (status, report) = api
+        .post(
+            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    (c, report)
+}

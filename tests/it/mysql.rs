@@ -45,19 +45,6 @@ async fn run(db: &mut sqlx::MySqlConnection, sqls: &[String]) {
     }
 }
 
-/// Creates a connection and runs its test: (connection, report).
-async fn tested(api: &Api, body: Value) -> (Value, Value) {
-    let c = api.connection(body).await;
-    let (status, report) = api
-        .post(
-            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
-            json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
-    (c, report)
-}
-
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["checks"]
         .as_array()
@@ -88,7 +75,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
     let api = admin_api();
     let tag = tag();
     signal_fixture(&s).await;
-    let (c, report) = tested(
+    let (c, report) = test_connection(
         &api,
         mysql_body(&s, "mysql", "MYSQL", &s.mysql_user, &s.mysql_password),
     )
@@ -122,7 +109,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
 
     // A wrong password: the server's refusal and what to check; the password nowhere.
     let wrong = "not-the-password-77";
-    let (bad, report) = tested(
+    let (bad, report) = test_connection(
         &api,
         mysql_body(&s, "mysql bad", "MYSQL", &s.mysql_user, wrong),
     )
@@ -166,7 +153,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
     let mut plain = mysql_body(&s, "mysql plain", "MYSQL", &s.mysql_user, &s.mysql_password);
     plain["settings"]["tls_mode"] = json!("disable");
     plain["settings"]["ca_certificate"] = Value::Null;
-    let (_, report) = tested(&api, plain).await;
+    let (_, report) = test_connection(&api, plain).await;
     assert_eq!(report["ok"], false, "{report}");
     let first = &report["checks"][0];
     assert!(
@@ -197,7 +184,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
     )
     .await;
     let tested_norepl = async {
-        let (_, report) = tested(
+        let (_, report) = test_connection(
             &api,
             mysql_body(&s, "mysql norepl", "MYSQL", &user, "norepl-pw-123"),
         )
@@ -244,7 +231,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
     );
     other["settings"]["ca_certificate"] =
         json!(std::fs::read_to_string(var("TLS_OTHER_CA_FILE")).unwrap());
-    let (_, report) = tested(&api, other).await;
+    let (_, report) = test_connection(&api, other).await;
     assert_eq!(report["ok"], false, "{report}");
     let first = &report["checks"][0];
     assert_eq!(first["name"], "reachable", "{report}");
@@ -258,7 +245,7 @@ async fn mysql_connection_tests_pass_for_the_capture_user_and_name_a_wrong_passw
 
     // The MySQL server registered as MARIADB: refused on its provider, naming MYSQL; nothing
     // else is checked.
-    let (_, report) = tested(
+    let (_, report) = test_connection(
         &api,
         mysql_body(
             &s,

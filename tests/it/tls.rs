@@ -59,18 +59,6 @@ pub fn key_lines(pem: &str) -> Vec<String> {
         .collect()
 }
 
-async fn test_connection(api: &Api, body: Value) -> (Value, Value) {
-    let c = api.connection(body).await;
-    let (status, report) = api
-        .post(
-            &format!("/api/v1/connections/{}/test", c["id"].as_str().unwrap()),
-            json!({}),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
-    (c, report)
-}
-
 fn first_failure(report: &Value) -> String {
     report["checks"]
         .as_array()
