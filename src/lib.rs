@@ -30,6 +30,7 @@ pub mod reconcile;
 pub mod replications;
 pub mod secrets;
 pub mod snapshots;
+pub mod tables;
 pub mod telemetry;
 pub mod time;
 pub mod web;

@@ -141,7 +141,7 @@ fn source_cause(pipeline: &str, error: &str, verdict: &str) -> String {
 
 /// The signals kept as history (charts, `/api/v1/samples`, `/metrics`), with what they mean.
 /// A sampled kind that is also a rule kind is alerted on with the same value.
-pub const SAMPLED: [(&str, &str); 10] = [
+pub const SAMPLED: &[(&str, &str)] = &[
     (
         "delivery_lag_records",
         "Records a delivery's consumer group is behind, summed over partitions.",
@@ -185,12 +185,12 @@ pub const SAMPLED: [(&str, &str); 10] = [
 ];
 
 /// One observation against one rule.
-struct Observation {
-    kind: &'static str,
-    subject: String,
+pub(crate) struct Observation {
+    pub kind: &'static str,
+    pub subject: String,
     /// The measured value (lag, bytes); 1.0/0.0 for yes/no conditions.
-    value: f64,
-    message: String,
+    pub value: f64,
+    pub message: String,
 }
 
 impl Monitor {
