@@ -34,6 +34,14 @@ pub struct JdbcOptions {
     /// fail (default) or continue.
     pub error_policy: String,
     pub dead_letter_topic: Option<String>,
+    /// ClueCDC's reaction to a breaking schema change (`tables::schema`): warn or pause. Not
+    /// a sink key; stored options from before it read as warn.
+    #[serde(default = "warn")]
+    pub schema_policy: String,
+}
+
+fn warn() -> String {
+    "warn".into()
 }
 
 impl Default for JdbcOptions {
@@ -45,6 +53,7 @@ impl Default for JdbcOptions {
             schema_evolution: "basic".into(),
             error_policy: "fail".into(),
             dead_letter_topic: None,
+            schema_policy: warn(),
         }
     }
 }
@@ -65,6 +74,9 @@ pub struct ObjectStorageOptions {
     /// fail (default) or continue.
     pub error_policy: String,
     pub dead_letter_topic: Option<String>,
+    /// warn or pause, as for database deliveries.
+    #[serde(default = "warn")]
+    pub schema_policy: String,
 }
 
 impl Default for ObjectStorageOptions {
@@ -77,6 +89,7 @@ impl Default for ObjectStorageOptions {
             key_template: DEFAULT_KEY_TEMPLATE.into(),
             error_policy: "fail".into(),
             dead_letter_topic: None,
+            schema_policy: warn(),
         }
     }
 }

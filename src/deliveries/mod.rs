@@ -47,6 +47,8 @@ pub struct DeliveryInput {
     // Both.
     pub error_policy: Option<String>,
     pub dead_letter_topic: Option<String>,
+    /// At a breaking schema change: warn (default) or pause (`tables::schema`).
+    pub schema_policy: Option<String>,
 }
 
 /// What kind of destination a delivery writes to (API name), from its connection's provider.
@@ -242,6 +244,10 @@ pub struct Preview {
     pub example_key: Option<String>,
     /// What this delivery promises, in plain words.
     pub statements: Vec<&'static str>,
+    /// Database deliveries: what in destination tables that exist already would break it
+    /// (missing key columns, narrower types, NOT NULL columns the source lacks); also listed
+    /// as a warning among `destination_checks`.
+    pub schema_mismatches: Vec<String>,
 }
 
 impl Preview {
@@ -409,6 +415,14 @@ fn options_of(kind: Kind, input: &DeliveryInput, errors: &mut FieldErrors) -> Op
         Kind::Database => Options::Database(database_options(input, errors)),
         Kind::ObjectStorage => Options::ObjectStorage(object_storage_options(input, errors)),
     };
+    if let Some(p) = input.schema_policy.as_deref() {
+        if !["warn", "pause"].contains(&p) {
+            errors.insert(
+                "schema_policy".into(),
+                crate::tables::schema::POLICY_HELP.into(),
+            );
+        }
+    }
     let (policy, dlq) = options.error_policy();
     if !["fail", "continue"].contains(&policy) {
         errors.insert(
@@ -493,6 +507,7 @@ fn database_options(input: &DeliveryInput, errors: &mut FieldErrors) -> JdbcOpti
         schema_evolution: input.schema_evolution.clone().unwrap_or(d.schema_evolution),
         error_policy: input.error_policy.clone().unwrap_or(d.error_policy),
         dead_letter_topic: input.dead_letter_topic.clone().filter(|t| !t.is_empty()),
+        schema_policy: input.schema_policy.clone().unwrap_or(d.schema_policy),
     };
     if !["insert", "upsert", "update"].contains(&options.insert_mode.as_str()) {
         errors.insert(
@@ -569,6 +584,7 @@ fn object_storage_options(input: &DeliveryInput, errors: &mut FieldErrors) -> Ob
             .unwrap_or(d.key_template),
         error_policy: input.error_policy.clone().unwrap_or(d.error_policy),
         dead_letter_topic: input.dead_letter_topic.clone().filter(|t| !t.is_empty()),
+        schema_policy: input.schema_policy.clone().unwrap_or(d.schema_policy),
     };
     if options.format != "jsonl" {
         errors.insert(
@@ -660,6 +676,36 @@ async fn preview_of(
             );
         }
     }
+    let mut schema_mismatches = Vec::new();
+    if let Options::Database(o) = &c.options {
+        let source = connections::load(pool, &c.pipeline.source_connection_id).await?;
+        let hint = "change or drop those destination tables, or choose another table_name_format, before the delivery writes to them";
+        match crate::tables::schema::preview_mismatches(
+            store,
+            &source,
+            &c.dest,
+            &c.pipeline,
+            &c.topics,
+            &o.table_name_format,
+        )
+        .await
+        {
+            Ok(m) if m.is_empty() => {}
+            Ok(m) => {
+                destination_checks.push(connections::Check::warn(
+                    "existing destination tables",
+                    m.join("; "),
+                    hint,
+                ));
+                schema_mismatches = m;
+            }
+            Err(e) => destination_checks.push(connections::Check::warn(
+                "existing destination tables",
+                format!("not compared with the source: {e}"),
+                hint,
+            )),
+        }
+    }
     let example_key = match (&c.options, c.dest.object_storage(), c.topics.first()) {
         (Options::ObjectStorage(o), Some(s), Some(topic)) => {
             Some(config::example_key(&s.prefix, o, topic, chrono::Utc::now()))
@@ -680,6 +726,7 @@ async fn preview_of(
             Kind::Database => vec![SEMANTICS],
             Kind::ObjectStorage => OBJECT_STORAGE_STATEMENTS.to_vec(),
         },
+        schema_mismatches,
     })
 }
 
@@ -850,6 +897,7 @@ fn merged(d: &Delivery, patch: &DeliveryInput) -> DeliveryInput {
             input.schema_evolution = patch.schema_evolution.clone().or(Some(o.schema_evolution));
             input.error_policy = patch.error_policy.clone().or(Some(o.error_policy));
             input.dead_letter_topic = patch.dead_letter_topic.clone().or(o.dead_letter_topic);
+            input.schema_policy = patch.schema_policy.clone().or(Some(o.schema_policy));
         }
         Kind::ObjectStorage => {
             let o: ObjectStorageOptions =
@@ -863,6 +911,7 @@ fn merged(d: &Delivery, patch: &DeliveryInput) -> DeliveryInput {
             input.key_template = patch.key_template.clone().or(Some(o.key_template));
             input.error_policy = patch.error_policy.clone().or(Some(o.error_policy));
             input.dead_letter_topic = patch.dead_letter_topic.clone().or(o.dead_letter_topic);
+            input.schema_policy = patch.schema_policy.clone().or(Some(o.schema_policy));
         }
     }
     input
@@ -968,7 +1017,13 @@ pub async fn set_state(
 ) -> Result<ConnectorView> {
     who.require(Role::Operator, "pause or resume deliveries")?;
     let d = load(pool, id).await?;
-    connectors::set_state(pool, wake, who, &d.connector_id, state).await
+    let view = connectors::set_state(pool, wake, who, &d.connector_id, state).await?;
+    // A person resuming it has dealt with its open schema changes (the guard paused it, or
+    // warned): their tables' current versions become its baseline.
+    if state == DesiredState::Running {
+        crate::tables::schema::accept(pool, &d.id).await?;
+    }
+    Ok(view)
 }
 
 pub async fn restart(
@@ -1051,6 +1106,14 @@ pub async fn delete_step(
                     .bind(&op.target_id)
                     .execute(&mut *tx)
                     .await?;
+                // Its destination tables' schema versions (its verdicts and baselines go with
+                // the row, by foreign key).
+                sqlx::query(
+                    "DELETE FROM schema_versions WHERE side = 'destination' AND owner_id = ?",
+                )
+                .bind(&op.target_id)
+                .execute(&mut *tx)
+                .await?;
                 sqlx::query("DELETE FROM deliveries WHERE id = ?")
                     .bind(&op.target_id)
                     .execute(&mut *tx)
@@ -1083,6 +1146,14 @@ pub struct Detail {
     pub lag_error: Option<String>,
     /// Plain words about what this delivery promises.
     pub semantics: &'static str,
+    /// Per table of the pipeline this delivery takes: its lag in records (the group's lag per
+    /// partition summed per table topic) and in time (from the monitor's end-offset marks, no
+    /// record read; see [`crate::tables::freshness::DeliveryTable`]). Empty when the lag could
+    /// not be read.
+    pub tables: Vec<crate::tables::freshness::DeliveryTable>,
+    /// When the sink has failed and a schema change of one of its tables explains it: which
+    /// change, and what the sink does with it (`tables::schema`).
+    pub schema_failure: Option<String>,
 }
 
 pub const SEMANTICS: &str = "At-least-once: after a restart or a retry some records are written again. Upserts by primary key make replays harmless for rows; deletes are applied by key.";
@@ -1116,13 +1187,38 @@ pub async fn detail(
     let current_as_of = newest
         .and_then(chrono::DateTime::from_timestamp_millis)
         .map(crate::time::format);
+    let tables = if lag_error.is_none() {
+        crate::tables::freshness::delivery_tables(pool, &pipeline, &d.topics, &lag)
+            .await
+            .map_err(|e| tracing::warn!(error = %e, "per-table lag not read"))
+            .unwrap_or_default()
+    } else {
+        vec![]
+    };
+    let failed = connector.as_ref().filter(|c| {
+        c.phase == "FAILED"
+            || c.observed_state.as_deref() == Some("FAILED")
+            || c.tasks.iter().any(|t| t.state == "FAILED")
+    });
+    let schema_failure = match failed {
+        Some(c) => {
+            let trace = c
+                .trace
+                .clone()
+                .or_else(|| c.tasks.iter().find_map(|t| t.trace.clone()));
+            crate::tables::schema::failure_cause(pool, &d.id, trace.as_deref()).await?
+        }
+        None => None,
+    };
     Ok(Detail {
+        schema_failure,
         connector,
         freshness_secs,
         current_as_of,
         lag,
         lag_secs,
         lag_error,
+        tables,
         semantics: d.kind.semantics(),
         delivery: d,
     })

@@ -837,6 +837,157 @@ pub async fn read_topic(
     .await
 }
 
+/// What [`read_new`] read: the records, and where the next read starts (partition → offset).
+#[derive(Debug, Clone, Default)]
+pub struct NewRecords {
+    pub records: Vec<RawRecord>,
+    pub next: HashMap<i32, i64>,
+}
+
+/// The records of a small operational topic (Debezium's notifications) after `from`
+/// (partition → next offset to read; a partition missing there, or whose offset the log no
+/// longer holds, is read from its log start), at most `max` records and for at most `wait`,
+/// without joining a group or committing anything. Not for change events: ClueCDC never
+/// reads those. None when the topic does not exist. Offsets past a partition's end are kept
+/// as they are (a recreated topic starts again from its log start once it is below).
+pub async fn read_new(
+    access: &KafkaAccess,
+    topic: &str,
+    from: &HashMap<i32, i64>,
+    max: usize,
+    wait: Duration,
+) -> Result<Option<NewRecords>, String> {
+    use rdkafka::message::Message;
+    let access = access.clone();
+    let topic = topic.to_string();
+    let from = from.clone();
+    blocking(move || {
+        let c: BaseConsumer = access
+            .config()?
+            .set("group.id", "cluecdc-peek")
+            .set("enable.auto.commit", "false")
+            .set("fetch.max.bytes", "1048576")
+            .create()
+            .map_err(|e| e.to_string())?;
+        let md = c
+            .fetch_metadata(Some(&topic), TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let Some(t) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+        else {
+            return Ok(None);
+        };
+        let wanted: Vec<(String, i32)> = t
+            .partitions()
+            .iter()
+            .map(|p| (topic.clone(), p.id()))
+            .collect();
+        let marks = watermarks(&c, &wanted);
+        let mut next: HashMap<i32, i64> = HashMap::new();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        let mut left: HashMap<i32, i64> = HashMap::new();
+        for ((_, p), (low, high)) in &marks {
+            let at = from
+                .get(p)
+                .copied()
+                .filter(|o| *o >= *low && *o <= *high)
+                .unwrap_or(*low);
+            next.insert(*p, at);
+            if *high > at {
+                tpl.add_partition_offset(&topic, *p, rdkafka::Offset::Offset(at))
+                    .map_err(|e| e.to_string())?;
+                left.insert(*p, *high);
+            }
+        }
+        let mut out = Vec::new();
+        if left.is_empty() {
+            return Ok(Some(NewRecords { records: out, next }));
+        }
+        c.assign(&tpl).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + wait;
+        while !left.is_empty() && out.len() < max && Instant::now() < deadline {
+            match c.poll(Duration::from_millis(100)) {
+                None => {}
+                Some(Ok(m)) => {
+                    next.insert(m.partition(), m.offset() + 1);
+                    out.push(RawRecord {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                        timestamp: m.timestamp().to_millis(),
+                    });
+                    if left
+                        .get(&m.partition())
+                        .is_some_and(|h| m.offset() + 1 >= *h)
+                    {
+                        left.remove(&m.partition());
+                    }
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+            }
+        }
+        Ok(Some(NewRecords { records: out, next }))
+    })
+    .await
+}
+
+/// Sum over a topic's partitions of the first offset whose record timestamp is at or after
+/// `ms` (the partition's end where none is): Kafka's ListOffsets by timestamp, broker
+/// metadata only. Where a table's scan started in its topic, given the time Debezium said so.
+pub async fn offset_at_time(access: &KafkaAccess, topic: &str, ms: i64) -> Result<i64, String> {
+    use rdkafka::Offset;
+    let access = access.clone();
+    let topic = topic.to_string();
+    blocking(move || {
+        let c: BaseConsumer = access
+            .config()?
+            .set("group.id", "cluecdc-peek")
+            .create()
+            .map_err(|e| e.to_string())?;
+        let md = c
+            .fetch_metadata(Some(&topic), TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let Some(t) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+        else {
+            return Err(format!("topic {topic} does not exist"));
+        };
+        let wanted: Vec<(String, i32)> = t
+            .partitions()
+            .iter()
+            .map(|p| (topic.clone(), p.id()))
+            .collect();
+        let marks = watermarks(&c, &wanted);
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (_, p) in &wanted {
+            tpl.add_partition_offset(&topic, *p, Offset::Offset(ms))
+                .map_err(|e| e.to_string())?;
+        }
+        let found = c
+            .offsets_for_times(tpl, TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        let mut sum = 0;
+        for e in found.elements() {
+            let high = marks
+                .get(&(topic.clone(), e.partition()))
+                .map(|(_, h)| *h)
+                .ok_or_else(|| format!("no watermarks for {topic}/{}", e.partition()))?;
+            sum += match (e.error(), e.offset()) {
+                (Ok(()), Offset::Offset(o)) if o >= 0 => o.min(high),
+                (Ok(()), _) => high,
+                (Err(err), _) => return Err(err.to_string()),
+            };
+        }
+        Ok(sum)
+    })
+    .await
+}
+
 /// Low and high watermarks of the given partitions (those whose leader answered).
 pub async fn partition_marks(
     access: &KafkaAccess,

@@ -300,6 +300,9 @@ pub struct DeliveryOptions {
     pub error_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
+    /// warn (default) or pause at a breaking schema change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1297,6 +1297,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             key_template: o.key_template.clone(),
             error_policy: o.error_policy.clone(),
             dead_letter_topic: o.dead_letter_topic.clone(),
+            schema_policy: o.schema_policy.clone(),
             ..Default::default()
         };
         let options = match crate::deliveries::normalize_options(kind, &input) {
@@ -1669,6 +1670,7 @@ pub(super) fn delivery_input(
         key_template: o.key_template.clone(),
         error_policy: o.error_policy.clone(),
         dead_letter_topic: o.dead_letter_topic.clone(),
+        schema_policy: o.schema_policy.clone(),
     }
 }
 

@@ -157,7 +157,28 @@ pub async fn render(
         .await?;
         let label = subject_label(kind);
         for (subject, value) in latest {
-            writeln!(o, "{metric}{{{label}=\"{}\"}} {value}", escape(&subject))?;
+            match subject.rsplit_once('/') {
+                // Per-table freshness and lag (tables::freshness): `<pipeline>/<table>`,
+                // `<delivery>/<table>`.
+                Some((owner, table))
+                    if kind.starts_with("table_") || kind.starts_with("delivery_table_") =>
+                {
+                    writeln!(
+                        o,
+                        "{metric}{{{label}=\"{}\",table=\"{}\"}} {value}",
+                        escape(owner),
+                        escape(table)
+                    )?
+                }
+                // Per-table snapshot series (tables::progress): `<pipeline>/<table>`.
+                Some((pipeline, table)) if kind.starts_with("snapshot_table_") => writeln!(
+                    o,
+                    "{metric}{{pipeline=\"{}\",table=\"{}\"}} {value}",
+                    escape(pipeline),
+                    escape(table)
+                )?,
+                _ => writeln!(o, "{metric}{{{label}=\"{}\"}} {value}", escape(&subject))?,
+            }
         }
     }
 

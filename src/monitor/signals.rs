@@ -171,6 +171,18 @@ pub const SAMPLED: &[(&str, &str)] = &[
         "Age of the newest record in a pipeline's topics.",
     ),
     (
+        "snapshot_table_rows_scanned",
+        "Rows a table's snapshot has scanned (live while it scans, Debezium's count once done).",
+    ),
+    (
+        "snapshot_table_rows_expected",
+        "The source's estimate of a snapshotted table's rows (pg_class.reltuples, information_schema.tables.table_rows).",
+    ),
+    (
+        "snapshot_tables_remaining",
+        "Tables of a pipeline's newest snapshot not done yet.",
+    ),
+    (
         "replication_lag_records",
         "Records on a replication's source not copied to its target yet, summed over partitions.",
     ),
@@ -181,6 +193,22 @@ pub const SAMPLED: &[(&str, &str)] = &[
     (
         "replication_checkpoint_age_seconds",
         "How long MirrorMaker has owed a replication's consumer group a newer checkpoint (the most over groups; 0 while every checkpoint is as new as the offset syncs allow).",
+    ),
+    (
+        "table_last_change_age_seconds",
+        "Seconds since a captured table's topic last received a change (subject <pipeline>/<table>; seen from its end offset, so up to one monitor interval late).",
+    ),
+    (
+        "table_stalled_seconds",
+        "Seconds since a captured table first changed on the source after its topic last moved (0 while the topic follows or the source is quiet); the table_stalled rule's value.",
+    ),
+    (
+        "delivery_table_lag_records",
+        "Records of one table's topic a delivery's consumer group is behind (subject <delivery>/<table>).",
+    ),
+    (
+        "delivery_table_lag_seconds",
+        "How long the oldest record of one table a delivery has not written has waited, from end-offset marks (a lower bound; subject <delivery>/<table>).",
     ),
 ];
 
@@ -402,6 +430,10 @@ impl Monitor {
         .fetch_optional(&self.pool)
         .await?
         .unwrap_or(300.0);
+        // ---- Schema guardrails (tables::schema): first in the cycle, so that a breaking
+        // change pauses a `pause` delivery as early as the cycle can. ----
+        seen.extend(crate::tables::schema::cycle(&self.pool, &self.store).await);
+        // ---- end schema guardrails ----
         // Delivery lag, per delivery (sum over partitions).
         for d in crate::deliveries::list(&self.pool, &system)
             .await
@@ -446,6 +478,11 @@ impl Monitor {
                         message: format!("delivery {} has committed nothing for {:.0} s while {waiting} records wait, although its connector may report RUNNING: {message}", d.name, stalled_ms as f64 / 1000.0),
                     });
                 }
+                // Per-table lag (tables::freshness), from this detail.
+                seen.extend(crate::tables::freshness::delivery_observations(
+                    &d.name,
+                    &detail.tables,
+                ));
                 if detail.lag_error.is_none() {
                     let lag: i64 = detail.lag.iter().map(|l| l.lag).sum();
                     seen.push(Observation {
@@ -521,6 +558,26 @@ impl Monitor {
             else {
                 continue;
             };
+            // --- Snapshot progress per table (tables::progress): Debezium's new notifications,
+            // the per-table series and `snapshot_stalled`.
+            {
+                let running = detail
+                    .connector
+                    .as_ref()
+                    .is_some_and(|c| c.desired_state == "running");
+                seen.extend(
+                    crate::tables::progress::observe(
+                        &self.pool,
+                        &self.store,
+                        &p,
+                        &detail.topics,
+                        running,
+                        now,
+                    )
+                    .await,
+                );
+            }
+            // --- end of snapshot progress.
             if !detail.topics.is_empty() {
                 seen.push(Observation {
                     kind: "pipeline_topic_end_offset",
@@ -610,6 +667,19 @@ impl Monitor {
                 });
             }
         }
+        // --- Per-table freshness and `table_stalled` (tables::freshness): end offsets from the
+        // topics read above (`topics`), one change-counter query per source.
+        match crate::tables::freshness::observe(&self.pool, &self.store, &topics, now).await {
+            Ok(f) => {
+                present.extend(f.present);
+                seen.extend(f.seen);
+            }
+            Err(e) => tracing::warn!(
+                error = format!("{e:#}"),
+                "per-table freshness not observed this cycle"
+            ),
+        }
+        // --- end of per-table freshness.
         // Connector failures and Connect reachability, from what the reconciler observed.
         for c in crate::connectors::list(&self.pool, &system)
             .await

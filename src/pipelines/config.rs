@@ -132,6 +132,8 @@ pub fn managed_keys() -> &'static [&'static str] {
         "snapshot.mode",
         "publication.autocreate.mode",
         "heartbeat.action.query",
+        "notification.enabled.channels",
+        "notification.sink.topic.name",
         // TLS: from the connection, never loosened by an option.
         "database.sslmode",
         "database.sslrootcert",
@@ -178,6 +180,18 @@ pub fn build(conn: &Connection, spec: &CaptureSpec) -> Config {
             HEARTBEAT_MS
         }
         .into(),
+    );
+    // Debezium's snapshot notifications, written by its sink channel into the pipeline's
+    // notification topic, from which ClueCDC reads snapshot progress per table
+    // ([`crate::tables::progress`]). Keys as Debezium 3.5.0.Final defines them:
+    // `CommonConnectorConfig.NOTIFICATION_ENABLED_CHANNELS` ("notification.enabled.channels")
+    // and `SinkNotificationChannel.NOTIFICATION_TOPIC` ("notification.sink.topic.name"; the
+    // channel's `CHANNEL_NAME` is "sink"), in debezium-connector-common. The records go through
+    // this connector's key and value converters like its change events (JSON with schemas).
+    set("notification.enabled.channels", "sink".into());
+    set(
+        "notification.sink.topic.name",
+        notification_topic(&spec.topic_prefix),
     );
     let signal = signal_collection(conn.provider, &d, &spec.tables);
     set("signal.data.collection", signal.clone());
@@ -269,6 +283,13 @@ pub fn schema_history_topic(prefix: &str) -> String {
 
 pub fn heartbeat_topic(prefix: &str) -> String {
     format!("__debezium-heartbeat.{prefix}")
+}
+
+/// Debezium's notifications for the pipeline (snapshot progress): operational notices, not
+/// change events; one partition, plain delete retention (records share a key within an
+/// incremental snapshot, so compaction would keep only its last notice).
+pub fn notification_topic(prefix: &str) -> String {
+    format!("__debezium-notification.{prefix}")
 }
 
 /// The data topic Debezium writes a table's changes to: `<prefix>.<schema or db>.<table>`.

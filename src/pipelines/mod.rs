@@ -439,8 +439,8 @@ impl<'a> TopicSettings<'a> {
 }
 
 /// Every topic a pipeline's create makes, with its settings: a topic per table, the signal
-/// table's and (opted in) the heartbeat table's, Debezium's heartbeat topic, and for
-/// MySQL/MariaDB the schema history.
+/// table's and (opted in) the heartbeat table's, Debezium's heartbeat and notification topics,
+/// and for MySQL/MariaDB the schema history.
 pub fn topic_specs(source: &Connection, t: &TopicSettings<'_>) -> Vec<TopicSpec> {
     let d = source.database().cloned();
     let signal = d
@@ -481,6 +481,18 @@ pub fn topic_specs(source: &Connection, t: &TopicSettings<'_>) -> Vec<TopicSpec>
         configs: [
             ("cleanup.policy".to_string(), "delete".to_string()),
             ("retention.ms".to_string(), "86400000".to_string()),
+        ]
+        .into(),
+    });
+    // Debezium's notifications (snapshot progress, read by the monitor): a week is far longer
+    // than the monitor takes to read them; the per-table state they give is kept in SQLite.
+    out.push(TopicSpec {
+        name: config::notification_topic(t.prefix),
+        partitions: 1,
+        replication_factor: t.rf,
+        configs: [
+            ("cleanup.policy".to_string(), "delete".to_string()),
+            ("retention.ms".to_string(), "604800000".to_string()),
         ]
         .into(),
     });
@@ -1004,6 +1016,12 @@ pub async fn snapshot_signal_step(
             match source::signal_incremental_snapshot(ctx.secrets, &source, signal, &tables).await {
                 Ok(id) => {
                     tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested");
+                    if let Err(e) =
+                        crate::tables::progress::requested(ctx.pool, &pipeline.id, &id, &tables)
+                            .await
+                    {
+                        tracing::warn!(error = %e, "snapshot not recorded for its progress");
+                    }
                     Step::Done
                 }
                 Err(e) => Step::Wait(format!("could not write the snapshot signal: {e}")),
@@ -1076,6 +1094,10 @@ pub async fn resnapshot(
         .ok_or_else(|| Error::field("source_connection_id", "not a database"))?;
     let signal = signal_collection(source.provider, &d, &p.tables);
     let signal_id = source::signal_incremental_snapshot(store, &source, &signal, &chosen).await?;
+    // Shown as waiting until Debezium's notices for this signal (they carry its id) arrive.
+    if let Err(e) = crate::tables::progress::requested(pool, &p.id, &signal_id, &chosen).await {
+        tracing::warn!(error = %e, "re-snapshot not recorded for its progress");
+    }
     audit::record_alone(
         pool,
         Entry {
@@ -1331,11 +1353,15 @@ pub struct Detail {
     pub end_offsets: i64,
     /// Age of the newest record in any of the pipeline's topics (heartbeats included).
     pub newest_record_age_secs: Option<f64>,
-    /// From the connector's offsets: an incremental snapshot in progress, and for which tables.
-    pub snapshot: Option<String>,
+    /// The newest snapshot (initial or incremental) per table, from Debezium's notifications,
+    /// with live rows scanned (see [`crate::tables::progress`]); None: none was ever seen.
+    pub snapshot: Option<crate::tables::progress::Snapshot>,
     /// Why ClueCDC could not read the source (slots or binlogs) just now: the connector uses
     /// the same connection, so it is most likely failing the same way.
     pub source_error: Option<String>,
+    /// Per captured table: its topic's last change and the source's change counter as the
+    /// monitor saw them, and its stall state (see [`crate::tables::freshness`]).
+    pub tables: Vec<crate::tables::freshness::TableFreshness>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1365,6 +1391,16 @@ pub async fn detail(
 pub struct TopicsMemo {
     topics: HashMap<String, Option<std::sync::Arc<Vec<crate::kafka::TopicInfo>>>>,
     slots: HashMap<String, std::result::Result<std::sync::Arc<Vec<source::SlotInfo>>, String>>,
+}
+
+impl TopicsMemo {
+    /// A Kafka cluster's topics as read this cycle (None: not read, or it did not answer).
+    pub fn cluster(
+        &self,
+        kafka_cluster_id: &str,
+    ) -> Option<std::sync::Arc<Vec<crate::kafka::TopicInfo>>> {
+        self.topics.get(kafka_cluster_id).cloned().flatten()
+    }
 }
 
 /// [`detail`], reading each Kafka cluster's topics through `memo`.
@@ -1492,14 +1528,13 @@ pub async fn detail_with(
     let end_offsets = topics.iter().map(|t| t.end_offset).sum();
     let newest_record_age_secs =
         newest_ms.map(|ms| ((crate::reconcile::lease::now_ms() - ms).max(0) as f64) / 1000.0);
-    let snapshot = connector
-        .as_ref()
-        .and_then(|c| c.offsets.as_ref())
-        .and_then(|o| {
-            let text = o.to_string();
-            text.contains("incremental_snapshot_collections")
-                .then(|| "an incremental snapshot is in progress".to_string())
-        });
+    // Live at read time: a scanning table's rows are its topic's end offset just read minus
+    // where its scan started, so the page moves between monitor cycles.
+    let snapshot = crate::tables::progress::for_detail(pool, &p, &topics)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "snapshot progress not read"))
+        .ok()
+        .flatten();
     let source_position = connector
         .as_ref()
         .and_then(|c| c.offsets.as_ref())
@@ -1507,6 +1542,11 @@ pub async fn detail_with(
     let source_position_read_at = source_position
         .as_ref()
         .and_then(|_| connector.as_ref()?.offsets_at.clone());
+    // From SQLite (the monitor's observations) and the topics just read: no source query.
+    let tables = crate::tables::freshness::pipeline_tables(pool, &p, &topics)
+        .await
+        .map_err(|e| tracing::warn!(error = %e, "per-table freshness not read"))
+        .unwrap_or_default();
     Ok(Detail {
         pipeline: p,
         connector,
@@ -1519,6 +1559,7 @@ pub async fn detail_with(
         newest_record_age_secs,
         snapshot,
         source_error,
+        tables,
     })
 }
 

@@ -258,6 +258,105 @@ impl Session {
             .collect())
     }
 
+    /// The columns and primary keys of the named tables (`schema.table`, `database.table`, or
+    /// a bare name in the connection's current schema or database), in catalog order: ONE
+    /// catalog query for all of them, bounded by a statement timeout of `timeout_ms` (schema
+    /// guardrails, `tables::schema`). A table the source does not have gives no rows.
+    pub async fn table_columns(
+        &mut self,
+        tables: &[String],
+        timeout_ms: u64,
+    ) -> Result<Vec<crate::tables::schema::ColumnRow>> {
+        type Raw = (String, String, String, bool, Option<String>, Option<i64>);
+        type MyRaw = (String, String, String, i64, Option<String>, Option<i64>);
+        let mariadb = self.c.provider == Provider::Mariadb;
+        let rows: std::result::Result<Vec<Raw>, sqlx::Error> = match self.db()? {
+            Db::Pg(db) => {
+                let read = async {
+                    let mut tx = db.begin().await?;
+                    sqlx::query(&format!("SET LOCAL statement_timeout = {timeout_ms}"))
+                        .execute(&mut *tx)
+                        .await?;
+                    let rows: Vec<Raw> = sqlx::query_as(
+                        "SELECT CASE WHEN n.nspname || '.' || c.relname = ANY($1) THEN n.nspname || '.' || c.relname ELSE c.relname::text END,
+                                a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
+                                pg_get_expr(d.adbin, d.adrelid), array_position(i.indkey::int2[], a.attnum)::int8
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                         LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+                         LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+                         WHERE c.relkind IN ('r', 'p')
+                           AND (n.nspname || '.' || c.relname = ANY($1) OR (n.nspname = current_schema() AND c.relname = ANY($1)))
+                         ORDER BY 1, a.attnum",
+                    )
+                    .bind(tables)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    Ok(rows)
+                };
+                read.await
+            }
+            Db::My(db) => {
+                let marks = vec!["?"; tables.len().max(1)].join(", ");
+                let select = format!(
+                    "SELECT CAST(CASE WHEN CONCAT(c.table_schema, '.', c.table_name) IN ({marks}) THEN CONCAT(c.table_schema, '.', c.table_name) ELSE c.table_name END AS CHAR),
+                            CAST(c.column_name AS CHAR), CAST(c.column_type AS CHAR), CAST(c.is_nullable = 'YES' AS SIGNED),
+                            CAST(c.column_default AS CHAR), CAST(k.ordinal_position AS SIGNED)
+                     FROM information_schema.columns c
+                     LEFT JOIN information_schema.key_column_usage k ON k.table_schema = c.table_schema AND k.table_name = c.table_name
+                          AND k.column_name = c.column_name AND k.constraint_name = 'PRIMARY'
+                     WHERE CONCAT(c.table_schema, '.', c.table_name) IN ({marks}) OR (c.table_schema = DATABASE() AND c.table_name IN ({marks}))
+                     ORDER BY 1, c.ordinal_position"
+                );
+                // MySQL bounds a SELECT with a hint, MariaDB with SET STATEMENT (each ignores
+                // or refuses the other's).
+                let q = if mariadb {
+                    format!(
+                        "SET STATEMENT max_statement_time = {} FOR {select}",
+                        (timeout_ms as f64) / 1000.0
+                    )
+                } else {
+                    select.replacen(
+                        "SELECT",
+                        &format!("SELECT /*+ MAX_EXECUTION_TIME({timeout_ms}) */"),
+                        1,
+                    )
+                };
+                let mut query = sqlx::query_as::<_, MyRaw>(&q);
+                for _ in 0..3 {
+                    for t in tables {
+                        query = query.bind(t);
+                    }
+                    if tables.is_empty() {
+                        query = query.bind("");
+                    }
+                }
+                query.fetch_all(db).await.map(|rows| {
+                    rows.into_iter()
+                        .map(|(t, c, ty, n, d, k)| (t, c, ty, n != 0, d, k))
+                        .collect()
+                })
+            }
+        };
+        let rows = self.finish(rows)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(table, column, data_type, nullable, default, key_position)| {
+                    crate::tables::schema::ColumnRow {
+                        table,
+                        column,
+                        data_type,
+                        nullable,
+                        default,
+                        key_position,
+                    }
+                },
+            )
+            .collect())
+    }
+
     pub async fn publication_exists(&mut self, name: &str) -> Result<bool> {
         let exists = match self.db()? {
             Db::Pg(db) => {

@@ -332,6 +332,10 @@ struct DetailPage {
     operations: Vec<crate::operations::Operation>,
     /// Offset changes, newest first.
     history: Vec<crate::deliveries::replay::HistoryEntry>,
+    /// `?sort=stale`: the per-table lag most behind first (kept by the page's polling).
+    sort_stale: bool,
+    /// Its schema policy and its tables' recent schema verdicts (`tables::schema`).
+    schema: crate::tables::schema::DeliverySchema,
 }
 
 impl DetailPage {
@@ -378,8 +382,12 @@ pub async fn page_detail(
     who: Data<&Principal>,
     jar: &CookieJar,
     Path(id): Path<String>,
+    Query(sort): Query<crate::web::pipelines::SortQuery>,
 ) -> PageResult<Response> {
-    let d = deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let mut d = deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    if sort.stale() {
+        crate::tables::freshness::sort_most_behind(&mut d.tables);
+    }
     let pipeline = crate::pipelines::load(&state.pool, &d.delivery.pipeline_id)
         .await
         .ok();
@@ -407,9 +415,11 @@ pub async fn page_detail(
     let pipeline_heartbeat = pipeline.as_ref().is_some_and(|p| p.heartbeat);
     let operations = crate::operations::of_target(&state.pool, &d.delivery.id, 5).await?;
     let history = crate::deliveries::replay::history(&state.pool, &who, &d.delivery.id).await?;
+    let schema = crate::tables::schema::delivery_schema(&state.pool, &d.delivery).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
+            sort_stale: sort.stale(),
             layout: Layout::new(d.delivery.name.clone(), paths::DELIVERIES, &who, jar),
             can_operate: who.role >= Role::Operator,
             can_delete: who.role >= Role::Operator,
@@ -426,6 +436,7 @@ pub async fn page_detail(
             heartbeat_delivered,
             operations,
             history,
+            schema,
             d,
         },
     )
@@ -544,6 +555,8 @@ pub struct Form {
     pub key_template: String,
     pub error_policy: String,
     pub dead_letter_topic: String,
+    /// warn or pause (`tables::schema`).
+    pub schema_policy: String,
     pub step: String,
 }
 
@@ -562,6 +575,7 @@ impl Form {
             tasks: os.tasks.to_string(),
             key_template: os.key_template,
             error_policy: os.error_policy,
+            schema_policy: db.schema_policy,
             ..Default::default()
         }
     }
@@ -585,6 +599,7 @@ impl Form {
                 f.schema_evolution = o.schema_evolution;
                 f.error_policy = o.error_policy;
                 f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+                f.schema_policy = o.schema_policy;
             }
             Kind::ObjectStorage => {
                 let o: ObjectStorageOptions =
@@ -595,6 +610,7 @@ impl Form {
                 f.key_template = o.key_template;
                 f.error_policy = o.error_policy;
                 f.dead_letter_topic = o.dead_letter_topic.unwrap_or_default();
+                f.schema_policy = o.schema_policy;
             }
         }
         Ok(f)
@@ -621,6 +637,7 @@ impl Form {
                 "key_template" => f.key_template = v,
                 "error_policy" => f.error_policy = v,
                 "dead_letter_topic" => f.dead_letter_topic = v,
+                "schema_policy" => f.schema_policy = v,
                 "step" => f.step = v,
                 _ => {}
             }
@@ -654,6 +671,7 @@ impl Form {
             topics: Some(self.topics.clone()),
             error_policy: opt(&self.error_policy),
             dead_letter_topic: opt(&self.dead_letter_topic),
+            schema_policy: opt(&self.schema_policy),
             ..Default::default()
         };
         match kind {
@@ -784,6 +802,7 @@ impl Fields {
             "key_template",
             "error_policy",
             "dead_letter_topic",
+            "schema_policy",
         ];
         self.errors
             .iter()

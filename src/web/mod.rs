@@ -1237,6 +1237,13 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(
             M::GET,
+            "/api/v1/pipelines/:id/schema",
+            Viewer,
+            "per captured table: schema versions, the newest change, and each delivery's verdict on it",
+            pipelines::api_schema,
+        ),
+        r(
+            M::GET,
             "/api/v1/deliveries",
             Viewer,
             "list deliveries",

@@ -74,6 +74,19 @@ pub async fn api_get(
     ))
 }
 
+/// `GET /api/v1/pipelines/{id}/schema`: per captured table its schema versions, the newest
+/// change and each delivery's verdict on it (`tables::schema`).
+#[handler]
+pub async fn api_schema(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<crate::tables::schema::PipelineSchema>> {
+    Ok(Json(
+        crate::tables::schema::pipeline_schema(&state.pool, &who, &id).await?,
+    ))
+}
+
 #[derive(Deserialize)]
 pub struct Patch {
     tables: Option<Vec<String>>,
@@ -357,6 +370,22 @@ struct DetailPage {
     resnapshot_error: Option<String>,
     /// The newest operations on this pipeline (snapshot signals, resets, a delete).
     operations: Vec<crate::operations::Operation>,
+    /// `?sort=stale`: the per-table list stalest first (kept by the page's polling).
+    sort_stale: bool,
+    /// Schema versions, the newest change and the verdicts per delivery (`tables::schema`).
+    schema: crate::tables::schema::PipelineSchema,
+}
+
+/// The detail pages' `?sort=` (`stale`: the per-table list stalest first).
+#[derive(Deserialize, Default)]
+pub struct SortQuery {
+    sort: Option<String>,
+}
+
+impl SortQuery {
+    pub fn stale(&self) -> bool {
+        self.sort.as_deref() == Some("stale")
+    }
 }
 
 #[handler]
@@ -365,12 +394,19 @@ pub async fn page_detail(
     who: Data<&Principal>,
     jar: &CookieJar,
     Path(id): Path<String>,
+    Query(sort): Query<SortQuery>,
 ) -> PageResult<Response> {
-    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let mut d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    if sort.stale() {
+        crate::tables::freshness::sort_stalest(&mut d.tables);
+    }
     let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
+    let schema = crate::tables::schema::pipeline_schema(&state.pool, &who, &d.pipeline.id).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
+            schema,
+            sort_stale: sort.stale(),
             operations,
             layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
             can_operate: who.role >= Role::Operator,
@@ -431,15 +467,18 @@ pub async fn page_resnapshot(
     };
     let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
     let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
+    let schema = crate::tables::schema::pipeline_schema(&state.pool, &who, &d.pipeline.id).await?;
     page_with_status(
         status,
         &DetailPage {
+            schema,
             operations,
             layout: Layout::new(d.pipeline.name.clone(), paths::PIPELINES, &who, jar),
             can_operate: who.role >= Role::Operator,
             d,
             resnapshot_ticked: tables,
             resnapshot_error: Some(why),
+            sort_stale: false,
         },
     )
 }

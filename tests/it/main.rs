@@ -21,4 +21,7 @@ mod reconciler;
 mod replications;
 mod secrets;
 mod stack_smoke;
+mod tables_freshness;
+mod tables_progress;
+mod tables_schema;
 mod tls;
