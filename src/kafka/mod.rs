@@ -774,22 +774,9 @@ pub async fn read_topic(
             .set("enable.auto.commit", "false")
             .create()
             .map_err(|e| e.to_string())?;
-        let md = c
-            .fetch_metadata(Some(&topic), TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        let Some(t) = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-        else {
+        let Some(marks) = topic_marks(&c, &topic)? else {
             return Ok(vec![]);
         };
-        let wanted: Vec<(String, i32)> = t
-            .partitions()
-            .iter()
-            .map(|p| (topic.clone(), p.id()))
-            .collect();
-        let marks = watermarks(&c, &wanted);
         let total: i64 = marks.values().map(|(l, h)| h - l).sum();
         if total > max {
             return Err(format!(
@@ -869,22 +856,9 @@ pub async fn read_new(
             .set("fetch.max.bytes", "1048576")
             .create()
             .map_err(|e| e.to_string())?;
-        let md = c
-            .fetch_metadata(Some(&topic), TIMEOUT)
-            .map_err(|e| e.to_string())?;
-        let Some(t) = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-        else {
+        let Some(marks) = topic_marks(&c, &topic)? else {
             return Ok(None);
         };
-        let wanted: Vec<(String, i32)> = t
-            .partitions()
-            .iter()
-            .map(|p| (topic.clone(), p.id()))
-            .collect();
-        let marks = watermarks(&c, &wanted);
         let mut next: HashMap<i32, i64> = HashMap::new();
         let mut tpl = rdkafka::TopicPartitionList::new();
         let mut left: HashMap<i32, i64> = HashMap::new();
@@ -986,6 +960,29 @@ pub async fn offset_at_time(access: &KafkaAccess, topic: &str, ms: i64) -> Resul
         Ok(sum)
     })
     .await
+}
+
+/// (low, high) watermarks by (topic, partition).
+type Marks = HashMap<(String, i32), (i64, i64)>;
+
+/// Low and high watermarks of every partition of `topic`; None when it does not exist.
+fn topic_marks(c: &BaseConsumer, topic: &str) -> Result<Option<Marks>, String> {
+    let md = c
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(|e| e.to_string())?;
+    let Some(t) = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+    else {
+        return Ok(None);
+    };
+    let wanted: Vec<(String, i32)> = t
+        .partitions()
+        .iter()
+        .map(|p| (topic.to_string(), p.id()))
+        .collect();
+    Ok(Some(watermarks(c, &wanted)))
 }
 
 /// Low and high watermarks of the given partitions (those whose leader answered).

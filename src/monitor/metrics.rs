@@ -158,10 +158,12 @@ pub async fn render(
         let label = subject_label(kind);
         for (subject, value) in latest {
             match subject.rsplit_once('/') {
-                // Per-table freshness and lag (tables::freshness): `<pipeline>/<table>`,
-                // `<delivery>/<table>`.
+                // Per-table series (tables::freshness, tables::progress): subjects
+                // `<pipeline>/<table>` and `<delivery>/<table>`.
                 Some((owner, table))
-                    if kind.starts_with("table_") || kind.starts_with("delivery_table_") =>
+                    if ["table_", "delivery_table_", "snapshot_table_"]
+                        .iter()
+                        .any(|p| kind.starts_with(p)) =>
                 {
                     writeln!(
                         o,
@@ -170,13 +172,6 @@ pub async fn render(
                         escape(table)
                     )?
                 }
-                // Per-table snapshot series (tables::progress): `<pipeline>/<table>`.
-                Some((pipeline, table)) if kind.starts_with("snapshot_table_") => writeln!(
-                    o,
-                    "{metric}{{pipeline=\"{}\",table=\"{}\"}} {value}",
-                    escape(pipeline),
-                    escape(table)
-                )?,
                 _ => writeln!(o, "{metric}{{{label}=\"{}\"}} {value}", escape(&subject))?,
             }
         }

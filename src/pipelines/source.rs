@@ -168,6 +168,27 @@ impl Drop for Session {
     }
 }
 
+/// One column row of a catalog query ([`Session::table_columns`]).
+#[derive(Debug, Clone)]
+pub struct ColumnRow {
+    pub table: String,
+    pub column: String,
+    pub data_type: String,
+    pub nullable: bool,
+    pub default: Option<String>,
+    /// Position in the primary key (1-based), None outside it.
+    pub key_position: Option<i64>,
+}
+
+/// A PostgreSQL publication as it concerns some tables ([`Session::publication`]).
+#[derive(Debug, Clone, Default)]
+pub struct PublicationRows {
+    /// (puballtables, pubinsert, pubupdate, pubdelete); None: no such publication.
+    pub head: Option<(bool, bool, bool, bool)>,
+    /// The asked tables it publishes (`schema.table`), with their row filter.
+    pub tables: Vec<(String, Option<String>)>,
+}
+
 impl Session {
     pub async fn open(store: &SecretStore, c: &Connection) -> Result<Session> {
         let password = password(store, c).await?;
@@ -222,6 +243,103 @@ impl Session {
         answer.map_err(|e| sanitized(e, &self.c))
     }
 
+    /// The source's own per-table change counters (inserts + updates + deletes since its
+    /// statistics were reset) of `tables`, in one statement bounded by the session's statement
+    /// timeout: PostgreSQL `pg_stat_user_tables`; MySQL/MariaDB performance_schema's table I/O
+    /// summary (a table not opened since the server started has no row there: 0).
+    /// `Ok(Err(why))`: this source keeps none (performance_schema off or unreadable).
+    pub async fn change_counters(
+        &mut self,
+        tables: &[String],
+    ) -> Result<std::result::Result<HashMap<String, i64>, String>> {
+        let mariadb = self.c.provider == Provider::Mariadb;
+        match self.db()? {
+            Db::Pg(db) => {
+                let rows: std::result::Result<Vec<(String, i64)>, _> = sqlx::query_as(
+                    "SELECT schemaname || '.' || relname, (n_tup_ins + n_tup_upd + n_tup_del)::bigint
+                     FROM pg_stat_user_tables WHERE schemaname || '.' || relname = ANY($1)",
+                )
+                .bind(tables)
+                .fetch_all(db)
+                .await;
+                Ok(Ok(self.finish(rows)?.into_iter().collect()))
+            }
+            Db::My(db) => {
+                let bound = if mariadb {
+                    "SET SESSION max_statement_time = 10"
+                } else {
+                    "SET SESSION max_execution_time = 10000"
+                };
+                let _ = sqlx::query(bound).execute(&mut *db).await;
+                let marks = vec!["?"; tables.len()].join(", ");
+                // One statement: the counters, and a last row carrying whether
+                // performance_schema is on at all (off: its tables exist but stay empty).
+                let q = format!(
+                    "SELECT CAST(CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME) AS CHAR), CAST(COUNT_INSERT + COUNT_UPDATE + COUNT_DELETE AS SIGNED)
+                     FROM performance_schema.table_io_waits_summary_by_table
+                     WHERE OBJECT_TYPE = 'TABLE' AND CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME) IN ({marks})
+                     UNION ALL SELECT NULL, CAST(@@performance_schema AS SIGNED)"
+                );
+                let mut query = sqlx::query_as::<_, (Option<String>, Option<i64>)>(&q);
+                for t in tables {
+                    query = query.bind(t);
+                }
+                let rows = query.fetch_all(db).await;
+                // A refused read is an answer (no counters here), not a broken session.
+                self.healthy = true;
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        return Ok(Err(format!(
+                            "performance_schema is not readable here ({e})"
+                        )))
+                    }
+                };
+                if !rows.iter().any(|(t, v)| t.is_none() && *v == Some(1)) {
+                    return Ok(Err(
+                        "performance_schema is off (@@performance_schema = 0)".into()
+                    ));
+                }
+                let mut out: HashMap<String, i64> = tables.iter().map(|t| (t.clone(), 0)).collect();
+                out.extend(rows.into_iter().filter_map(|(t, v)| Some((t?, v?))));
+                Ok(Ok(out))
+            }
+        }
+    }
+
+    /// PostgreSQL: publication `name` and which of `tables` it publishes, with their row
+    /// filters (two catalog reads). Other engines have no publications: the default.
+    pub async fn publication(&mut self, name: &str, tables: &[String]) -> Result<PublicationRows> {
+        let Db::Pg(db) = self.db()? else {
+            self.healthy = true;
+            return Ok(PublicationRows::default());
+        };
+        let read = async {
+            let head: Option<(bool, bool, bool, bool)> = sqlx::query_as(
+                "SELECT puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1",
+            )
+            .bind(name)
+            .fetch_optional(&mut *db)
+            .await?;
+            let tables = match head {
+                None => vec![],
+                Some(_) => {
+                    sqlx::query_as(
+                        "SELECT schemaname || '.' || tablename, rowfilter FROM pg_publication_tables
+                         WHERE pubname = $1 AND schemaname || '.' || tablename = ANY($2)",
+                    )
+                    .bind(name)
+                    .bind(tables)
+                    .fetch_all(&mut *db)
+                    .await?
+                }
+            };
+            Ok(PublicationRows { head, tables })
+        }
+        .await;
+        self.finish(read)
+    }
+
     /// The named tables (`schema.table`; `database.table` for MySQL and MariaDB) the source
     /// does not have as capturable base tables, in the order given. One catalog query for
     /// just these names, with the same conditions as table discovery, so it neither depends
@@ -266,7 +384,7 @@ impl Session {
         &mut self,
         tables: &[String],
         timeout_ms: u64,
-    ) -> Result<Vec<crate::tables::schema::ColumnRow>> {
+    ) -> Result<Vec<ColumnRow>> {
         type Raw = (String, String, String, bool, Option<String>, Option<i64>);
         type MyRaw = (String, String, String, i64, Option<String>, Option<i64>);
         let mariadb = self.c.provider == Provider::Mariadb;
@@ -343,15 +461,13 @@ impl Session {
         Ok(rows
             .into_iter()
             .map(
-                |(table, column, data_type, nullable, default, key_position)| {
-                    crate::tables::schema::ColumnRow {
-                        table,
-                        column,
-                        data_type,
-                        nullable,
-                        default,
-                        key_position,
-                    }
+                |(table, column, data_type, nullable, default, key_position)| ColumnRow {
+                    table,
+                    column,
+                    data_type,
+                    nullable,
+                    default,
+                    key_position,
                 },
             )
             .collect())

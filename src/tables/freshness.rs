@@ -690,163 +690,30 @@ pub(crate) struct Observed {
     pub present: Vec<String>,
 }
 
-async fn password(store: &SecretStore, c: &Connection) -> Result<String, String> {
-    Ok(store
-        .get(&c.secret_ref, "password")
-        .await
-        .map_err(|e| format!("the password of {} cannot be read: {e}", c.name))?
-        .map(|p| p.expose().clone())
-        .unwrap_or_default())
-}
-
-/// PostgreSQL sessions of the counter query, kept from one cycle to the next: a new
-/// connection costs its authentication (SCRAM's key derivation, on both sides) and a server
-/// process, which was most of this query's cost per cycle. Keyed by everything they were opened
-/// from (the connection's id, generation and settings, and the password), so a changed setting
-/// or a rotated secret never reuses one; one per key, none idle longer than [`KEEP_FOR`] (a
-/// monitor slower than that connects each cycle).
-type Kept = HashMap<[u8; 32], (sqlx::PgConnection, std::time::Instant)>;
-const KEEP_FOR: Duration = Duration::from_secs(60);
-
-fn kept() -> std::sync::MutexGuard<'static, Kept> {
-    static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
-    KEPT.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-fn kept_key(c: &Connection, password: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    let settings = serde_json::to_string(&c.settings).unwrap_or_default();
-    for part in [
-        c.id.as_str(),
-        &c.generation.to_string(),
-        &settings,
-        password,
-    ] {
-        // Length-prefixed, so that no two different inputs hash alike.
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    h.finalize().into()
-}
-
-fn take_kept(c: &Connection, password: &str) -> Option<sqlx::PgConnection> {
-    let mut all = kept();
-    all.retain(|_, (_, at)| at.elapsed() < KEEP_FOR);
-    all.remove(&kept_key(c, password)).map(|(db, _)| db)
-}
-
-fn keep(c: &Connection, password: &str, db: sqlx::PgConnection) {
-    kept().insert(kept_key(c, password), (db, std::time::Instant::now()));
-}
-
-/// The change counters of `tables` on one source: one statement, bounded by the session's
-/// statement timeout (10 s, as every ClueCDC source session) and [`QUERY_TIMEOUT`].
+/// The change counters of `tables` on one source: one statement on a source session (kept
+/// between cycles by `pipelines::source::Session`, so a cycle pays no new authentication),
+/// bounded by its statement timeout and [`QUERY_TIMEOUT`].
 /// Err: the source did not answer (nothing is judged this cycle).
 pub async fn read_counters(
     store: &SecretStore,
     c: &Connection,
     tables: &[String],
 ) -> Result<HashMap<String, Counter>, String> {
-    let pw = password(store, c).await?;
+    if !matches!(
+        c.provider,
+        Provider::Postgresql | Provider::Mysql | Provider::Mariadb
+    ) {
+        let why = "no per-table change counter on this source: it is not a database";
+        return Ok(tables
+            .iter()
+            .map(|t| (t.clone(), Counter::None(why.into())))
+            .collect());
+    }
     let read = async {
-        match c.provider {
-            Provider::Postgresql => {
-                // A kept session first; if it fails (the server closed it), once more on a new one.
-                let mut attempt = 0;
-                let rows: Vec<(String, i64)> = loop {
-                    attempt += 1;
-                    let (mut db, reused) = match take_kept(c, &pw) {
-                        Some(db) => (db, true),
-                        None => (crate::connections::postgres::connect(c, &pw).await?, false),
-                    };
-                    let rows = sqlx::query_as(
-                        "SELECT schemaname || '.' || relname, (n_tup_ins + n_tup_upd + n_tup_del)::bigint
-                         FROM pg_stat_user_tables WHERE schemaname || '.' || relname = ANY($1)",
-                    )
-                    .bind(tables)
-                    .fetch_all(&mut db)
-                    .await;
-                    match rows {
-                        Ok(rows) => {
-                            keep(c, &pw, db);
-                            break rows;
-                        }
-                        Err(_) if reused && attempt == 1 => continue,
-                        Err(e) => return Err(format!("on the source {}: {e}", c.name)),
-                    }
-                };
-                Ok(rows
-                    .into_iter()
-                    .map(|(t, v)| (t, Counter::Value(v)))
-                    .collect::<HashMap<_, _>>())
-            }
-            Provider::AwsS3 | Provider::Minio => Ok(tables
-                .iter()
-                .map(|t| {
-                    (
-                        t.clone(),
-                        Counter::None(
-                            "no per-table change counter on this source: it is not a database"
-                                .into(),
-                        ),
-                    )
-                })
-                .collect()),
-            Provider::Mysql | Provider::Mariadb => {
-                use sqlx::Connection as _;
-                let mut db = crate::connections::mysql::connect(c, &pw).await?;
-                let bound = if c.provider == Provider::Mariadb {
-                    "SET SESSION max_statement_time = 10"
-                } else {
-                    "SET SESSION max_execution_time = 10000"
-                };
-                let _ = sqlx::query(bound).execute(&mut db).await;
-                let marks = vec!["?"; tables.len()].join(", ");
-                // One statement: the counters, and a last row carrying whether
-                // performance_schema is on at all (off: its tables exist but stay empty).
-                let q = format!(
-                    "SELECT CAST(CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME) AS CHAR), CAST(COUNT_INSERT + COUNT_UPDATE + COUNT_DELETE AS SIGNED)
-                     FROM performance_schema.table_io_waits_summary_by_table
-                     WHERE OBJECT_TYPE = 'TABLE' AND CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME) IN ({marks})
-                     UNION ALL SELECT NULL, CAST(@@performance_schema AS SIGNED)"
-                );
-                let mut query = sqlx::query_as::<_, (Option<String>, Option<i64>)>(&q);
-                for t in tables {
-                    query = query.bind(t);
-                }
-                let rows = query.fetch_all(&mut db).await;
-                let _ = db.close().await;
-                let none = |why: String| {
-                    tables
-                        .iter()
-                        .map(|t| (t.clone(), Counter::None(why.clone())))
-                        .collect::<HashMap<_, _>>()
-                };
-                match rows {
-                    Err(e) => Ok(none(format!("no per-table change counter on this source: performance_schema is not readable here ({e})"))),
-                    Ok(rows) => {
-                        let on = rows.iter().any(|(t, v)| t.is_none() && *v == Some(1));
-                        if !on {
-                            return Ok(none("no per-table change counter on this source: performance_schema is off (@@performance_schema = 0)".into()));
-                        }
-                        // A table not opened since the server started has no row yet: 0.
-                        let mut out: HashMap<String, Counter> =
-                            tables.iter().map(|t| (t.clone(), Counter::Value(0))).collect();
-                        for (t, v) in rows {
-                            if let (Some(t), Some(v)) = (t, v) {
-                                out.insert(t, Counter::Value(v));
-                            }
-                        }
-                        Ok(out)
-                    }
-                }
-            }
-        }
+        let mut session = crate::pipelines::source::Session::open(store, c).await?;
+        session.change_counters(tables).await
     };
-    tokio::time::timeout(QUERY_TIMEOUT, read)
+    let answer = tokio::time::timeout(QUERY_TIMEOUT, read)
         .await
         .map_err(|_| {
             format!(
@@ -854,6 +721,20 @@ pub async fn read_counters(
                 c.name
             )
         })?
+        .map_err(|e| e.to_string())?;
+    Ok(match answer {
+        Ok(values) => values
+            .into_iter()
+            .map(|(t, v)| (t, Counter::Value(v)))
+            .collect(),
+        Err(why) => tables
+            .iter()
+            .map(|t| {
+                let why = format!("no per-table change counter on this source: {why}");
+                (t.clone(), Counter::None(why))
+            })
+            .collect(),
+    })
 }
 
 /// The pipeline's publication as it concerns `tables` (PostgreSQL): two catalog reads, only
@@ -864,60 +745,11 @@ async fn read_publication(
     name: &str,
     tables: &[String],
 ) -> Result<HashMap<String, Publication>, String> {
-    use sqlx::Connection as _;
-    let pw = password(store, c).await?;
     let read = async {
-        let mut db = crate::connections::postgres::connect(c, &pw).await?;
-        let fail = |e: sqlx::Error| format!("on the source {}: {e}", c.name);
-        let head: Option<(bool, bool, bool, bool)> = sqlx::query_as(
-            "SELECT puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1",
-        )
-        .bind(name)
-        .fetch_optional(&mut db)
-        .await
-        .map_err(fail)?;
-        let rows: Vec<(String, Option<String>)> = match head {
-            None => vec![],
-            Some(_) => sqlx::query_as(
-                "SELECT schemaname || '.' || tablename, rowfilter FROM pg_publication_tables
-                 WHERE pubname = $1 AND schemaname || '.' || tablename = ANY($2)",
-            )
-            .bind(name)
-            .bind(tables)
-            .fetch_all(&mut db)
-            .await
-            .map_err(fail)?,
-        };
-        let _ = db.close().await;
-        Ok::<_, String>(
-            tables
-                .iter()
-                .map(|t| {
-                    let row = rows.iter().find(|(n, _)| n == t);
-                    let p = match head {
-                        None => Publication {
-                            name: name.to_string(),
-                            ..Default::default()
-                        },
-                        Some((all, ins, upd, del)) => Publication {
-                            name: name.to_string(),
-                            exists: true,
-                            all_tables: all,
-                            has_table: all || row.is_some(),
-                            row_filter: row.and_then(|(_, f)| f.clone()),
-                            unpublished: [(ins, "insert"), (upd, "update"), (del, "delete")]
-                                .into_iter()
-                                .filter(|(on, _)| !on)
-                                .map(|(_, op)| op)
-                                .collect(),
-                        },
-                    };
-                    (t.clone(), p)
-                })
-                .collect(),
-        )
+        let mut session = crate::pipelines::source::Session::open(store, c).await?;
+        session.publication(name, tables).await
     };
-    tokio::time::timeout(QUERY_TIMEOUT, read)
+    let found = tokio::time::timeout(QUERY_TIMEOUT, read)
         .await
         .map_err(|_| {
             format!(
@@ -925,6 +757,32 @@ async fn read_publication(
                 c.name
             )
         })?
+        .map_err(|e| e.to_string())?;
+    Ok(tables
+        .iter()
+        .map(|t| {
+            let row = found.tables.iter().find(|(n, _)| n == t);
+            let p = match found.head {
+                None => Publication {
+                    name: name.to_string(),
+                    ..Default::default()
+                },
+                Some((all, ins, upd, del)) => Publication {
+                    name: name.to_string(),
+                    exists: true,
+                    all_tables: all,
+                    has_table: all || row.is_some(),
+                    row_filter: row.and_then(|(_, f)| f.clone()),
+                    unpublished: [(ins, "insert"), (upd, "update"), (del, "delete")]
+                        .into_iter()
+                        .filter(|(on, _)| !on)
+                        .map(|(_, op)| op)
+                        .collect(),
+                },
+            };
+            (t.clone(), p)
+        })
+        .collect())
 }
 
 async fn save(

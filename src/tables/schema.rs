@@ -37,17 +37,7 @@ use crate::secrets::store::SecretStore;
 /// Each catalog query's statement timeout (and, with a margin, the whole read's).
 pub const STATEMENT_TIMEOUT_MS: u64 = 2_000;
 
-/// One column row of a catalog query (`pipelines::source::Session::table_columns`).
-#[derive(Debug, Clone)]
-pub struct ColumnRow {
-    pub table: String,
-    pub column: String,
-    pub data_type: String,
-    pub nullable: bool,
-    pub default: Option<String>,
-    /// Position in the primary key (1-based), None outside it.
-    pub key_position: Option<i64>,
-}
+pub use crate::pipelines::source::ColumnRow;
 
 /// The rows of a catalog query as one definition per table (rows come in column order).
 pub fn definitions(rows: Vec<ColumnRow>) -> BTreeMap<String, TableDef> {

@@ -549,8 +549,11 @@ async fn rules_and_webhooks_validate_their_input() {
             "replication_checkpoint_age_seconds",
             "replication_lag_records",
             "replication_lag_seconds",
+            "schema_change",
             "slot_inactive",
-            "slot_retained_wal_bytes"
+            "slot_retained_wal_bytes",
+            "snapshot_stalled",
+            "table_stalled"
         ]
     );
 }
