@@ -571,6 +571,10 @@ impl Monitor {
                         &self.store,
                         &p,
                         &detail.topics,
+                        topics
+                            .cluster(&p.kafka_cluster_id)
+                            .as_deref()
+                            .map(Vec::as_slice),
                         running,
                         now,
                     )

@@ -923,15 +923,28 @@ pub async fn estimate(
         .map_err(|_| format!("the source did not answer within {ESTIMATE_TIMEOUT:?}"))?
 }
 
+/// Whether a read that stopped at `from` has seen everything up to `ends` (per partition; a
+/// partition never read counts as read only while it is empty).
+fn caught_up(from: &HashMap<i32, i64>, ends: &HashMap<i32, i64>) -> bool {
+    ends.iter()
+        .all(|(p, end)| *end <= 0 || from.get(p).is_some_and(|at| at == end))
+}
+
 /// Reads the pipeline's new notifications (from the offsets stored last) and applies them,
 /// finds where each newly started scan began in its topic, and takes the source's estimates
 /// for a snapshot that just started. The notification topic is created when missing (a
 /// pipeline made before ClueCDC enabled notifications gets its topic here).
+///
+/// `ends`: the topic's end offsets as the cycle's metadata read saw them. When every partition
+/// ends where the last read stopped there is nothing new to read, and no consumer is made (a
+/// Kafka client per pipeline per cycle was most of what snapshot progress cost a quiet
+/// pipeline).
 async fn ingest(
     pool: &SqlitePool,
     store: &SecretStore,
     p: &Pipeline,
     access: &crate::kafka::KafkaAccess,
+    ends: Option<&HashMap<i32, i64>>,
 ) -> anyhow::Result<()> {
     let topic = notification_topic(&p.topic_prefix);
     let stored: Option<String> = sqlx::query_scalar(
@@ -943,9 +956,17 @@ async fn ingest(
     let from: HashMap<i32, i64> = stored
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
-    let read = crate::kafka::read_new(access, &topic, &from, READ_MAX, READ_WAIT)
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
+    // Nothing new: no read, but the rest (a baseline or estimate still owed) runs as ever.
+    let read = if ends.is_some_and(|ends| caught_up(&from, ends)) {
+        Some(crate::kafka::NewRecords {
+            records: vec![],
+            next: from.clone(),
+        })
+    } else {
+        crate::kafka::read_new(access, &topic, &from, READ_MAX, READ_WAIT)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?
+    };
     let source = crate::connections::load(pool, &p.source_connection_id).await?;
     let Some(read) = read else {
         if let Some(spec) =
@@ -1033,9 +1054,20 @@ pub(crate) async fn observe(
     store: &SecretStore,
     p: &Pipeline,
     topics: &[TopicSize],
+    cluster_topics: Option<&[crate::kafka::TopicInfo]>,
     connector_running: bool,
     now: i64,
 ) -> Vec<Observation> {
+    // The notification topic's end per partition, as this cycle's one metadata read saw it.
+    let topic = notification_topic(&p.topic_prefix);
+    let notification_ends: Option<HashMap<i32, i64>> = cluster_topics
+        .and_then(|all| all.iter().find(|t| t.name == topic))
+        .map(|t| {
+            t.partitions
+                .iter()
+                .map(|q| (q.id, q.high_watermark))
+                .collect()
+        });
     // No topics read this cycle: the Kafka cluster did not answer the cycle's one metadata
     // read, so reading the notifications would only wait for its timeout once more.
     let cluster = if topics.is_empty() {
@@ -1048,7 +1080,7 @@ pub(crate) async fn observe(
     match cluster {
         Ok(k) => match crate::clusters::kafka::access(store, &k).await {
             Ok(access) => {
-                if let Err(e) = ingest(pool, store, p, &access).await {
+                if let Err(e) = ingest(pool, store, p, &access, notification_ends.as_ref()).await {
                     tracing::warn!(pipeline = %p.name, error = format!("{e:#}"), "snapshot notifications not read");
                 }
             }
@@ -1150,6 +1182,22 @@ mod tests {
     const INITIAL_TABLE_SCAN_COMPLETED: &str = r#"{"payload":{"additional_data":{"connector_name":"sp-17124-420440","data_collections":"sp_17124_420440.big,sp_17124_420440.small,sp_17124_420440.cluecdc_signal","scanned_collection":"sp_17124_420440.big","status":"SUCCEEDED","total_rows_scanned":"200000"},"aggregate_type":"Initial Snapshot","id":"38aca090-f8e7-4815-9fc7-83a72ea4a06b","timestamp":1796292731201,"type":"TABLE_SCAN_COMPLETED"},"schema":{"fields":[{"field":"id","optional":false,"type":"string"},{"field":"type","optional":false,"type":"string"},{"field":"aggregate_type","optional":false,"type":"string"},{"field":"additional_data","keys":{"optional":false,"type":"string"},"optional":true,"type":"map","values":{"optional":false,"type":"string"}},{"field":"timestamp","optional":false,"type":"int64"}],"name":"io.debezium.connector.common.Notification","optional":false,"type":"struct","version":1}}"#;
     /// The same run's incremental re-snapshot: the id is the signal's.
     const INCREMENTAL_TABLE_SCAN_COMPLETED: &str = r#"{"payload":{"additional_data":{"connector_name":"sp-17124-420440","data_collections":"sp_17124_420440.big","scanned_collection":"sp_17124_420440.big","status":"SUCCEEDED","total_rows_scanned":"200000"},"aggregate_type":"Incremental Snapshot","id":"00f1d08d411e43fe8958fa10b3963d09","timestamp":1796292771047,"type":"TABLE_SCAN_COMPLETED"},"schema":{"fields":[{"field":"id","optional":false,"type":"string"},{"field":"type","optional":false,"type":"string"},{"field":"aggregate_type","optional":false,"type":"string"},{"field":"additional_data","keys":{"optional":false,"type":"string"},"optional":true,"type":"map","values":{"optional":false,"type":"string"}},{"field":"timestamp","optional":false,"type":"int64"}],"name":"io.debezium.connector.common.Notification","optional":false,"type":"struct","version":1}}"#;
+
+    #[test]
+    fn the_notifications_are_read_only_when_the_topic_grew_past_the_last_read() {
+        let m = |pairs: &[(i32, i64)]| pairs.iter().copied().collect::<HashMap<i32, i64>>();
+        assert!(caught_up(&m(&[(0, 7)]), &m(&[(0, 7)])));
+        assert!(!caught_up(&m(&[(0, 7)]), &m(&[(0, 9)])), "new notices");
+        assert!(
+            caught_up(&m(&[]), &m(&[(0, 0)])),
+            "an empty topic has nothing to read"
+        );
+        assert!(!caught_up(&m(&[]), &m(&[(0, 3)])), "never read");
+        assert!(
+            !caught_up(&m(&[(0, 12)]), &m(&[(0, 3)])),
+            "a recreated topic is read again"
+        );
+    }
 
     #[test]
     fn notifications_as_debezium_wrote_them_are_read_and_applied() {

@@ -807,6 +807,11 @@ impl DeliverySchema {
     pub fn open(&self) -> Vec<&DeliveryVerdict> {
         self.verdicts.iter().filter(|v| v.state == "open").collect()
     }
+
+    /// The guard paused the delivery for a change still open.
+    pub fn paused_by_guard(&self) -> bool {
+        self.verdicts.iter().any(|v| v.state == "open" && v.paused)
+    }
 }
 
 pub async fn delivery_schema(

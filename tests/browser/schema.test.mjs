@@ -134,6 +134,8 @@ test('the pipeline page shows the schema timeline and the delivery page its verd
   assert.match(dtext, /Paused by ClueCDC at a breaking change of/);
   assert.match(dtext, /column `price` dropped/);
   assert.match(dtext, /added: the sink will add column `note`/);
+  // The connector card says who paused it, not "on request".
+  assert.match(await page.locator('main').innerText(), /Paused by ClueCDC at a breaking schema change \(its schema policy is pause/);
   await screenshot(page, 'schema-delivery');
   await page.setViewportSize({ width: 390, height: 844 });
   assert.deepEqual(await tooWide(page), [], 'no sideways scrolling at 390 px');
