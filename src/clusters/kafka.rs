@@ -574,7 +574,20 @@ pub async fn create_topic(
         }
     })?;
     audit::record_alone(pool, Entry { actor: who.into(), action: "topic.create", target_kind: "topic", target_id: &spec.name, outcome: Outcome::Success, summary: json!({"cluster": c.name, "partitions": spec.partitions, "replication_factor": spec.replication_factor, "configs": spec.configs}) }).await?;
-    topic(pool, store, who, id, &spec.name).await
+    // A partition just created may not have a leader that answers offset requests yet (its
+    // watermarks read -1, unknown): the answer waits for them a little, then says what it has.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let t = topic(pool, store, who, id, &spec.name).await?;
+        let known = t
+            .partitions
+            .iter()
+            .all(|p| p.low_watermark >= 0 && p.high_watermark >= 0);
+        if known || std::time::Instant::now() >= deadline {
+            return Ok(t);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Deletes a topic: an explicit, confirmed action (the caller repeats the name) that is audited.

@@ -1018,7 +1018,14 @@ async fn a_replication_changes_its_topics_in_place_refuses_changes_that_rename_i
             copied(copy_a.clone())
         })
         .await;
-        let heartbeat_before = live_config(&connectors[2]).await.unwrap();
+        // The reconciler creates the three connectors one after another: the heartbeat one may
+        // be a moment behind the source connector.
+        let heartbeat_before = eventually(
+            Duration::from_secs(60),
+            "the heartbeat connector in Connect",
+            || live_config(&connectors[2]),
+        )
+        .await;
         let (_, heartbeat_view) = api
             .get(&format!("/api/v1/connectors/{}", connectors[2]))
             .await;
