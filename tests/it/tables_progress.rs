@@ -133,10 +133,11 @@ fn assert_snapshot(
     );
     if let Some(e) = b["rows_expected"].as_i64() {
         assert_eq!(b["rows_expected_is_estimate"], true);
-        // InnoDB samples pages for table_rows: 44,457 to 66,927 for these 50,000 rows in our
-        // runs. An estimate, flagged as one; only its order of magnitude is checked.
+        // InnoDB samples 20 pages for table_rows, even right after ANALYZE TABLE: 23,167 to
+        // 66,927 for these 50,000 rows in our runs. An estimate, flagged as one; only its order
+        // of magnitude is checked.
         assert!(
-            e >= count / 2 && e <= count * 2,
+            e >= count / 4 && e <= count * 4,
             "the estimate {e} is of the order of the count {count}"
         );
     }
