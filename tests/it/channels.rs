@@ -499,3 +499,124 @@ async fn channel_input_is_checked_per_field_and_a_new_smtp_host_needs_the_passwo
     let (status, _) = api.get(&format!("/api/v1/alert-channels/{id}")).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn channels_are_exported_without_their_secrets_and_applied_to_a_fresh_instance_they_export_the_same(
+) {
+    let a = admin_api();
+    let t = tag();
+    let to = format!("ops-{t}@example.com");
+    let chans = channels(&a, &t, 7, &to).await;
+    assert_eq!(chans.len(), 4);
+    let (status, exported) = {
+        let r = a
+            .http
+            .get(format!("{}/api/v1/export", a.app.url))
+            .bearer_auth(&a.token)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(status, 200, "{exported}");
+    for secret in [
+        ROUTING_KEY.to_string(),
+        format!("/slack/{t}"),
+        format!("/teams/{t}"),
+        var("SMTP_PASSWORD"),
+    ] {
+        assert!(
+            !exported.contains(&secret),
+            "the export holds no secret ({secret}):\n{exported}"
+        );
+    }
+    for line in [
+        "alert_channels:",
+        "env: CLUECDC_ALERT_CHANNEL_PAGER_ROUTING_KEY",
+        "env: CLUECDC_ALERT_CHANNEL_SLACK_WEBHOOK_URL",
+        "env: CLUECDC_ALERT_CHANNEL_MAIL_PASSWORD",
+        "group_wait_secs: 7",
+    ] {
+        assert!(exported.contains(line), "{line} in:\n{exported}");
+    }
+    let hooks = var("HOOKS_URL");
+    let env: Vec<(String, String)> = vec![
+        (
+            "CLUECDC_ALERT_CHANNEL_SLACK_WEBHOOK_URL".into(),
+            format!("{hooks}/slack/{t}"),
+        ),
+        (
+            "CLUECDC_ALERT_CHANNEL_TEAMS_WEBHOOK_URL".into(),
+            format!("{hooks}/teams/{t}"),
+        ),
+        (
+            "CLUECDC_ALERT_CHANNEL_PAGER_ROUTING_KEY".into(),
+            ROUTING_KEY.into(),
+        ),
+        (
+            "CLUECDC_ALERT_CHANNEL_MAIL_PASSWORD".into(),
+            var("SMTP_PASSWORD"),
+        ),
+    ];
+    let b = admin_api();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluecdc.yaml");
+    std::fs::write(&file, &exported).unwrap();
+    let f = file.to_str().unwrap();
+    let (ok, out, err) = cli(&b.app.data, &["plan", "-f", f], &env).await;
+    assert!(ok, "{out}{err}");
+    for n in ["slack", "teams", "pager", "mail"] {
+        assert!(
+            out.contains(&format!("+ create alert_channel \"{n}\"")),
+            "{out}"
+        );
+    }
+    let (ok, out, err) = cli(&b.app.data, &["apply", "-f", f], &env).await;
+    assert!(ok, "apply: {out}{err}");
+    let again = b
+        .http
+        .get(format!("{}/api/v1/export", b.app.url))
+        .bearer_auth(&b.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        again, exported,
+        "the rebuilt instance exports the same bytes"
+    );
+    let (ok, out, err) = cli(&b.app.data, &["apply", "-f", f], &env).await;
+    assert!(ok && out.contains("No changes"), "{out}{err}");
+    // The applied secrets work: B's PagerDuty channel sends a test the receiver accepts.
+    let (_, pager) = b.get("/api/v1/alert-channels/pager").await;
+    let (status, r) = b
+        .post(
+            &format!(
+                "/api/v1/alert-channels/{}/test",
+                pager["id"].as_str().unwrap()
+            ),
+            json!({}),
+        )
+        .await;
+    assert_eq!((status, r["ok"].as_bool()), (200, Some(true)), "{r}");
+    // A new SMTP host in the document without the password given again is refused, by path.
+    let moved = exported.replace(
+        &format!("host: {}", var("SMTP_HOST")),
+        "host: mail.elsewhere.example",
+    );
+    assert_ne!(moved, exported);
+    std::fs::write(&file, &moved).unwrap();
+    let without: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| !k.ends_with("MAIL_PASSWORD"))
+        .cloned()
+        .collect();
+    let (ok, out, err) = cli(&b.app.data, &["plan", "-f", f], &without).await;
+    assert!(!ok, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("alert_channels[0].secrets.password"),
+        "{out}{err}"
+    );
+}
