@@ -496,6 +496,51 @@ async fn channel_input_is_checked_per_field_and_a_new_smtp_host_needs_the_passwo
     assert!(!log.to_string().contains("pw-3"));
     let (status, _) = api.delete(&format!("/api/v1/alert-channels/{id}")).await;
     assert_eq!(status, 204);
+    // Implicit TLS (port 465 style) to the stack's SMTP server, trusting only the stack's CA.
+    let to = format!("implicit-{}@example.com", tag());
+    let (status, c) = api
+        .post("/api/v1/alert-channels", json!({"name": "mail 465", "kind": "email", "tls_ca_certificate": ca(), "settings": {"host": var("SMTP_HOST"), "port": var("SMTP_TLS_PORT"), "tls": "implicit", "username": var("SMTP_USER"), "from": "cluecdc@example.com", "to": to}, "secrets": {"password": var("SMTP_PASSWORD")}}))
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let (_, r) = api
+        .post(
+            &format!("/api/v1/alert-channels/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    let mail = mailbox(&to);
+    assert_eq!(mail.len(), 1);
+    assert_eq!(
+        mail[0]["port"].as_i64(),
+        Some(var("SMTP_TLS_PORT").parse().unwrap())
+    );
+    assert_eq!(mail[0]["tls"], true);
+    assert!(
+        mail[0]["data"]
+            .as_str()
+            .unwrap()
+            .contains("channel mail 465 works"),
+        "{}",
+        mail[0]
+    );
+    // A wrong password is refused by the server, and the log says so without it.
+    let (status, r) = api
+        .patch(
+            &format!("/api/v1/alert-channels/{}", c["id"].as_str().unwrap()),
+            json!({"secrets": {"password": "not-the-password"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (_, r) = api
+        .post(
+            &format!("/api/v1/alert-channels/{}/test", c["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["status_code"], 535, "{r}");
+    assert!(!r.to_string().contains("not-the-password"));
     let (status, _) = api.get(&format!("/api/v1/alert-channels/{id}")).await;
     assert_eq!(status, 404);
 }
