@@ -92,7 +92,7 @@ impl Channel {
     /// Whether this channel takes an alert of this rule and severity.
     pub fn selects(&self, alert: &Alert) -> bool {
         (self.rules.is_empty() || self.rules.contains(&alert.kind))
-            && self.severities.iter().any(|s| *s == alert.severity)
+            && self.severities.contains(&alert.severity)
     }
 
     pub fn kind_label(&self) -> &'static str {
