@@ -303,6 +303,25 @@ async fn a_failed_connector_reaches_slack_teams_pagerduty_and_email_once_and_its
             "{}",
             slack[1]
         );
+
+        // It fails again (flaps): PagerDuty gets the same dedup key, the incident key it already
+        // knows, not a new one per flap.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (status, body) = api
+            .post(&format!("/api/v1/connectors/{name}/restart"), json!({}))
+            .await;
+        assert!(status < 300, "{body}");
+        let again = eventually(
+            Duration::from_secs(90),
+            "the second PagerDuty trigger",
+            || async {
+                let pd = accepted(&format!("/pagerduty/{t}/")).await;
+                (pd.len() == 3).then(|| pd[2].clone())
+            },
+        )
+        .await;
+        assert_eq!(again["body"]["event_action"], "trigger");
+        assert_eq!(again["body"]["dedup_key"], key.as_str());
     };
     with_cleanup(result, async {
         delete_connector(&s.connect_url, &name).await;
