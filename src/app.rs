@@ -204,6 +204,8 @@ pub fn spawn_background(
     let monitor = crate::monitor::signals::Monitor {
         progress: Default::default(),
         verdicts: Default::default(),
+        transitions: Default::default(),
+        outbox: Default::default(),
         pool: pool.clone(),
         store: inner.secrets.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),

@@ -275,6 +275,12 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
             let id = id_of(pool, "webhooks", &url).await?;
             crate::monitor::webhooks::delete(pool, who, &id).await?;
         }
+        Step::CreateChannel(input) => {
+            crate::monitor::channels::create(pool, store, who, &input).await?;
+        }
+        Step::ChangeChannel(name, input) => {
+            crate::monitor::channels::update(pool, store, who, &name, &input).await?;
+        }
         Step::CreatePipeline(pl) => {
             let ids = all_ids(pool).await?;
             let input = super::plan::pipeline_input(&ids, &pl);
@@ -325,6 +331,7 @@ async fn delete(ctx: &Ctx<'_>, kind: &str, name: &str) -> Result<()> {
             let id = id_of(pool, "webhooks", name).await?;
             crate::monitor::webhooks::delete(pool, who, &id).await
         }
+        "alert_channel" => crate::monitor::channels::delete(pool, ctx.store, who, name).await,
         "connection" => {
             let id = id_of(pool, "connections", name).await?;
             crate::connections::delete(pool, who, &id).await

@@ -64,6 +64,9 @@ pub struct Document {
     pub alert_rules: Vec<AlertRule>,
     #[serde(default)]
     pub webhooks: Vec<Webhook>,
+    /// Slack, Teams, PagerDuty and e-mail channels (written only when there are some).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alert_channels: Vec<AlertChannel>,
 }
 
 /// Where `apply` reads a secret. Written `{env: NAME}` or `{file: PATH}`.
@@ -325,6 +328,40 @@ pub struct Webhook {
     pub tls_ca_certificate: Option<String>,
 }
 
+/// An alert channel (`monitor::channels`): identified by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertChannel {
+    pub name: String,
+    /// slack, teams, pagerduty or email.
+    pub kind: String,
+    /// pagerduty: endpoint; email: host, port, tls, username, from, to.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
+    /// The kind's secret: the Slack/Teams webhook URL, the PagerDuty routing key or the SMTP
+    /// password.
+    pub secret: SecretSource,
+    /// Alert rules sent (empty: every rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub severities: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_wait_secs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_certificate: Option<String>,
+    #[serde(default = "enabled", skip_serializing_if = "is_enabled")]
+    pub enabled: bool,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+fn is_enabled(b: &bool) -> bool {
+    *b
+}
+
 /// A document read from one or more files, with where each resource came from.
 #[derive(Debug, Clone, Default)]
 pub struct Loaded {
@@ -356,7 +393,8 @@ impl Loaded {
                     .flat_map(|c| c.basic_auth_password.iter().chain(c.provider_token.iter())),
             )
             .chain(d.connections.iter().flat_map(|c| c.secrets.values()))
-            .chain(d.webhooks.iter().map(|w| &w.secret));
+            .chain(d.webhooks.iter().map(|w| &w.secret))
+            .chain(d.alert_channels.iter().map(|c| &c.secret));
         let mut out: Vec<SecretSource> = Vec::new();
         for r in all {
             if !out.contains(r) {
@@ -413,6 +451,13 @@ impl Loaded {
             origin,
         );
         push(p, "webhooks", &mut d.webhooks, doc.webhooks, origin);
+        push(
+            p,
+            "alert_channels",
+            &mut d.alert_channels,
+            doc.alert_channels,
+            origin,
+        );
         d.api_version = API_VERSION.into();
     }
 }

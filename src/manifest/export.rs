@@ -277,6 +277,30 @@ pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) ->
         note(&mut cur, "webhooks", &w.url, &w.id, Some(&w.secret_ref));
     }
 
+    for c in crate::monitor::channels::list(pool, store, who).await? {
+        let field = crate::monitor::channels::bindings(&c.kind)
+            .first()
+            .map_or("secret", |b| b.secret);
+        cur.doc.alert_channels.push(doc::AlertChannel {
+            name: c.name.clone(),
+            kind: c.kind.clone(),
+            settings: c.settings.clone(),
+            secret: env.take("ALERT_CHANNEL", &c.name, field),
+            rules: c.rules.clone(),
+            severities: c.severities.clone(),
+            group_wait_secs: Some(c.group_wait_secs),
+            tls_ca_certificate: c.tls_ca_certificate.clone(),
+            enabled: c.enabled,
+        });
+        note(
+            &mut cur,
+            "alert_channels",
+            &c.name,
+            &c.id,
+            Some(&c.secret_ref),
+        );
+    }
+
     cur.doc.api_version = doc::API_VERSION.into();
     sort(&mut cur.doc);
     Ok(cur)
@@ -308,6 +332,7 @@ pub fn sort(d: &mut Document) {
     d.deliveries.sort_by(|a, b| a.name.cmp(&b.name));
     d.alert_rules.sort_by(|a, b| a.kind.cmp(&b.kind));
     d.webhooks.sort_by(|a, b| a.url.cmp(&b.url));
+    d.alert_channels.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// The current setup as YAML.

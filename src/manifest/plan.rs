@@ -203,6 +203,8 @@ pub(super) enum Step {
     SetRule(String, crate::monitor::signals::RulePatch),
     CreateWebhook(crate::monitor::webhooks::WebhookInput),
     DeleteWebhook(String),
+    CreateChannel(crate::monitor::channels::ChannelInput),
+    ChangeChannel(String, crate::monitor::channels::ChannelInput),
     CreatePipeline(doc::Pipeline),
     SetTables(String, Vec<String>),
     SetPipelineState(String, String),
@@ -227,6 +229,8 @@ impl Step {
             Step::SetRule(k, _) => format!("change alert_rule {k:?}"),
             Step::CreateWebhook(i) => format!("create webhook {:?}", name(&i.url)),
             Step::DeleteWebhook(u) => format!("delete webhook {u:?}"),
+            Step::CreateChannel(i) => format!("create alert_channel {:?}", name(&i.name)),
+            Step::ChangeChannel(n, _) => format!("change alert_channel {n:?}"),
             Step::CreatePipeline(p) => format!("create pipeline {:?}", p.name),
             Step::SetTables(n, _) => format!("change the tables of pipeline {n:?}"),
             Step::SetPipelineState(n, s) => format!("set pipeline {n:?} {s}"),
@@ -251,6 +255,7 @@ fn singular(section: &str) -> &'static str {
         "pipelines" => "pipeline",
         "deliveries" => "delivery",
         "alert_rules" => "alert_rule",
+        "alert_channels" => "alert_channel",
         _ => "webhook",
     }
 }
@@ -497,7 +502,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
 
     // Names are identities: one resource per name and kind.
     let mut declared: HashMap<&'static str, HashSet<String>> = HashMap::new();
-    let sections: [(&'static str, Vec<&str>); 7] = [
+    let sections: [(&'static str, Vec<&str>); 8] = [
         (
             "kafka_clusters",
             d.kafka_clusters.iter().map(|x| x.name.as_str()).collect(),
@@ -525,6 +530,10 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
         (
             "webhooks",
             d.webhooks.iter().map(|x| x.url.as_str()).collect(),
+        ),
+        (
+            "alert_channels",
+            d.alert_channels.iter().map(|x| x.name.as_str()).collect(),
         ),
     ];
     for (section, names) in &sections {
@@ -1099,6 +1108,111 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
         }
     }
 
+    // ---- Alert channels (identified by name; a new host, port, login or endpoint needs the
+    // secret again, as through the API) ----
+    let known_rules: Vec<String> = cur.doc.alert_rules.iter().map(|r| r.kind.clone()).collect();
+    for (i, c) in d.alert_channels.iter().enumerate() {
+        let path = loaded.path("alert_channels", i);
+        let field = crate::monitor::channels::bindings(&c.kind)
+            .first()
+            .map_or("secret", |b| b.secret);
+        let existing = cur.secret_ref("alert_channels", &c.name).cloned();
+        let old = stored_secret(ctx, existing.as_ref(), field).await?;
+        let Some(declared) = declared_secret(
+            ctx,
+            &mut p,
+            &mut plan.notes,
+            &path,
+            "secret",
+            Some(&c.secret),
+            old.as_ref(),
+        ) else {
+            continue;
+        };
+        let secret = declared.value().clone();
+        // Given (read where the plan runs): passed on, so a moved binding is accepted; kept:
+        // not passed, so a moved binding is refused as through the API.
+        let secret_changed = declared.is_given();
+        let input = crate::monitor::channels::ChannelInput {
+            name: Some(c.name.clone()),
+            kind: Some(c.kind.clone()),
+            settings: Some(
+                c.settings
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect(),
+            ),
+            secrets: secret_changed.then(|| [(field.to_string(), secret.clone())].into()),
+            rules: Some(c.rules.clone()),
+            severities: (!c.severities.is_empty()).then(|| c.severities.clone()),
+            group_wait_secs: c.group_wait_secs,
+            tls_ca_certificate: Some(c.tls_ca_certificate.clone().unwrap_or_default()),
+            enabled: Some(c.enabled),
+        };
+        let stored_doc = cur.doc.alert_channels.iter().find(|x| x.name == c.name);
+        let current = stored_doc.map(|x| crate::monitor::channels::Checked {
+            name: x.name.clone(),
+            kind: x.kind.clone(),
+            settings: x.settings.clone(),
+            rules: x.rules.clone(),
+            severities: x.severities.clone(),
+            group_wait_secs: x.group_wait_secs.unwrap_or(0),
+            tls_ca_certificate: x.tls_ca_certificate.clone(),
+            enabled: x.enabled,
+        });
+        let stored_fields: Vec<String> = old.iter().map(|_| field.to_string()).collect();
+        let checked = match crate::monitor::channels::check(
+            &input,
+            current.as_ref(),
+            &known_rules,
+            &stored_fields,
+        ) {
+            Ok(c) => c,
+            Err(fields) => {
+                p.fields(&path, &fields);
+                continue;
+            }
+        };
+        match stored_doc {
+            None => {
+                plan.create.push(Named {
+                    kind: "alert_channel",
+                    name: c.name.clone(),
+                });
+                plan.steps.push(Step::CreateChannel(input));
+            }
+            Some(stored) => {
+                let wanted = doc::AlertChannel {
+                    name: checked.name,
+                    kind: checked.kind,
+                    settings: checked.settings,
+                    secret: stored.secret.clone(),
+                    rules: checked.rules,
+                    severities: checked.severities,
+                    group_wait_secs: Some(checked.group_wait_secs),
+                    tls_ca_certificate: checked.tls_ca_certificate,
+                    enabled: checked.enabled,
+                };
+                let mut fields = diff(stored, &wanted, &["secret"]);
+                secret_change(
+                    &mut fields,
+                    "secret",
+                    old.as_ref(),
+                    Some(&secret),
+                    Some(&c.secret),
+                );
+                if !fields.is_empty() {
+                    plan.change.push(Changed {
+                        kind: "alert_channel",
+                        name: c.name.clone(),
+                        fields,
+                    });
+                    plan.steps.push(Step::ChangeChannel(c.name.clone(), input));
+                }
+            }
+        }
+    }
+
     // ---- Pipelines ----
     let mut canon_pipelines: HashMap<String, doc::Pipeline> = HashMap::new();
     let mut prefixes: HashMap<String, String> = HashMap::new();
@@ -1397,6 +1511,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
             ("deliveries", "delivery"),
             ("pipelines", "pipeline"),
             ("webhooks", "webhook"),
+            ("alert_channels", "alert_channel"),
             ("connections", "connection"),
             ("connect_clusters", "connect_cluster"),
             ("kafka_clusters", "kafka_cluster"),

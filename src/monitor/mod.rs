@@ -2,6 +2,7 @@
 //! rules join this module with the monitoring work.)
 
 pub mod alerts;
+pub mod channels;
 pub mod leaks;
 pub mod metrics;
 pub mod signals;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::SqlitePool;
 
-use super::{alerts, webhooks};
+use super::{alerts, channels, webhooks};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, Result};
 use crate::reconcile::lease::{now_ms, Lease};
@@ -92,6 +92,10 @@ pub struct Monitor {
     pub progress: std::sync::Mutex<std::collections::HashMap<String, Progress>>,
     /// Per pipeline whose source ClueCDC cannot reach: (when, the connector plugin's verdict).
     pub verdicts: std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>,
+    /// This cycle's alert transitions, handed to the alert channels at its end (one group).
+    pub transitions: std::sync::Mutex<Vec<channels::Event>>,
+    /// Groups waiting to be sent, per alert channel.
+    pub outbox: channels::Outbox,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -843,16 +847,38 @@ impl Monitor {
                     .await
                     .map_err(|e| anyhow::anyhow!(e.to_string()))?
                 {
-                    webhooks::notify(
-                        self.pool.clone(),
-                        self.store.clone(),
-                        json!({"state": "resolved", "alert": alert, "reason": "no longer observed", "sent_at": crate::time::now()}),
-                    );
+                    self.notify("resolved", alert, json!({"reason": "no longer observed"}));
                 }
             }
         }
+        // The cycle's transitions go to the alert channels as one group (per channel).
+        let transitions =
+            std::mem::take(&mut *self.transitions.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Err(e) =
+            channels::dispatch(&self.pool, &self.store, &self.outbox, &transitions).await
+        {
+            tracing::warn!(error = %e, "alert channels not notified");
+        }
         trim_samples(&self.pool, now - self.retention.as_millis() as i64).await?;
         Ok(())
+    }
+
+    /// One alert transition: the signed webhooks get it now, one POST each (their payload:
+    /// `state`, `alert`, `sent_at` and `extra`'s keys); the alert channels get it grouped at
+    /// the end of the cycle.
+    fn notify(&self, state: &str, alert: alerts::Alert, extra: serde_json::Value) {
+        let mut payload = json!({"state": state, "alert": alert, "sent_at": crate::time::now()});
+        if let (Some(p), serde_json::Value::Object(more)) = (payload.as_object_mut(), extra) {
+            p.extend(more);
+        }
+        webhooks::notify(self.pool.clone(), self.store.clone(), payload);
+        self.transitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(channels::Event {
+                state: state.to_string(),
+                alert,
+            });
     }
 
     async fn evaluate(
@@ -897,10 +923,10 @@ impl Monitor {
                         .await
                         .map_err(|e| anyhow::anyhow!(e.to_string()))?
                 {
-                    webhooks::notify(
-                        self.pool.clone(),
-                        self.store.clone(),
-                        json!({"state": "firing", "alert": alert, "value": o.value, "threshold": rule.threshold, "sent_at": crate::time::now()}),
+                    self.notify(
+                        "firing",
+                        alert,
+                        json!({"value": o.value, "threshold": rule.threshold}),
                     );
                 }
             }
@@ -914,10 +940,10 @@ impl Monitor {
                 .await
                 .map_err(|e| anyhow::anyhow!(e.to_string()))?
             {
-                webhooks::notify(
-                    self.pool.clone(),
-                    self.store.clone(),
-                    json!({"state": "resolved", "alert": alert, "value": o.value, "threshold": rule.threshold, "sent_at": crate::time::now()}),
+                self.notify(
+                    "resolved",
+                    alert,
+                    json!({"value": o.value, "threshold": rule.threshold}),
                 );
             }
         }

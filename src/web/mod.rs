@@ -26,6 +26,7 @@ mod alerts;
 mod assets;
 mod audit;
 mod auth;
+mod channels;
 mod charts;
 mod clusters;
 mod configuration;
@@ -209,6 +210,107 @@ pub fn route_table() -> Vec<RouteSpec> {
             "firing-alerts badge fragment",
             alerts::badge,
         ),
+        // ---- Alert channels (issue 30): pages, then /api/v1/alert-channels ----
+        r(M::GET, channels::CHANNELS, Admin, "alert channels page", channels::page),
+        r(
+            M::POST,
+            channels::CHANNELS,
+            Admin,
+            "add an alert channel",
+            channels::create_form,
+        ),
+        r(
+            M::GET,
+            "/alerts/channels/new",
+            Admin,
+            "new alert channel form (kind=slack|teams|pagerduty|email)",
+            channels::new_page,
+        ),
+        r(
+            M::GET,
+            "/alerts/channels/:id",
+            Admin,
+            "alert channel page: settings, send test, delivery log",
+            channels::detail_page,
+        ),
+        r(
+            M::POST,
+            "/alerts/channels/:id",
+            Admin,
+            "change an alert channel",
+            channels::update_form,
+        ),
+        r(
+            M::POST,
+            "/alerts/channels/:id/delete",
+            Admin,
+            "remove an alert channel",
+            channels::delete_form,
+        ),
+        r(
+            M::POST,
+            "/alerts/channels/:id/test",
+            Admin,
+            "send a test through an alert channel",
+            channels::test_form,
+        ),
+        r(
+            M::GET,
+            "/alerts/channels/:id/log",
+            Admin,
+            "an alert channel's delivery log fragment",
+            channels::log_fragment,
+        ),
+        r(
+            M::GET,
+            "/api/v1/alert-channels",
+            Admin,
+            "alert channels (Slack, Teams, PagerDuty, e-mail); secrets shown as set/not set",
+            channels::api_list,
+        ),
+        r(
+            M::POST,
+            "/api/v1/alert-channels",
+            Admin,
+            "add an alert channel (name, kind, settings, secrets, rules, severities, group_wait_secs, tls_ca_certificate)",
+            channels::api_create,
+        ),
+        r(
+            M::GET,
+            "/api/v1/alert-channels/:id",
+            Admin,
+            "one alert channel",
+            channels::api_get,
+        ),
+        r(
+            M::PATCH,
+            "/api/v1/alert-channels/:id",
+            Admin,
+            "change an alert channel (a new host, port, login or endpoint needs its secret again)",
+            channels::api_patch,
+        ),
+        r(
+            M::DELETE,
+            "/api/v1/alert-channels/:id",
+            Admin,
+            "remove an alert channel",
+            channels::api_delete,
+        ),
+        r(
+            M::POST,
+            "/api/v1/alert-channels/:id/test",
+            Admin,
+            "send a test now and answer what the channel said",
+            channels::api_test,
+        ),
+        r(
+            M::GET,
+            "/api/v1/alert-channels/:id/deliveries",
+            Admin,
+            "an alert channel's last delivery attempts (limit, default 50)",
+            channels::api_deliveries,
+        ),
+        // ---- end of alert channels ----
         r(M::GET, USERS, Admin, "users page", users::page),
         r(M::POST, USERS, Admin, "create a user", users::create_form),
         r(
