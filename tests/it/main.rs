@@ -16,6 +16,7 @@ mod monitoring;
 mod mysql;
 mod mysql_sink;
 mod object_storage;
+mod oidc;
 mod pipelines;
 mod reconciler;
 mod replications;
