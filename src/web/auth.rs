@@ -200,6 +200,8 @@ struct LoginPage {
     name: String,
     csrf_token: String,
     error: Option<String>,
+    /// The error is about the name and password given (the fields are marked invalid).
+    error_is_local: bool,
     signed_out: bool,
     /// "Sign in with <name>", when single sign-on is configured.
     sso_name: Option<String>,
@@ -213,6 +215,7 @@ impl LoginPage {
             name: String::new(),
             csrf_token: login_csrf(jar, state),
             error: None,
+            error_is_local: false,
             signed_out: false,
             sso_name: state.inner.oidc.as_ref().map(|p| p.config.name.clone()),
             local_passwords: state.inner.local_passwords,
@@ -285,6 +288,7 @@ pub async fn login_submit(
         let page = LoginPage {
             name: name.clone(),
             error: Some(error),
+            error_is_local: true,
             ..LoginPage::new(&state, jar, &form.next)
         };
         page_with_status(status, &page)
