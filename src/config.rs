@@ -71,7 +71,7 @@ pub struct ServeSettings {
     pub session_max: i64,
 
     #[command(flatten)]
-    pub oidc: OidcSettings,
+    pub oidc: Box<OidcSettings>,
 
     #[command(flatten)]
     pub runtime: RuntimeSettings,

@@ -8,18 +8,19 @@
 //! from its config): it holds the write side of `DEX`, every other sign-in the read side.
 
 use std::process::Command;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::helpers::{self, var, TestApp};
 
-static DEX: RwLock<()> = RwLock::new(());
+static DEX: RwLock<()> = RwLock::const_new(());
 
-fn dex_shared() -> RwLockReadGuard<'static, ()> {
-    DEX.read().unwrap_or_else(|e| e.into_inner())
+async fn dex_shared() -> RwLockReadGuard<'static, ()> {
+    DEX.read().await
 }
 
-fn dex_exclusive() -> RwLockWriteGuard<'static, ()> {
-    DEX.write().unwrap_or_else(|e| e.into_inner())
+async fn dex_exclusive() -> RwLockWriteGuard<'static, ()> {
+    DEX.write().await
 }
 
 /// The n-th port of the range Dex has redirect URIs for.
@@ -233,7 +234,7 @@ async fn audit_rows(app: &TestApp, token: &str, action: &str) -> Vec<serde_json:
 #[tokio::test]
 async fn a_forged_state_is_refused_and_the_real_answer_then_signs_the_admin_group_user_in_as_admin()
 {
-    let _dex = dex_shared();
+    let _dex = dex_shared().await;
     let app = sso_app(rp_port(0), &[]);
     let client = browser();
     let auth = start(&app, &client).await;
@@ -276,7 +277,7 @@ async fn a_forged_state_is_refused_and_the_real_answer_then_signs_the_admin_grou
 
 #[tokio::test]
 async fn a_replayed_code_is_refused_whether_with_its_own_state_or_a_fresh_one() {
-    let _dex = dex_shared();
+    let _dex = dex_shared().await;
     let app = sso_app(rp_port(1), &[]);
     let client = browser();
     let auth = start(&app, &client).await;
@@ -306,7 +307,7 @@ async fn a_replayed_code_is_refused_whether_with_its_own_state_or_a_fresh_one() 
 
 #[tokio::test]
 async fn an_id_token_also_addressed_to_another_client_is_refused() {
-    let _dex = dex_shared();
+    let _dex = dex_shared().await;
     // Dex's cross-client scope: the token's audience is the other client and this one; ClueCDC
     // trusts no audience but its own.
     let other = format!(
@@ -328,7 +329,7 @@ async fn an_id_token_also_addressed_to_another_client_is_refused() {
 
 #[tokio::test]
 async fn a_user_in_no_mapped_group_is_refused_with_a_clear_page_and_gets_no_account() {
-    let _dex = dex_shared();
+    let _dex = dex_shared().await;
     let app = sso_app(rp_port(3), &[]);
     helpers::create_user(&app, "ada", "admin");
     let token = helpers::create_token(&app, "ada", &[]);
@@ -443,7 +444,7 @@ fn set_milo_groups(groups: &[&str]) {
 
 #[tokio::test]
 async fn a_changed_group_membership_changes_the_role_at_the_next_sign_in_and_is_audited() {
-    let _dex = dex_exclusive();
+    let _dex = dex_exclusive().await;
     set_milo_groups(&["cluecdc-viewers"]);
     let app = sso_app(rp_port(4), &[]);
     helpers::create_user(&app, "ada", "admin");
@@ -451,6 +452,9 @@ async fn a_changed_group_membership_changes_the_role_at_the_next_sign_in_and_is_
 
     let first = sign_in(&app, "milo").await;
     assert_eq!(me(&app, &first).await.unwrap()["role"], "viewer");
+    // API tokens are an admin's, for an SSO user as for a local one.
+    let tokens = |c: &reqwest::Client| c.get(format!("{}/settings/tokens", app.url)).send();
+    assert_eq!(tokens(&first).await.unwrap().status(), 403);
 
     // Dex restarts with milo in the admin group (and signs with a new key).
     set_milo_groups(&["cluecdc-admins", "staff"]);
@@ -458,6 +462,7 @@ async fn a_changed_group_membership_changes_the_role_at_the_next_sign_in_and_is_
     assert_eq!(me(&app, &second).await.unwrap()["role"], "admin");
     // Roles are read per request: the first session is an admin's now too.
     assert_eq!(me(&app, &first).await.unwrap()["role"], "admin");
+    assert_eq!(tokens(&second).await.unwrap().status(), 200);
     assert!(
         app.log()
             .contains("ID token signed with an unknown key: fetched the provider's JWKS again"),
