@@ -454,11 +454,11 @@ impl Provider {
             .additional_metadata()
             .end_session_endpoint
             .as_ref()?;
-        let mut url = end.url().clone();
-        url.query_pairs_mut()
-            .append_pair("client_id", &self.config.client_id)
-            .append_pair("post_logout_redirect_uri", &self.config.post_logout_url);
-        Some(url.to_string())
+        Some(end_session_redirect(
+            end.url(),
+            &self.config.client_id,
+            &self.config.post_logout_url,
+        ))
     }
 
     fn client(
@@ -633,6 +633,16 @@ impl Provider {
             pending.next,
         ))
     }
+}
+
+/// RP-initiated logout: the provider's end-session endpoint with the client and where to come
+/// back to (no `id_token_hint`: ClueCDC keeps no token). Its own query parameters stay.
+pub fn end_session_redirect(end: &url::Url, client_id: &str, post_logout_url: &str) -> String {
+    let mut url = end.clone();
+    url.query_pairs_mut()
+        .append_pair("client_id", client_id)
+        .append_pair("post_logout_redirect_uri", post_logout_url);
+    url.to_string()
 }
 
 fn token_refused(e: ClaimsVerificationError) -> SsoError {
@@ -1011,6 +1021,16 @@ mod tests {
         assert_eq!(groups_at(&claims, "single"), vec!["one"]);
         assert!(groups_at(&claims, "number").is_empty());
         assert!(groups_at(&claims, "realm_access.missing").is_empty());
+    }
+
+    #[test]
+    fn the_end_session_redirect_names_the_client_and_the_way_back_and_keeps_the_endpoint_query() {
+        let end =
+            url::Url::parse("https://kc.example.com/realms/ops/logout?ui_locales=en").unwrap();
+        assert_eq!(
+            end_session_redirect(&end, "cluecdc", "https://cdc.example.com/login?signed_out=1"),
+            "https://kc.example.com/realms/ops/logout?ui_locales=en&client_id=cluecdc&post_logout_redirect_uri=https%3A%2F%2Fcdc.example.com%2Flogin%3Fsigned_out%3D1"
+        );
     }
 
     #[test]
