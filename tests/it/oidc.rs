@@ -498,3 +498,47 @@ async fn a_changed_group_membership_changes_the_role_at_the_next_sign_in_and_is_
     assert!(page.contains("from the provider's groups at the last sign-in"));
     set_milo_groups(&["cluecdc-viewers"]);
 }
+
+#[tokio::test]
+async fn with_local_passwords_off_the_sign_in_page_offers_only_single_sign_on_and_a_password_is_refused(
+) {
+    let port = helpers::free_port();
+    let app = sso_app(port, &[("CLUECDC_LOCAL_PASSWORDS", "false")]);
+    helpers::create_user(&app, "ada", "admin");
+    let client = browser();
+    let res = client
+        .get(format!("{}/login", app.url))
+        .send()
+        .await
+        .unwrap();
+    let csrf = res
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix("cluecdc_login_csrf="))
+        .and_then(|c| c.split(';').next())
+        .expect("the sign-in page sets its CSRF cookie")
+        .to_string();
+    let page = res.text().await.unwrap();
+    assert!(page.contains("Sign in with Dex"), "{page}");
+    assert!(!page.contains("id=\"login-form\""), "{page}");
+    let res = client
+        .post(format!("{}/login", app.url))
+        .form(&[
+            ("name", "ada"),
+            ("password", helpers::PASSWORD),
+            ("next", "/"),
+            ("csrf_token", &csrf),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let page = res.text().await.unwrap();
+    assert!(
+        page.contains("Sign-in with a name and password is turned off here; use single sign-on."),
+        "{page}"
+    );
+    assert!(me(&app, &client).await.is_none());
+}
