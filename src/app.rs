@@ -43,6 +43,10 @@ pub struct StateInner {
     pub public_url: Option<String>,
     /// Read results (lists, signed-in credentials) reused until the next commit.
     pub snapshots: crate::snapshots::Snapshots,
+    /// Single sign-on through an OpenID Connect provider, when configured.
+    pub oidc: Option<Arc<crate::auth::oidc::Provider>>,
+    /// Whether name-and-password sign-in is offered (the break-glass admin).
+    pub local_passwords: bool,
 }
 
 /// Chooses rustls' process-wide crypto provider (ring) before any TLS client is built. Both
@@ -71,6 +75,18 @@ impl Application {
             "secret store ready"
         );
         let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
+        // Checked before anything listens: bad single sign-on settings stop the start.
+        let oidc = crate::auth::oidc::OidcConfig::from_settings(
+            &settings.oidc,
+            settings.public_url.as_deref(),
+            std::env::var("CLUECDC_OIDC_CLIENT_SECRET").ok(),
+        )?
+        .map(crate::auth::oidc::Provider::new)
+        .transpose()?
+        .map(Arc::new);
+        if let Some(p) = &oidc {
+            tracing::info!(issuer = %p.config.issuer, redirect_uri = %p.config.redirect_url, local_passwords = settings.oidc.local_passwords, "single sign-on enabled");
+        }
         let acceptor = TcpListener::bind(settings.listen.to_string())
             .into_acceptor()
             .await
@@ -96,6 +112,8 @@ impl Application {
                 login_limiter: LoginLimiter::new(Limits::default()),
                 public_url: settings.public_url.clone(),
                 snapshots: crate::snapshots::Snapshots::new(&settings.data.database_path()),
+                oidc,
+                local_passwords: settings.oidc.local_passwords,
             }),
         };
         let base = settings
@@ -275,6 +293,8 @@ pub async fn run_worker(
         login_limiter: LoginLimiter::new(Limits::default()),
         public_url: None,
         snapshots: crate::snapshots::Snapshots::disabled(),
+        oidc: None,
+        local_passwords: true,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_background(&pool, &inner, &settings.runtime, "worker", stop_rx);

@@ -71,10 +71,78 @@ pub struct ServeSettings {
     pub session_max: i64,
 
     #[command(flatten)]
+    pub oidc: Box<OidcSettings>,
+
+    #[command(flatten)]
     pub runtime: RuntimeSettings,
 
     #[command(flatten)]
     pub data: DataSettings,
+}
+
+/// Single sign-on through an OpenID Connect provider (off unless an issuer is set). Checked at
+/// start-up by `auth::oidc::OidcConfig::from_settings`; the client secret comes from a file or
+/// the environment (`CLUECDC_OIDC_CLIENT_SECRET`), never from the command line.
+#[derive(Debug, Clone, Args)]
+pub struct OidcSettings {
+    /// The identity provider's issuer URL (https), e.g. `https://idp.example.com/realms/ops`.
+    /// Setting it offers "Sign in with <name>" on the sign-in page. Needs --public-url.
+    #[arg(long, env = "CLUECDC_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+
+    /// The client id ClueCDC is registered with at the provider.
+    #[arg(long, env = "CLUECDC_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+
+    /// File holding the client secret (or set CLUECDC_OIDC_CLIENT_SECRET).
+    #[arg(long, env = "CLUECDC_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+
+    /// Scopes to ask for, space- or comma-separated; must include `openid`.
+    #[arg(
+        long,
+        env = "CLUECDC_OIDC_SCOPES",
+        default_value = "openid profile email"
+    )]
+    pub oidc_scopes: String,
+
+    /// The ID-token claim holding the user's groups, a dotted path (`groups`, `realm_access.roles`).
+    #[arg(long, env = "CLUECDC_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+
+    /// Groups whose members are admins (comma-separated).
+    #[arg(long, env = "CLUECDC_OIDC_ADMIN_GROUPS", default_value = "")]
+    pub oidc_admin_groups: String,
+
+    /// Groups whose members are operators (comma-separated).
+    #[arg(long, env = "CLUECDC_OIDC_OPERATOR_GROUPS", default_value = "")]
+    pub oidc_operator_groups: String,
+
+    /// Groups whose members are viewers (comma-separated).
+    #[arg(long, env = "CLUECDC_OIDC_VIEWER_GROUPS", default_value = "")]
+    pub oidc_viewer_groups: String,
+
+    /// The role of a user in no mapped group: `none` refuses the sign-in, or viewer/operator/admin.
+    #[arg(long, env = "CLUECDC_OIDC_DEFAULT_ROLE", default_value = "none")]
+    pub oidc_default_role: String,
+
+    /// PEM file with the CA certificate(s) of a provider behind a private CA (added to the system roots).
+    #[arg(long, env = "CLUECDC_OIDC_CA_FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+
+    /// The provider's name on the sign-in button ("Sign in with <name>").
+    #[arg(long, env = "CLUECDC_OIDC_NAME", default_value = "single sign-on")]
+    pub oidc_name: String,
+
+    /// ID-token signature algorithms accepted (comma-separated: RS256, RS384, RS512, PS256,
+    /// PS384, PS512, ES256, ES384, EdDSA). `none` and HMAC are never accepted.
+    #[arg(long, env = "CLUECDC_OIDC_ALGORITHMS", default_value = "RS256")]
+    pub oidc_algorithms: String,
+
+    /// Whether local name-and-password sign-in stays on (the break-glass admin). With `false`
+    /// only single sign-on is offered.
+    #[arg(long, env = "CLUECDC_LOCAL_PASSWORDS", default_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub local_passwords: bool,
 }
 
 /// Background work shared by `serve` and `worker`: the reconciler and the monitors.

@@ -4,6 +4,7 @@
 //! reveals something starts with `principal.require(...)`, so the HTML pages and `/api/v1`
 //! (which call the same functions) cannot disagree.
 
+pub mod oidc;
 pub mod password;
 pub mod ratelimit;
 pub mod sessions;

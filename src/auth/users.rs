@@ -18,6 +18,11 @@ pub struct User {
     pub created_at: String,
     #[serde(skip)]
     pub password_hash: String,
+    /// Set for a single sign-on account: the provider that vouches for it.
+    pub oidc_issuer: Option<String>,
+    /// Where the role came from: `local` (an admin or the CLI), `groups` (the provider's groups
+    /// at the last sign-in) or `default` (no mapped group: the configured default role).
+    pub role_source: String,
 }
 
 impl User {
@@ -76,7 +81,7 @@ pub async fn count(pool: &SqlitePool) -> Result<i64> {
 
 pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>> {
     Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE name = ?",
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE name = ?",
     )
     .bind(name)
     .fetch_optional(pool)
@@ -85,9 +90,24 @@ pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>>
 
 pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
     Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash FROM users WHERE id = ?",
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE id = ?",
     )
     .bind(id)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// A single sign-on account by the provider's issuer and subject (never by e-mail).
+pub async fn find_by_identity(
+    pool: &SqlitePool,
+    issuer: &str,
+    subject: &str,
+) -> Result<Option<User>> {
+    Ok(sqlx::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE oidc_issuer = ? AND oidc_subject = ?",
+    )
+    .bind(issuer)
+    .bind(subject)
     .fetch_optional(pool)
     .await?)
 }
@@ -95,7 +115,7 @@ pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
 pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<User>> {
     who.require(Role::Admin, "manage users")?;
     Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash FROM users ORDER BY name",
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users ORDER BY name",
     )
     .fetch_all(pool)
     .await?)
@@ -164,6 +184,8 @@ pub(crate) async fn create_unchecked(
         disabled: false,
         created_at: now,
         password_hash: hash,
+        oidc_issuer: None,
+        role_source: "local".into(),
     })
 }
 
@@ -196,7 +218,7 @@ pub async fn set_role(
         },
     )
     .await?;
-    sqlx::query("UPDATE users SET role = ?, updated_at = ? WHERE id = ?")
+    sqlx::query("UPDATE users SET role = ?, role_source = 'local', updated_at = ? WHERE id = ?")
         .bind(role.as_str())
         .bind(crate::time::now())
         .bind(&user.id)

@@ -17,7 +17,7 @@ use super::pages::{page_with_status, redirect};
 use crate::app::AppState;
 use crate::audit::{self, Actor, Entry, Outcome};
 use crate::auth::{
-    self, password, secure_eq, sessions, setup, token_hash, tokens, users, Principal,
+    self, oidc, password, secure_eq, sessions, setup, token_hash, tokens, users, Principal,
 };
 use crate::error::{Error, FieldErrors};
 
@@ -200,7 +200,27 @@ struct LoginPage {
     name: String,
     csrf_token: String,
     error: Option<String>,
+    /// The error is about the name and password given (the fields are marked invalid).
+    error_is_local: bool,
     signed_out: bool,
+    /// "Sign in with <name>", when single sign-on is configured.
+    sso_name: Option<String>,
+    local_passwords: bool,
+}
+
+impl LoginPage {
+    fn new(state: &AppState, jar: &CookieJar, next: &str) -> Self {
+        LoginPage {
+            next: safe_next(Some(next)),
+            name: String::new(),
+            csrf_token: login_csrf(jar, state),
+            error: None,
+            error_is_local: false,
+            signed_out: false,
+            sso_name: state.inner.oidc.as_ref().map(|p| p.config.name.clone()),
+            local_passwords: state.inner.local_passwords,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -230,11 +250,8 @@ pub async fn login_page(
     state: Data<&AppState>,
 ) -> PageResult<Response> {
     let page = LoginPage {
-        next: safe_next(q.next.as_deref()),
-        name: String::new(),
-        csrf_token: login_csrf(jar, &state),
-        error: None,
         signed_out: q.signed_out.is_some(),
+        ..LoginPage::new(&state, jar, q.next.as_deref().unwrap_or("/"))
     };
     page_with_status(StatusCode::OK, &page)
 }
@@ -269,14 +286,19 @@ pub async fn login_submit(
     let address = client_address(req);
     let again = |error: String, status: StatusCode| {
         let page = LoginPage {
-            next: safe_next(Some(&form.next)),
             name: name.clone(),
-            csrf_token: expected.clone(),
             error: Some(error),
-            signed_out: false,
+            error_is_local: true,
+            ..LoginPage::new(&state, jar, &form.next)
         };
         page_with_status(status, &page)
     };
+    if !state.inner.local_passwords {
+        return again(
+            "Sign-in with a name and password is turned off here; use single sign-on.".into(),
+            StatusCode::FORBIDDEN,
+        );
+    }
     if let Err(wait) = state.inner.login_limiter.check(&name, &address) {
         audit::record_alone(&state.pool, failed_login(&name, &address, "rate limited"))
             .await
@@ -353,7 +375,181 @@ pub async fn logout(
 ) -> PageResult<Response> {
     sessions::end(&state.pool, &who).await.map_err(PageError)?;
     jar.add(session_cookie(&state, "", 0));
+    // A single sign-on user is also signed out at the provider when it offers RP-initiated
+    // logout (its discovery document names an end-session endpoint); else only here.
+    if let Some(provider) = &state.inner.oidc {
+        let sso_user = users::find_by_id(&state.pool, &who.user_id)
+            .await
+            .map_err(PageError)?
+            .is_some_and(|u| u.oidc_issuer.as_deref() == Some(provider.config.issuer.as_str()));
+        if sso_user {
+            if let Some(url) = provider.end_session_url().await {
+                return Ok(redirect(req, &url));
+            }
+        }
+    }
     Ok(redirect(req, "/login?signed_out=1"))
+}
+
+// ---- single sign-on (OpenID Connect) ---------------------------------------------------------
+
+/// The sign-in's state, for the callback only. Lax, not Strict: the provider sends the browser
+/// back with a cross-site navigation, which carries Lax cookies and not the Strict session.
+const OIDC_STATE_COOKIE: &str = "cluecdc_oidc_state";
+
+fn oidc_state_cookie(state: &AppState, value: &str, max_age_secs: u64) -> Cookie {
+    let mut c = Cookie::new_with_str(OIDC_STATE_COOKIE, value);
+    c.set_http_only(true);
+    c.set_same_site(SameSite::Lax);
+    c.set_secure(state.inner.secure_cookies);
+    c.set_path("/login/oidc");
+    c.set_max_age(std::time::Duration::from_secs(max_age_secs));
+    c
+}
+
+fn sso_provider(state: &AppState) -> PageResult<Arc<oidc::Provider>> {
+    state.inner.oidc.clone().ok_or_else(|| {
+        PageError(Error::NotFound(
+            "single sign-on (it is not configured on this server)".into(),
+        ))
+    })
+}
+
+/// A refused sign-in: the sign-in page with the reason, logged and audited without tokens.
+async fn sso_failed(
+    req: &Request,
+    jar: &CookieJar,
+    state: &AppState,
+    provider: &oidc::Provider,
+    e: oidc::SsoError,
+) -> PageResult<Response> {
+    use oidc::SsoError as S;
+    let status = match &e {
+        S::StateMismatch | S::Expired | S::ProviderRefused(_) => StatusCode::BAD_REQUEST,
+        S::TokenRefused(_) => StatusCode::UNAUTHORIZED,
+        S::NoMatchingGroup { .. } | S::Disabled => StatusCode::FORBIDDEN,
+        S::ProviderDown(_) => StatusCode::BAD_GATEWAY,
+        S::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let message = match &e {
+        S::Internal(inner) => super::error::public_message(inner),
+        other => other.to_string(),
+    };
+    tracing::warn!(reason = e.reason(), error = %message, "single sign-on refused");
+    let address = client_address(req);
+    oidc::record_refusal(&state.pool, &e, &address).await;
+    let page = LoginPage {
+        error: Some(format!(
+            "Sign-in with {} failed: {message}.",
+            provider.config.name
+        )),
+        ..LoginPage::new(state, jar, "/")
+    };
+    page_with_status(status, &page)
+}
+
+/// Leaves for the provider: PKCE S256, state and nonce kept here, the state also in a cookie.
+#[handler]
+pub async fn sso_start(
+    req: &Request,
+    Query(q): Query<LoginQuery>,
+    jar: &CookieJar,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
+    let provider = sso_provider(&state)?;
+    let next = safe_next(q.next.as_deref());
+    match provider.begin(&next).await {
+        Ok((url, st)) => {
+            jar.add(oidc_state_cookie(&state, &st, oidc::PENDING_TTL.as_secs()));
+            Ok(redirect(req, &url))
+        }
+        Err(e) => sso_failed(req, jar, &state, &provider, e).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct CallbackQuery {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    state: String,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "auth/continue.html")]
+struct ContinuePage {
+    next: String,
+}
+
+/// The provider's answer: checks it, finds or creates the account, sets its role from the
+/// groups, starts the session. The answer is a page that moves on by itself: the browser
+/// arrived here from another site, so a redirect would not carry the Strict session cookie.
+#[handler]
+pub async fn sso_callback(
+    req: &Request,
+    Query(q): Query<CallbackQuery>,
+    jar: &CookieJar,
+    state: Data<&AppState>,
+) -> PageResult<Response> {
+    let provider = sso_provider(&state)?;
+    let cookie_state = jar
+        .get(OIDC_STATE_COOKIE)
+        .map(|c| c.value_str().to_string());
+    jar.add(oidc_state_cookie(&state, "", 0));
+    if let Some(error) = q.error.as_deref() {
+        let said: String = format!(
+            "{error}{}",
+            q.error_description
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        )
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+        let e = oidc::SsoError::ProviderRefused(said);
+        return sso_failed(req, jar, &state, &provider, e).await;
+    }
+    let outcome = async {
+        let (identity, next) = provider
+            .finish(cookie_state.as_deref(), &q.state, &q.code)
+            .await?;
+        let user = oidc::account(&state.pool, &provider.config.mapping, &identity).await?;
+        Ok::<_, oidc::SsoError>((user, next))
+    }
+    .await;
+    let (user, next) = match outcome {
+        Ok(v) => v,
+        Err(e) => return sso_failed(req, jar, &state, &provider, e).await,
+    };
+    let address = client_address(req);
+    let agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    let session = sessions::start(
+        &state.pool,
+        &user,
+        state.inner.sessions,
+        Some(&address),
+        agent,
+    )
+    .await
+    .map_err(PageError)?;
+    jar.add(session_cookie(
+        &state,
+        &session.cookie_value,
+        state.inner.sessions.absolute_secs,
+    ));
+    page_with_status(
+        StatusCode::OK,
+        &ContinuePage {
+            next: safe_next(Some(&next)),
+        },
+    )
 }
 
 // ---- first-run setup ------------------------------------------------------------------------

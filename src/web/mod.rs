@@ -136,6 +136,21 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         r(M::GET, LOGIN, Public, "sign-in page", auth::login_page),
         r(M::POST, LOGIN, Public, "sign in", auth::login_submit),
+        // Single sign-on (OpenID Connect): public like the sign-in form; 404 when not configured.
+        r(
+            M::GET,
+            "/login/oidc",
+            Public,
+            "single sign-on: leave for the identity provider (PKCE, state, nonce)",
+            auth::sso_start,
+        ),
+        r(
+            M::GET,
+            "/login/oidc/callback",
+            Public,
+            "single sign-on: the identity provider's answer (code exchanged, ID token checked)",
+            auth::sso_callback,
+        ),
         r(
             M::GET,
             SETUP,

@@ -23,7 +23,9 @@ export async function startApp({ env = {}, args = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'cluecdc-browser-'));
   const logPath = join(dir, 'cluecdc.log');
   const log = openSync(logPath, 'w');
-  const child = spawn(binaryPath(), ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), ...args], {
+  // A fixed address only where a test needs one (a redirect URI registered at Dex).
+  const listen = env.CLUECDC_LISTEN ?? '127.0.0.1:0';
+  const child = spawn(binaryPath(), ['serve', '--listen', listen, '--data-dir', join(dir, 'data'), ...args], {
     cwd: dir,
     env: { ...process.env, CLUECDC_LOG: 'info', ...env },
     stdio: ['pipe', 'pipe', log],
@@ -46,12 +48,12 @@ export async function startApp({ env = {}, args = [] } = {}) {
 }
 
 /** Launches headless Chromium with the flags this closed network needs. */
-export async function launchBrowser() {
+export async function launchBrowser({ args = [] } = {}) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
     headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run', '--disable-quic'],
+      '--disable-sync', '--no-first-run', '--disable-quic', ...args],
   });
 }
 

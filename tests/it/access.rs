@@ -9,8 +9,17 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 /// The only routes API.md allows without an identity (plus the one-time setup page, which
-/// demands its own single-use token).
-const PUBLIC: &[&str] = &["/healthz", "/readyz", "/login", "/static/*path", "/setup"];
+/// demands its own single-use token, and single sign-on's start and callback under `/login`,
+/// which demand the provider's answer to a sign-in this browser started).
+const PUBLIC: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    "/login",
+    "/login/oidc",
+    "/login/oidc/callback",
+    "/static/*path",
+    "/setup",
+];
 
 fn method(m: &str) -> Method {
     Method::from_bytes(m.as_bytes()).unwrap()

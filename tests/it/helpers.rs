@@ -81,9 +81,14 @@ pub fn spawn_app_on(
     std::fs::create_dir_all(&work).unwrap();
     let log_path = dir.path().join("cluecdc.log");
     let log = std::fs::File::create(&log_path).unwrap();
+    // A fixed address only where a test needs one (a redirect URI registered at Dex).
+    let listen = extra_env
+        .iter()
+        .find(|(k, _)| *k == "CLUECDC_LISTEN")
+        .map_or("127.0.0.1:0", |(_, v)| *v);
     let mut cmd = Command::new(exe);
     cmd.current_dir(&work)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--listen", listen, "--data-dir"])
         .arg(data)
         .env_remove("CLUECDC_LISTEN")
         .env_remove("CLUECDC_DATA_DIR")

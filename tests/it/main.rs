@@ -17,6 +17,7 @@ mod monitoring;
 mod mysql;
 mod mysql_sink;
 mod object_storage;
+mod oidc;
 mod pipelines;
 mod reconciler;
 mod replications;
