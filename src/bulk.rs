@@ -615,6 +615,19 @@ impl Bulk {
     pub fn finished(&self) -> bool {
         self.open_items() == 0
     }
+    /// Items done whose connectors Kafka Connect has yet to show as asked (PENDING: the desired
+    /// state is not yet observed).
+    pub fn settling(&self) -> usize {
+        self.items
+            .iter()
+            .filter(|i| {
+                i.state == "done"
+                    && i.connector_phase
+                        .as_deref()
+                        .is_some_and(|p| p.contains("PENDING"))
+            })
+            .count()
+    }
 }
 
 pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Bulk> {

@@ -182,7 +182,10 @@ pub async fn page_confirm(
             page.words = req.action.words().to_string();
             page.will = planned.iter().filter(|p| p.state == "pending").count();
             page.refused = planned.len() - page.will;
-            page.items = planned
+            let (mut refused, will): (Vec<Planned>, Vec<Planned>) =
+                planned.into_iter().partition(|p| p.state == "refused");
+            refused.extend(will);
+            page.items = refused
                 .into_iter()
                 .map(|p| {
                     let phase = p
