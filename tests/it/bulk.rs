@@ -268,8 +268,8 @@ async fn bulk_actions_act_on_several_deliveries_as_one_change_set_and_refuse_a_h
             .as_str()
             .unwrap()
             .contains("already running"));
-        for i in 1..4 {
-            assert_eq!(item(&b, &ids[i])["state"], "done", "{b}");
+        for id in &ids[1..] {
+            assert_eq!(item(&b, id)["state"], "done", "{b}");
         }
         for n in &names {
             wait_running(&s.connect_url, n, Duration::from_secs(120)).await;
@@ -283,9 +283,9 @@ async fn bulk_actions_act_on_several_deliveries_as_one_change_set_and_refuse_a_h
             )
             .await;
         assert_eq!(status, 202, "{b}");
-        for i in 0..2 {
+        for id in &ids[..2] {
             assert!(
-                item(&b, &ids[i])["detail"]
+                item(&b, id)["detail"]
                     .as_str()
                     .unwrap()
                     .contains("nothing failed"),
@@ -300,8 +300,8 @@ async fn bulk_actions_act_on_several_deliveries_as_one_change_set_and_refuse_a_h
             .await;
         assert_eq!(status, 202, "{b}");
         let b = bulk_ends(&api, b["id"].as_str().unwrap()).await;
-        for i in 0..2 {
-            assert_eq!(item(&b, &ids[i])["state"], "done", "{b}");
+        for id in &ids[..2] {
+            assert_eq!(item(&b, id)["state"], "done", "{b}");
         }
         let (_, audit) = api
             .get(&format!(
@@ -352,7 +352,8 @@ async fn bulk_actions_act_on_several_deliveries_as_one_change_set_and_refuse_a_h
         );
     };
     with_cleanup(result, async {
-        for d in ds.borrow().iter() {
+        let created = ds.borrow().clone();
+        for d in &created {
             let _ = api
                 .delete(&format!("/api/v1/deliveries/{}", d["id"].as_str().unwrap()))
                 .await;
