@@ -349,3 +349,43 @@ impl BulkBar {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selection_form_becomes_targets_or_the_lists_filter() {
+        let sel = Selection::parse(
+            b"csrf_token=t&kind=delivery&q=orders&state=paused&cluster=&scope=selected&id=dl_1&id=dl_2&action=restart-failed",
+        );
+        let input = sel.input();
+        assert_eq!(input.action.as_deref(), Some("restart"));
+        assert_eq!(input.only_failed, Some(true));
+        assert!(input.filter.is_none());
+        let ids: Vec<_> = input
+            .targets
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.kind.unwrap(), t.id.unwrap()))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("delivery".to_string(), "dl_1".to_string()),
+                ("delivery".to_string(), "dl_2".to_string())
+            ]
+        );
+        assert_eq!(sel.back(), "/deliveries?q=orders&state=paused");
+
+        let sel = Selection::parse(b"kind=pipeline&q=a&scope=filter&id=pl_1&action=pause");
+        let input = sel.input();
+        assert!(input.targets.is_none(), "the filter wins over ticked rows");
+        let f = input.filter.unwrap();
+        assert_eq!(
+            (f.kind.as_deref(), f.list.q.as_str()),
+            (Some("pipeline"), "a")
+        );
+        assert_eq!(input.only_failed, None);
+    }
+}

@@ -163,6 +163,7 @@ test('50 deliveries are paused and resumed from the list in one action each, one
   const boxes = page.getByRole('checkbox', { name: /^Select delivery / });
   assert.equal(await boxes.count(), N);
   for (let i = 0; i < N; i++) assert.ok(await boxes.nth(i).isChecked(), `row ${i} is checked`);
+  await screenshot(page, 'bulk-list-selected');
   await page.getByRole('button', { name: 'Pause…' }).click();
   await page.getByRole('heading', { name: `Confirm: pause ${N} deliveries` }).waitFor();
   assert.equal(await page.locator('tbody tr').count(), N, 'the confirmation lists every delivery');
