@@ -311,6 +311,37 @@ async fn bulk_actions_act_on_several_deliveries_as_one_change_set_and_refuse_a_h
             .await;
         assert_eq!(audit["total"], 2, "{audit}");
 
+        // Other kinds through their own services: the pipeline and a delivery's connector
+        // (named, as the connectors list allows) pause and resume; that connector cannot be
+        // deleted on its own (it goes with its delivery).
+        let capture = connector_name(&api, &p).await;
+        let mixed =
+            json!([{"kind": "pipeline", "id": pipeline_id}, {"kind": "connector", "id": names[3]}]);
+        for (action, state) in [("pause", "PAUSED"), ("resume", "RUNNING")] {
+            let (status, b) = api
+                .post("/api/v1/bulk", json!({"action": action, "targets": mixed}))
+                .await;
+            assert_eq!(status, 202, "{b}");
+            let b = bulk_ends(&api, b["id"].as_str().unwrap()).await;
+            assert_eq!(b["counts"]["done"], 2, "{b}");
+            connect_shows(&s.connect_url, &capture, state).await;
+            connect_shows(&s.connect_url, &names[3], state).await;
+        }
+        let (status, b) = api
+            .post(
+                "/api/v1/bulk",
+                json!({"action": "delete", "targets": [{"kind": "connector", "id": names[3]}]}),
+            )
+            .await;
+        assert_eq!(status, 202, "{b}");
+        assert!(
+            b["items"][0]["detail"]
+                .as_str()
+                .unwrap()
+                .contains("belongs to a delivery"),
+            "{b}"
+        );
+
         // Delete: the pipeline is refused while deliveries read it, the deliveries go through
         // their own delete operations.
         let mut all = vec![json!({"kind": "pipeline", "id": pipeline_id})];
