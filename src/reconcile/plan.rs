@@ -885,6 +885,26 @@ mod tests {
     }
 
     #[test]
+    fn a_requested_restart_of_failed_tasks_only_says_so_to_connect() {
+        let c = cfg(&[("a", "1")]);
+        let mut d = desired("x", c.clone(), DesiredState::Running, Some(c.clone()));
+        d.restart_requested = Some("user:ada".into());
+        d.restart_only_failed = true;
+        let p = run(&[d], &[("x", live(c, "RUNNING", &["FAILED"]))], false);
+        assert!(
+            matches!(
+                &p.steps[..],
+                [Step::RequestedRestart {
+                    only_failed: true,
+                    ..
+                }]
+            ),
+            "{:?}",
+            p.steps
+        );
+    }
+
+    #[test]
     fn unknown_connectors_are_reported() {
         let p = run(
             &[],
