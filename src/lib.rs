@@ -11,6 +11,7 @@ pub mod assets;
 pub mod audit;
 pub mod auth;
 pub mod backup;
+pub mod bulk;
 pub mod cli;
 pub mod clusters;
 pub mod config;

@@ -614,12 +614,14 @@ pub async fn set_state(
     load(pool, &c.id).await.or_else(|_| Ok(c))
 }
 
-/// Asks the reconciler to restart the connector and all its tasks once.
+/// Asks the reconciler to restart the connector and all its tasks once, or (`only_failed`)
+/// only the connector and tasks that failed.
 pub async fn request_restart(
     pool: &SqlitePool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     key: &str,
+    only_failed: bool,
 ) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart connectors")?;
     let c = load(pool, key).await?;
@@ -634,15 +636,18 @@ pub async fn request_restart(
             target_kind: "connector",
             target_id: &c.id,
             outcome: Outcome::Success,
-            summary: json!({"name": c.name}),
+            summary: json!({"name": c.name, "only_failed": only_failed}),
         },
     )
     .await?;
-    sqlx::query("UPDATE connectors SET restart_requested_by = ? WHERE id = ?")
-        .bind(&by)
-        .bind(&c.id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE connectors SET restart_requested_by = ?, restart_only_failed = ? WHERE id = ?",
+    )
+    .bind(&by)
+    .bind(only_failed)
+    .bind(&c.id)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     changed(pool, wake).await?;
     load(pool, &c.id).await

@@ -1031,10 +1031,11 @@ pub async fn restart(
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
+    only_failed: bool,
 ) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart deliveries")?;
     let d = load(pool, id).await?;
-    connectors::request_restart(pool, wake, who, &d.connector_id).await
+    connectors::request_restart(pool, wake, who, &d.connector_id, only_failed).await
 }
 
 pub async fn delete(

@@ -76,6 +76,7 @@ impl Operation {
             "pipeline_delete" => "Pipeline delete",
             "delivery_delete" => "Delivery delete",
             "replication_delete" => "Replication delete",
+            "bulk" => "Bulk action",
             _ => "Operation",
         }
     }
@@ -99,6 +100,7 @@ pub fn steps_of(kind: &str) -> Vec<&'static str> {
         "replay" | "reset" => vec!["stop", "save", "change", "resume", "observe"],
         "snapshot_signal" => vec!["wait_running", "signal"],
         "pipeline_delete" | "delivery_delete" | "replication_delete" => vec!["remove", "forget"],
+        "bulk" => vec!["run"],
         _ => vec![],
     }
 }
@@ -383,6 +385,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             "pipeline_delete" => crate::pipelines::delete_step(ctx, &op).await,
             "delivery_delete" => crate::deliveries::delete_step(ctx, &op).await,
             "replication_delete" => crate::replications::delete_step(ctx, &op).await,
+            "bulk" => crate::bulk::step(ctx, &op).await,
             other => Step::Fail(format!("unknown operation kind {other}")),
         };
         let outcome = match outcome {

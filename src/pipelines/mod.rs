@@ -1202,10 +1202,11 @@ pub async fn restart(
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
+    only_failed: bool,
 ) -> Result<ConnectorView> {
     who.require(Role::Operator, "restart pipelines")?;
     let p = load(pool, id).await?;
-    connectors::request_restart(pool, wake, who, &p.connector_id).await
+    connectors::request_restart(pool, wake, who, &p.connector_id, only_failed).await
 }
 
 #[derive(Debug, Serialize)]

@@ -538,7 +538,7 @@ impl Reconciler {
         &self,
         of: DesiredOf<'_>,
     ) -> anyhow::Result<(Vec<Desired>, HashMap<String, Stored>)> {
-        const SELECT: &str = "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by,
+        const SELECT: &str = "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by, c.restart_only_failed,
                     s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at,
                     s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config, v.trace AS verdict
              FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id LEFT JOIN connector_verdicts v ON v.connector_id = c.id";
@@ -588,6 +588,7 @@ impl Reconciler {
                 next_restart_at: r.next_restart_at,
                 healthy_since: r.healthy_since,
                 restart_requested: r.restart_requested_by,
+                restart_only_failed: r.restart_only_failed,
                 applied_at: r.applied_at,
                 verdict: r.verdict,
                 id: r.id,
@@ -790,7 +791,7 @@ impl Reconciler {
                     .await?;
                 if matches!(plan.steps[d.index], Step::RequestedRestart { .. }) && d.result.is_ok()
                 {
-                    sqlx::query("UPDATE connectors SET restart_requested_by = NULL WHERE id = ?")
+                    sqlx::query("UPDATE connectors SET restart_requested_by = NULL, restart_only_failed = 0 WHERE id = ?")
                         .bind(d.id)
                         .execute(&mut *tx)
                         .await?;
@@ -1016,6 +1017,7 @@ struct DesiredRow {
     desired_state: String,
     generation: i64,
     restart_requested_by: Option<String>,
+    restart_only_failed: bool,
     applied_config: Option<String>,
     restart_attempts: Option<i64>,
     next_restart_at: Option<i64>,
@@ -1086,11 +1088,21 @@ async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Do
                 ..done(id, "restart", client.restart(name, true, true).await, None)
             }
         }
-        Step::RequestedRestart { id, name, by } => {
+        Step::RequestedRestart {
+            id,
+            name,
+            by,
+            only_failed,
+        } => {
             let at = crate::time::now();
             Done {
                 restart: Some(("requested", by.as_str(), 0, at)),
-                ..done(id, "restart", client.restart(name, true, false).await, None)
+                ..done(
+                    id,
+                    "restart",
+                    client.restart(name, true, *only_failed).await,
+                    None,
+                )
             }
         }
         Step::Forget { id } => done(id, "forget", Ok(()), None),

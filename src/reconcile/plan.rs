@@ -61,6 +61,8 @@ pub struct Desired {
     pub healthy_since: Option<i64>,
     /// Set when a person asked for a restart (who); the next pass restarts it once.
     pub restart_requested: Option<String>,
+    /// The requested restart is of the failed connector and tasks only (Connect's onlyFailed).
+    pub restart_only_failed: bool,
     /// When ClueCDC last wrote its config to Connect (unix ms).
     pub applied_at: Option<i64>,
     /// A permanent reason the connector cannot work that ClueCDC found while Connect shows it
@@ -134,6 +136,7 @@ pub enum Step {
         id: String,
         name: String,
         by: String,
+        only_failed: bool,
     },
 }
 
@@ -363,6 +366,7 @@ pub fn compute(
                     id: d.id.clone(),
                     name: d.name.clone(),
                     by: by.clone(),
+                    only_failed: d.restart_only_failed,
                 });
                 obs.restart_attempts = 0;
                 obs.next_restart_at = None;
@@ -508,6 +512,7 @@ mod tests {
             next_restart_at: None,
             healthy_since: None,
             restart_requested: None,
+            restart_only_failed: false,
             applied_at: None,
             verdict: None,
         }
@@ -872,10 +877,31 @@ mod tests {
             vec![Step::RequestedRestart {
                 id: "id-x".into(),
                 name: "x".into(),
-                by: "user:ada".into()
+                by: "user:ada".into(),
+                only_failed: false,
             }]
         );
         assert_eq!(p.observations[0].restart_attempts, 0);
+    }
+
+    #[test]
+    fn a_requested_restart_of_failed_tasks_only_says_so_to_connect() {
+        let c = cfg(&[("a", "1")]);
+        let mut d = desired("x", c.clone(), DesiredState::Running, Some(c.clone()));
+        d.restart_requested = Some("user:ada".into());
+        d.restart_only_failed = true;
+        let p = run(&[d], &[("x", live(c, "RUNNING", &["FAILED"]))], false);
+        assert!(
+            matches!(
+                &p.steps[..],
+                [Step::RequestedRestart {
+                    only_failed: true,
+                    ..
+                }]
+            ),
+            "{:?}",
+            p.steps
+        );
     }
 
     #[test]

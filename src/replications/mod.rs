@@ -860,6 +860,7 @@ pub async fn restart(
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
+    only_failed: bool,
 ) -> Result<Replication> {
     who.require(Role::Operator, "restart replications")?;
     let r = load(pool, id).await?;
@@ -867,7 +868,7 @@ pub async fn restart(
         crate::operations::refuse_if_held(pool, c, "restart the replication").await?;
     }
     for c in &r.connector_ids {
-        connectors::request_restart(pool, wake, who, c).await?;
+        connectors::request_restart(pool, wake, who, c, only_failed).await?;
     }
     Ok(r)
 }

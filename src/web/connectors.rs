@@ -102,7 +102,7 @@ async fn act(
 ) -> crate::error::Result<ConnectorView> {
     match action {
         "restart" => {
-            connectors::request_restart(&state.pool, &state.inner.reconciler, who, key).await
+            connectors::request_restart(&state.pool, &state.inner.reconciler, who, key, false).await
         }
         "adopt" => {
             connectors::adopt_live(
@@ -366,6 +366,7 @@ struct ListPage<'a> {
     list: Rows<'a>,
     unmanaged: &'a [Unmanaged],
     can_admin: bool,
+    bulk: Option<super::bulk::BulkBar>,
 }
 
 /// The part of the list that refreshes itself: counts, rows and pager.
@@ -376,6 +377,9 @@ struct Rows<'a> {
     items: &'a [ConnectorView],
     can_operate: bool,
     csrf_token: String,
+    /// Bulk selection mode: a checkbox per row, and no self-refresh (it would clear them).
+    selecting: bool,
+    all_checked: bool,
 }
 
 #[handler]
@@ -385,6 +389,7 @@ pub async fn page_list(
     who: Data<&Principal>,
     jar: &CookieJar,
     Query(q): Query<ListQuery>,
+    Query(sel): Query<super::bulk::SelectQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
     let loaded = listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
@@ -408,6 +413,8 @@ pub async fn page_list(
         items: &page.items,
         csrf_token: who.csrf_token().unwrap_or_default().to_string(),
         can_operate: who.role >= Role::Operator,
+        selecting: who.role >= Role::Operator && !sel.select.is_empty(),
+        all_checked: who.role >= Role::Operator && sel.select == "page",
     };
     if super::home::is_htmx(req) {
         return page_with_status(StatusCode::OK, &list);
@@ -416,6 +423,7 @@ pub async fn page_list(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
+            bulk: super::bulk::BulkBar::new(&who, crate::bulk::Kind::Connector, &list.nav, &sel),
             nav: list.nav.clone(),
             list,
             unmanaged,

@@ -157,7 +157,7 @@ async fn act(
             )
             .await
         }
-        _ => deliveries::restart(&state.pool, &state.inner.reconciler, who, id).await,
+        _ => deliveries::restart(&state.pool, &state.inner.reconciler, who, id, false).await,
     }
 }
 
@@ -189,6 +189,7 @@ struct ListPage<'a> {
     /// For the empty state: what has to exist before a delivery can.
     has_pipelines: bool,
     has_destinations: bool,
+    bulk: Option<super::bulk::BulkBar>,
 }
 
 /// Connections a delivery can write to.
@@ -273,6 +274,7 @@ pub async fn page_list(
     who: Data<&Principal>,
     jar: &CookieJar,
     Query(q): Query<ListQuery>,
+    Query(sel): Query<super::bulk::SelectQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
     let loaded = listing::cached(&state.inner.snapshots, "deliveries-page", &w, || {
@@ -298,11 +300,12 @@ pub async fn page_list(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Deliveries", paths::DELIVERIES, &who, jar),
-            nav,
             items,
             can_create: who.role >= Role::Operator,
             has_pipelines: *has_pipelines,
             has_destinations: *has_destinations,
+            bulk: super::bulk::BulkBar::new(&who, crate::bulk::Kind::Delivery, &nav, &sel),
+            nav,
         },
     )
 }

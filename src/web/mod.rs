@@ -26,6 +26,7 @@ mod alerts;
 mod assets;
 mod audit;
 mod auth;
+mod bulk;
 mod channels;
 mod charts;
 mod clusters;
@@ -1498,6 +1499,43 @@ pub fn route_table() -> Vec<RouteSpec> {
             Viewer,
             "a durable multi-step operation: kind, step, state, error",
             replay::api_operation,
+        ),
+        // Bulk actions (issue 30): one change set over many pipelines, deliveries,
+        // replications or connectors, through the single actions' own services.
+        r(
+            M::POST,
+            "/api/v1/bulk",
+            Operator,
+            "pause, resume, restart (only_failed) or delete many items: {action, targets: [{kind, id}]} or {action, filter: {kind, q, state, cluster}}; 202 with the operation and its items",
+            bulk::api_start,
+        ),
+        r(
+            M::GET,
+            "/api/v1/bulk/:id",
+            Viewer,
+            "a bulk action's operation with each item's state and, for refused or failed items, why",
+            bulk::api_get,
+        ),
+        r(
+            M::POST,
+            "/bulk/confirm",
+            Operator,
+            "what a bulk action would do to each selected item (changes nothing)",
+            bulk::page_confirm,
+        ),
+        r(
+            M::POST,
+            "/bulk",
+            Operator,
+            "start a confirmed bulk action",
+            bulk::page_start,
+        ),
+        r(
+            M::GET,
+            "/bulk/:id",
+            Viewer,
+            "a bulk action's progress page (refreshes itself)",
+            bulk::page_progress,
         ),
         r(
             M::GET,

@@ -283,7 +283,7 @@ async fn act(
             )
             .await
         }
-        _ => pipelines::restart(&state.pool, &state.inner.reconciler, who, id).await,
+        _ => pipelines::restart(&state.pool, &state.inner.reconciler, who, id, false).await,
     }
 }
 
@@ -303,6 +303,7 @@ struct ListPage<'a> {
     nav: Nav,
     items: &'a [(Pipeline, Option<crate::connectors::ConnectorView>)],
     can_create: bool,
+    bulk: Option<super::bulk::BulkBar>,
 }
 
 /// A page of the pipelines list with each pipeline's connector, and the cluster choices.
@@ -332,6 +333,7 @@ pub async fn page_list(
     who: Data<&Principal>,
     jar: &CookieJar,
     Query(q): Query<ListQuery>,
+    Query(sel): Query<super::bulk::SelectQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
     let loaded = listing::cached(&state.inner.snapshots, "pipelines-page", &w, || {
@@ -352,6 +354,7 @@ pub async fn page_list(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Pipelines", paths::PIPELINES, &who, jar),
+            bulk: super::bulk::BulkBar::new(&who, crate::bulk::Kind::Pipeline, &nav, &sel),
             nav,
             items,
             can_create: who.role >= Role::Operator,

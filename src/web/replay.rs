@@ -442,6 +442,8 @@ pub async fn page_operation(
     let op = operations::get(&state.pool, &who, &id).await?;
     let (section, target_href) = match op.target_kind.as_str() {
         "delivery" => (paths::DELIVERIES, format!("/deliveries/{}", op.target_id)),
+        // A bulk action's items and their states are on its own progress page.
+        "bulk" => (paths::HOME, format!("/bulk/{}", op.id)),
         _ => (paths::PIPELINES, format!("/pipelines/{}", op.target_id)),
     };
     let saved = operations::saved_offsets(&state.pool, &op.id).await?;

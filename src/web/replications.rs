@@ -142,7 +142,7 @@ pub async fn api_restart(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Replication>> {
     Ok(Json(
-        replications::restart(&state.pool, &state.inner.reconciler, &who, &id).await?,
+        replications::restart(&state.pool, &state.inner.reconciler, &who, &id, false).await?,
     ))
 }
 
@@ -152,6 +152,7 @@ struct ListPage {
     layout: Layout,
     items: Vec<(Replication, String, String)>,
     can_create: bool,
+    bulk: Option<super::bulk::BulkBar>,
 }
 
 async fn cluster_names(state: &AppState, who: &Principal) -> Result<Vec<(String, String)>, Error> {
@@ -167,6 +168,7 @@ pub async fn page_list(
     state: Data<&AppState>,
     who: Data<&Principal>,
     jar: &CookieJar,
+    Query(sel): Query<super::bulk::SelectQuery>,
 ) -> PageResult<Response> {
     let names = cluster_names(&state, &who).await?;
     let name = |id: &str| {
@@ -186,11 +188,17 @@ pub async fn page_list(
             );
             (r, s, t)
         })
-        .collect();
+        .collect::<Vec<_>>();
     page_with_status(
         StatusCode::OK,
         &ListPage {
             layout: Layout::new("Replications", paths::REPLICATIONS, &who, jar),
+            bulk: super::bulk::BulkBar::plain(
+                &who,
+                crate::bulk::Kind::Replication,
+                items.len() as u64,
+                &sel,
+            ),
             items,
             can_create: who.role >= Role::Operator,
         },
@@ -458,7 +466,7 @@ pub async fn page_act(
             replications::set_state(&state.pool, wake, &who, &id, DesiredState::Running).await?;
         }
         "restart" => {
-            replications::restart(&state.pool, wake, &who, &id).await?;
+            replications::restart(&state.pool, wake, &who, &id, false).await?;
             set_flash(
                 jar,
                 "Restart requested: the reconciler restarts the three connectors and their tasks.",

@@ -7,6 +7,7 @@ mod helpers;
 
 mod access;
 mod app_smoke;
+mod bulk;
 mod channels;
 mod connections;
 mod deliveries;
