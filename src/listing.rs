@@ -16,20 +16,38 @@ pub const MAX_LIMIT: u32 = 500;
 
 /// A list request as the URL carries it (`?q=&state=&cluster=&sort=&page=&limit=`). Numbers
 /// arrive as text so that bad input is a field error, not a bare 400.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ListQuery {
+    /// Matched anywhere in the name, case-insensitively.
     #[serde(default)]
     pub q: String,
+    /// One of the list's states (case-insensitive); empty for all.
     #[serde(default)]
     pub state: String,
+    /// A cluster's id or name; empty for all.
     #[serde(default)]
     pub cluster: String,
+    /// `state`: failed and drifted first, then by name; `name` (the default): by name.
     #[serde(default)]
+    #[schemars(with = "Option<SortBy>")]
     pub sort: String,
+    /// The page, from 1.
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1_000_000))]
     pub page: String,
+    /// Rows per page (default 50).
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 500))]
     pub limit: String,
+}
+
+/// A list's order (documents `ListQuery.sort`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum SortBy {
+    Name,
+    State,
 }
 
 /// A checked list request.

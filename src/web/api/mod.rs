@@ -215,6 +215,39 @@ impl<T: JsonSchema + Send> Reply for Serialized<T> {
     }
 }
 
+/// The media types a [`Text`] reply may have, in the document.
+pub trait Media: Send {
+    const TYPES: &'static [&'static str];
+}
+
+/// 200 with a body that is not JSON (CSV, YAML…) or is chosen by the request; the content type
+/// is one of `M::TYPES`.
+pub struct Text<M> {
+    pub content_type: &'static str,
+    pub body: String,
+    /// Set to answer as a download (`Content-Disposition: attachment`).
+    pub filename: Option<String>,
+    pub media: PhantomData<M>,
+}
+
+impl<M: Media> Reply for Text<M> {
+    fn into_reply(self) -> Response {
+        let mut res = Response::builder()
+            .content_type(self.content_type)
+            .body(self.body);
+        if let Some(name) = self.filename {
+            if let Ok(v) = format!("attachment; filename=\"{name}\"").parse() {
+                res.headers_mut()
+                    .insert(poem::http::header::CONTENT_DISPOSITION, v);
+            }
+        }
+        res
+    }
+    fn describe(op: &mut OpDoc) {
+        op.text_response(StatusCode::OK, "OK", M::TYPES);
+    }
+}
+
 fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
     match serde_json::to_string(body) {
         Ok(text) => Response::builder()
