@@ -7,12 +7,20 @@
 //! parsers accept, so forms and manifests (which build the same input types from text) and
 //! the JSON API end in the same validation.
 
-use serde::de::Error as _;
+use serde::de::value::{Error as ValueError, StrDeserializer};
+use serde::de::{Error as _, IntoDeserializer};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-fn spelling<E: Serialize, Er: serde::de::Error>(e: &E) -> Result<String, Er> {
-    match serde_json::to_value(e) {
+/// `text` as a value of `E`, kept as `E`'s spelling; the error names the accepted values.
+fn one_of<E, Er>(text: &str) -> Result<String, Er>
+where
+    E: for<'a> Deserialize<'a> + Serialize,
+    Er: serde::de::Error,
+{
+    let de: StrDeserializer<'_, ValueError> = text.into_deserializer();
+    let e = E::deserialize(de).map_err(|e| Er::custom(e.to_string()))?;
+    match serde_json::to_value(&e) {
         Ok(Value::String(s)) => Ok(s),
         _ => Err(Er::custom("expected a unit enum variant")),
     }
@@ -22,10 +30,10 @@ fn spelling<E: Serialize, Er: serde::de::Error>(e: &E) -> Result<String, Er> {
 pub fn enum_string<'de, D, E>(d: D) -> Result<Option<String>, D::Error>
 where
     D: Deserializer<'de>,
-    E: Deserialize<'de> + Serialize,
+    E: for<'a> Deserialize<'a> + Serialize,
 {
-    Option::<E>::deserialize(d)?
-        .map(|e| spelling(&e))
+    Option::<String>::deserialize(d)?
+        .map(|s| one_of::<E, D::Error>(&s))
         .transpose()
 }
 
@@ -33,17 +41,11 @@ where
 pub fn enum_strings<'de, D, E>(d: D) -> Result<Option<Vec<String>>, D::Error>
 where
     D: Deserializer<'de>,
-    E: Deserialize<'de> + Serialize,
+    E: for<'a> Deserialize<'a> + Serialize,
 {
-    match Option::<Vec<E>>::deserialize(d)? {
-        None => Ok(None),
-        Some(list) => list
-            .iter()
-            .map(spelling)
-            .collect::<Result<Vec<_>, D::Error>>()
-            .map(Some)
-            .map_err(|e| D::Error::custom(e)),
-    }
+    Option::<Vec<String>>::deserialize(d)?
+        .map(|list| list.iter().map(|s| one_of::<E, D::Error>(s)).collect())
+        .transpose()
 }
 
 #[cfg(test)]
@@ -76,8 +78,14 @@ mod tests {
         let err = serde_path_to_error::deserialize::<_, Input>(&mut de)
             .err()
             .unwrap();
-        assert_eq!(err.path().to_string(), "many[1]");
+        assert_eq!(err.path().to_string(), "many");
         assert!(err.inner().to_string().contains("unknown variant `RED`"));
         assert!(serde_json::from_str::<Input>(r#"{"one": " red"}"#).is_err());
+        let mut de = serde_json::Deserializer::from_str(r#"{"one": 3}"#);
+        let err = serde_path_to_error::deserialize::<_, Input>(&mut de)
+            .err()
+            .unwrap();
+        assert_eq!(err.path().to_string(), "one");
+        assert!(err.inner().to_string().contains("expected a string"));
     }
 }

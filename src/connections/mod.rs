@@ -284,6 +284,7 @@ pub struct ConnectionView {
 pub struct ConnectionInput {
     /// 1–64 characters: letters, digits, spaces, `.`, `_` or `-`; unique.
     pub name: Option<String>,
+    /// Required on create; on `PATCH` it may only repeat the current one.
     #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Provider>")]
     #[schemars(with = "Option<Provider>")]
     pub provider: Option<String>,
@@ -295,8 +296,10 @@ pub struct ConnectionInput {
     )]
     #[schemars(with = "Option<Vec<Capability>>", length(min = 1))]
     pub capabilities: Option<Vec<String>>,
+    /// The provider's settings (never a secret).
     #[schemars(with = "Option<settings::SettingsInput>")]
     pub settings: Option<Map<String, Value>>,
+    /// The provider's secret fields, write-only.
     #[schemars(with = "Option<settings::SecretsInput>")]
     pub secrets: Option<Map<String, Value>>,
 }

@@ -123,9 +123,8 @@ pub enum Settings {
     ObjectStorage(ObjectStorageSettings),
 }
 
-/// The settings a connection takes, as the API reads them (documents `ConnectionInput.settings`;
-/// parsed by [`parse_database`] and [`parse_object_storage`]). Which keys apply depends on the
-/// provider; a key the provider does not take is a 422. Text may also be sent as a number,
+/// A connection's settings as the API reads them: which keys apply depends on the provider
+/// (databases or object storage), and a key the provider does not take is a 422. Text may also be sent as a number,
 /// numbers as digits, booleans as `"true"`/`"false"`; `null` leaves a key out (on `PATCH` it
 /// removes it).
 #[derive(schemars::JsonSchema)]
@@ -176,7 +175,8 @@ enum TlsModeChoice {
     Disable,
 }
 
-/// Schemas of the lenient scalars the settings parser reads (see [`Raw`]).
+/// Schemas of the lenient scalars the settings parser reads (see `Raw`): the documented input
+/// (`SettingsInput`) accepts exactly what the parser does not reject for its type.
 macro_rules! lenient_scalar {
     ($($name:ident => $schema:tt;)*) => {$(
         #[allow(dead_code)]

@@ -1564,7 +1564,7 @@ pub async fn detail_with(
     })
 }
 
-/// A replication slot on a source, and the pipeline that owns it (None: an orphan).
+/// A replication slot on a source, and the pipeline that owns it.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "SourceSlot")]
 pub struct OwnedSlot {

@@ -32,7 +32,7 @@ pub const KINDS: &[&str] = &["slack", "teams", "pagerduty", "email"];
 pub const SEVERITIES: &[&str] = &["critical", "warning"];
 
 /// Where a channel sends: a Slack incoming webhook, a Microsoft Teams workflow webhook,
-/// PagerDuty's Events API v2, or e-mail over SMTP (the API's spelling of [`KINDS`]).
+/// PagerDuty's Events API v2, or e-mail over SMTP (the same values as `KINDS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[schemars(rename = "AlertChannelKind")]
@@ -43,7 +43,7 @@ pub enum Kind {
     Email,
 }
 
-/// An alert's severity (the API's spelling of [`SEVERITIES`]).
+/// An alert's severity (the same values as `SEVERITIES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[schemars(rename = "AlertSeverity")]
