@@ -8,7 +8,7 @@
 //! the JSON API end in the same validation.
 
 use serde::de::value::{Error as ValueError, StrDeserializer};
-use serde::de::{Error as _, IntoDeserializer};
+use serde::de::IntoDeserializer;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
