@@ -16,6 +16,7 @@ use crate::secrets::Secret;
 /// fixtures); certificate verification cannot be turned off. `Require` (TLS without
 /// verification) is kept only so that rows stored before that rule still load: they carry a
 /// warning, and saving such a connection again needs one of the three modes.
+/// (In replies, `require` appears only on connections stored before it was refused.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TlsMode {
@@ -168,6 +169,7 @@ pub struct SettingsInput {
 /// The `tls_mode` a connection may be saved with (documents `ConnectionSettingsInput.tls_mode`).
 #[derive(schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schemars(rename = "TlsModeInput")]
 #[allow(dead_code)]
 enum TlsModeChoice {
     VerifyFull,
