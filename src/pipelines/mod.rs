@@ -1564,11 +1564,13 @@ pub async fn detail_with(
     })
 }
 
-/// A replication slot on a source, and the pipeline that owns it (None: an orphan).
-#[derive(Debug, Serialize)]
+/// A replication slot on a source, and the pipeline that owns it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "SourceSlot")]
 pub struct OwnedSlot {
     #[serde(flatten)]
     pub slot: source::SlotInfo,
+    /// The pipeline that owns the slot; null: an orphan (an admin may drop it).
     pub pipeline: Option<String>,
 }
 

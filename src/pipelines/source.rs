@@ -634,7 +634,7 @@ pub async fn signal_incremental_snapshot(
 }
 
 /// A PostgreSQL replication slot as the pipeline page shows it.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, schemars::JsonSchema)]
 pub struct SlotInfo {
     pub name: String,
     pub exists: bool,

@@ -313,49 +313,49 @@ pub fn route_table() -> Vec<RouteSpec> {
             "an alert channel's delivery log fragment",
             channels::log_fragment,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels",
             Admin,
             "alert channels (Slack, Teams, PagerDuty, e-mail); secrets shown as set/not set",
             channels::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alert-channels",
             Admin,
             "add an alert channel (name, kind, settings, secrets, rules, severities, group_wait_secs, tls_ca_certificate)",
             channels::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels/:id",
             Admin,
             "one alert channel",
             channels::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/alert-channels/:id",
             Admin,
             "change an alert channel (a new host, port, login or endpoint needs its secret again)",
             channels::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/alert-channels/:id",
             Admin,
             "remove an alert channel",
             channels::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alert-channels/:id/test",
             Admin,
             "send a test now and answer what the channel said",
             channels::api_test,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels/:id/deliveries",
             Admin,
@@ -1039,112 +1039,112 @@ pub fn route_table() -> Vec<RouteSpec> {
             "revoke an API token",
             tokens::api_revoke,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections",
             Viewer,
             "list connections",
             connections::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections",
             Admin,
             "create a connection",
             connections::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id",
             Viewer,
             "a connection (secret fields are never returned)",
             connections::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/connections/:id",
             Admin,
             "change a connection (settings merged key by key)",
             connections::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connections/:id",
             Admin,
             "delete an unused connection",
             connections::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections/:id/test",
             Operator,
             "test a connection",
             connections::api_test,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections/:id/rotate",
             Admin,
             "replace every secret field, keeping secret_ref",
             connections::api_rotate,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id/tables",
             Operator,
             "discover a source's tables",
             connections::api_tables,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id/slots",
             Viewer,
             "a PostgreSQL source's logical slots and the pipelines owning them",
             connections::api_slots,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connections/:id/slots/:name",
             Admin,
             "drop an orphan slot (?confirm=<name>)",
             connections::api_drop_slot,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters",
             Viewer,
             "list Connect clusters",
             clusters::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connect-clusters",
             Admin,
             "register a Connect cluster (url, basic auth, tls_ca_certificate for a private CA; returns its provider token once)",
             clusters::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters/:id",
             Viewer,
             "a Connect cluster",
             clusters::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/connect-clusters/:id",
             Admin,
             "change a Connect cluster's settings (an empty tls_ca_certificate removes it)",
             clusters::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connect-clusters/:id",
             Admin,
             "forget a Connect cluster",
             clusters::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connect-clusters/:id/provider-token",
             Admin,
