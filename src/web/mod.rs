@@ -1158,98 +1158,98 @@ pub fn route_table() -> Vec<RouteSpec> {
             "resolve ${cluecdc:ref:field} for a Connect worker",
             clusters::resolve,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters/:id/plugins",
             Viewer,
             "a Connect cluster's plugins, version and workers (live)",
             connectors::api_connect_plugins,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters",
             Viewer,
             "list Kafka clusters",
             connectors::api_kafka_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/kafka-clusters",
             Admin,
             "register a Kafka cluster",
             connectors::api_kafka_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id",
             Viewer,
             "a Kafka cluster with live health",
             connectors::api_kafka_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "change a Kafka cluster's settings",
             connectors::api_kafka_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "forget a Kafka cluster",
             connectors::api_kafka_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id/topics",
             Viewer,
             "topics with partitions and watermarks",
             connectors::api_topics,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/kafka-clusters/:id/topics",
             Operator,
             "create a topic with explicit settings",
             connectors::api_topic_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id/topics/:name",
             Viewer,
             "a topic with partitions, watermarks and configs",
             connectors::api_topic_get,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/kafka-clusters/:id/topics/:name",
             Admin,
             "delete a topic (?confirm=<name>)",
             connectors::api_topic_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connectors",
             Viewer,
             "connectors, desired and observed, plus unmanaged ones",
             connectors::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors",
             Admin,
             "add a desired connector by hand",
             connectors::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connectors/:name",
             Viewer,
             "a connector with drift and restart history (by id or name)",
             connectors::api_get,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connectors/:name",
             Admin,
@@ -1291,21 +1291,21 @@ pub fn route_table() -> Vec<RouteSpec> {
             "adopt Connect's live config as desired",
             connectors::api_adopt,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/drift",
             Viewer,
             "drift events across clusters",
             connectors::api_drift,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/reconciler",
             Viewer,
             "the reconciler: lease holder and last pass",
             connectors::api_reconciler,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/reconciler/pass",
             Operator,
@@ -1538,14 +1538,14 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         // Bulk actions (issue 30): one change set over many pipelines, deliveries,
         // replications or connectors, through the single actions' own services.
-        r(
+        op(
             M::POST,
             "/api/v1/bulk",
             Operator,
             "pause, resume, restart (only_failed) or delete many items: {action, targets: [{kind, id}]} or {action, filter: {kind, q, state, cluster}}; 202 with the operation and its items",
             bulk::api_start,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/bulk/:id",
             Viewer,
