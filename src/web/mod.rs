@@ -9,9 +9,9 @@
 /// through its connector: each module supplies `act(state, who, id, action)`.
 macro_rules! connector_actions {
     ($page_prefix:literal; $($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        #[handler]
-        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
-            Ok(Json(act(&state, &who, &id, $action).await?))
+        /// A typed API operation (`op(` in the route table): answers the connector after the action.
+        pub async fn $api(cx: $crate::web::api::Ctx, Path(id): Path<String>) -> ApiResult<Json<$crate::connectors::ConnectorView>> {
+            Ok(Json(act(&cx.state, &cx.who, &id, $action).await?))
         }
         #[handler]
         pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
@@ -1256,35 +1256,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "delete a connector (the reconciler removes it from Connect)",
             connectors::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/pause",
             Operator,
             "pause",
             connectors::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/resume",
             Operator,
             "resume",
             connectors::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/stop",
             Operator,
             "stop",
             connectors::api_stop,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/restart",
             Operator,
             "restart the connector and its tasks",
             connectors::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/adopt",
             Admin,
@@ -1354,21 +1354,21 @@ pub fn route_table() -> Vec<RouteSpec> {
             "delete a pipeline (?drop_slot=true also drops the replication slot)",
             pipelines::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/pause",
             Operator,
             "pause",
             pipelines::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/resume",
             Operator,
             "resume",
             pipelines::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/restart",
             Operator,
@@ -1587,21 +1587,21 @@ pub fn route_table() -> Vec<RouteSpec> {
             "delete a delivery's connector",
             deliveries::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/pause",
             Operator,
             "pause",
             deliveries::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/resume",
             Operator,
             "resume",
             deliveries::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/restart",
             Operator,
