@@ -139,7 +139,8 @@ pub struct TopicInfo {
     pub name: String,
     pub partitions: Vec<PartitionInfo>,
     /// The topic's configs (`cleanup.policy`, `retention.ms`, …); left out where not read.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    // `default` only so that the document does not list it as required (left out when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub configs: BTreeMap<String, String>,
     /// Kafka's own topics (`__consumer_offsets`, …).
     pub internal: bool,
