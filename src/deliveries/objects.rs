@@ -18,6 +18,7 @@ pub struct StoredObject {
     pub key: String,
     pub size: i64,
     /// RFC 3339 UTC with milliseconds.
+    #[schemars(extend("format" = "date-time"))]
     pub last_modified: String,
     #[serde(skip)]
     modified_ms: i64,

@@ -87,6 +87,7 @@ enum OperationKind {
 #[derive(schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[allow(dead_code)]
+#[schemars(rename = "OperationTargetKind")]
 enum TargetKind {
     Delivery,
     Pipeline,

@@ -457,6 +457,7 @@ pub struct TableFreshness {
     pub source_changed_at: Option<String>,
     pub stalled_secs: f64,
     /// `fresh`, `stalled`, `quiet`, `no_counter` or `unobserved` (see [`state`]).
+    #[schemars(with = "FreshnessState")]
     pub state: &'static str,
     /// The stalled table's likely causes as last looked up.
     pub cause: Option<String>,
@@ -1078,6 +1079,23 @@ pub(crate) async fn observe(
         "per-table freshness observed"
     );
     Ok(out)
+}
+
+/// A captured table's freshness (see `tables::freshness::state`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum FreshnessState {
+    /// Its topic changed recently enough.
+    Fresh,
+    /// The source changed but its topic did not.
+    Stalled,
+    /// Neither changed.
+    Quiet,
+    /// The source has no per-table change counter.
+    NoCounter,
+    /// Not seen by the monitor yet.
+    Unobserved,
 }
 
 #[cfg(test)]

@@ -578,11 +578,13 @@ pub struct DeliveryVerdict {
     pub from_version: i64,
     pub to_version: i64,
     /// info | breaking.
+    #[schemars(with = "Severity")]
     pub severity: String,
     pub changes: Vec<String>,
     /// What the sink will do, one sentence per change.
     pub says: Vec<String>,
     /// open (breaking, not dealt with yet) | accepted | superseded.
+    #[schemars(with = "VerdictState")]
     pub state: String,
     /// The guard paused the delivery for it.
     pub paused: bool,
@@ -667,8 +669,11 @@ pub async fn failure_cause(
 
 /// One version of a table, for the timeline.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "TableVersion")]
 pub struct Version {
     pub version: i64,
+    /// When ClueCDC first saw this version (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub first_seen: String,
     /// None: the table did not exist at this version (dropped).
     pub definition: Option<TableDef>,
@@ -921,6 +926,18 @@ pub async fn preview_mismatches(
         }
     }
     Ok(out)
+}
+
+/// Where a delivery's verdict on a schema change is.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "SchemaVerdictState")]
+pub(crate) enum VerdictState {
+    /// Breaking, not dealt with yet.
+    Open,
+    Accepted,
+    Superseded,
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ pub struct Patch {
 
 /// The pipeline after a change of its tables.
 #[derive(Serialize, JsonSchema)]
+#[schemars(rename = "PipelineTablesChanged")]
 pub struct TablesChanged {
     pub pipeline: Pipeline,
     /// Tables added by the change, which the connector snapshots incrementally.
@@ -123,6 +124,7 @@ pub async fn api_patch(
 
 /// Which tables to read again (`POST /api/v1/pipelines/{id}/resnapshot`).
 #[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "PipelineResnapshotInput")]
 pub struct ResnapshotInput {
     /// Captured tables (`schema.table`) to snapshot again; empty or left out: all of them.
     #[serde(default)]
@@ -142,6 +144,7 @@ pub async fn api_resnapshot(
 
 /// The typed confirmation of a pipeline reset (`POST /api/v1/pipelines/{id}/reset`).
 #[derive(Deserialize, Default, JsonSchema)]
+#[schemars(rename = "PipelineResetInput")]
 pub struct ResetInput {
     /// The pipeline's name, typed to confirm: a reset discards the connector's offsets and
     /// its slot, and snapshots every table again.
@@ -151,6 +154,7 @@ pub struct ResetInput {
 
 /// A started operation: follow it at `GET /api/v1/operations/{operation_id}`.
 #[derive(Serialize, JsonSchema)]
+#[schemars(rename = "PipelineResetStarted")]
 pub struct ResetStarted {
     pub operation_id: String,
 }

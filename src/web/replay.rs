@@ -93,6 +93,7 @@ pub async fn api_history(
 /// The typed confirmation of a restore (`POST …/offset-history/{entry}/restore`): the
 /// offsets Connect held before that change are set again.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(rename = "OffsetRestoreInput")]
 pub struct RestoreInput {
     /// The delivery's name, typed.
     confirm: Option<String>,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// One column as the catalog describes it. `data_type` is the engine's own spelling with
 /// length, precision and scale (`character varying(50)`, `numeric(10,2)`, `int unsigned`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "TableColumn")]
 pub struct Column {
     pub name: String,
     pub data_type: String,
