@@ -101,7 +101,8 @@ impl Capability {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How one check of a connection test went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckStatus {
     Pass,
@@ -110,11 +111,14 @@ pub enum CheckStatus {
 }
 
 /// One line of a connection test: what was checked, how it went, and how to fix a failure.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectionCheck")]
 pub struct Check {
+    /// What was checked, e.g. `reach`, `login`, `wal_level`, `bucket`.
     pub name: String,
     pub status: CheckStatus,
     pub message: String,
+    /// How to fix a warning or failure (absent when the check passed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
 }
