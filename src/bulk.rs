@@ -655,31 +655,13 @@ pub struct Bulk {
     pub items: Vec<Item>,
 }
 
-/// A bulk action as the API answers it: its operation's fields (as
-/// `GET /api/v1/operations/{id}` shows them) and its items.
+/// A bulk action as the API answers it: its operation (as `GET /api/v1/operations/{id}`
+/// shows it, kind `bulk`) and its items.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "Bulk")]
 pub struct BulkView {
-    pub id: String,
-    /// Always `bulk`.
-    pub kind: String,
-    /// Always `bulk`.
-    pub target_kind: String,
-    /// The change set's id.
-    pub target_id: String,
-    /// The action in words, e.g. "pause 3 deliveries".
-    pub target_name: String,
-    /// What it acts on, in one object.
-    pub target: BulkTarget,
-    pub step: String,
-    pub steps: Vec<String>,
-    #[schemars(with = "OperationState")]
-    pub state: String,
-    pub error: Option<String>,
-    /// Who asked.
-    pub actor: String,
-    pub started_at: String,
-    pub finished_at: Option<String>,
+    #[serde(flatten)]
+    pub operation: operations::OperationView,
     #[schemars(with = "ActionName")]
     pub action: String,
     pub only_failed: bool,
@@ -690,49 +672,10 @@ pub struct BulkView {
     pub items: Vec<Item>,
 }
 
-/// What a bulk acts on (`Bulk.target`): the change set.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "BulkChangeSet")]
-pub struct BulkTarget {
-    pub kind: String,
-    pub id: String,
-    pub name: String,
-}
-
-/// A durable operation's state (documents `Bulk.state`).
-#[derive(schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[schemars(rename = "BulkState")]
-#[allow(dead_code)]
-enum OperationState {
-    Running,
-    Done,
-    Failed,
-    /// Its process stopped before it finished.
-    Interrupted,
-}
-
 impl Bulk {
     pub fn view(self) -> BulkView {
-        let op = self.op;
         BulkView {
-            target: BulkTarget {
-                kind: op.target_kind.clone(),
-                id: op.target_id.clone(),
-                name: op.target_name.clone(),
-            },
-            id: op.id,
-            kind: op.kind,
-            target_kind: op.target_kind,
-            target_id: op.target_id,
-            target_name: op.target_name,
-            step: op.step,
-            steps: op.steps.into_iter().map(String::from).collect(),
-            state: op.state,
-            error: op.error,
-            actor: op.actor,
-            started_at: op.started_at,
-            finished_at: op.finished_at,
+            operation: operations::OperationView::from(&self.op),
             action: self.action,
             only_failed: self.only_failed,
             change_set: self.change_set,
