@@ -1157,6 +1157,7 @@ pub async fn page_delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn posted(body: &str) -> Form {
         Form::parse(body.as_bytes())
