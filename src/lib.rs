@@ -31,6 +31,7 @@ pub mod reconcile;
 pub mod replications;
 pub mod secrets;
 pub mod snapshots;
+pub mod strict;
 pub mod tables;
 pub mod telemetry;
 pub mod time;
