@@ -139,7 +139,10 @@ impl Action {
 #[schemars(rename = "NewBulk")]
 pub struct BulkInput {
     /// Required.
-    #[serde(default, deserialize_with = "crate::strict::one_of::<_, ActionName>")]
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, ActionName>"
+    )]
     #[schemars(with = "Option<ActionName>")]
     pub action: Option<String>,
     /// With `restart` only: restart only the failed connectors and tasks.
@@ -166,7 +169,7 @@ pub enum ActionName {
 #[schemars(rename = "BulkTargetInput")]
 pub struct TargetInput {
     /// Required.
-    #[serde(default, deserialize_with = "crate::strict::one_of::<_, Kind>")]
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Kind>")]
     #[schemars(with = "Option<Kind>")]
     pub kind: Option<String>,
     /// The item's id (a connector's name works too). Required.
@@ -178,7 +181,7 @@ pub struct TargetInput {
 #[schemars(rename = "BulkFilter")]
 pub struct FilterInput {
     /// The list. Required.
-    #[serde(default, deserialize_with = "crate::strict::one_of::<_, Kind>")]
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Kind>")]
     #[schemars(with = "Option<Kind>")]
     pub kind: Option<String>,
     #[serde(flatten)]

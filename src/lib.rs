@@ -31,7 +31,6 @@ pub mod reconcile;
 pub mod replications;
 pub mod secrets;
 pub mod snapshots;
-pub mod strict;
 pub mod tables;
 pub mod telemetry;
 pub mod time;

@@ -144,14 +144,14 @@ pub struct KafkaClusterInput {
     /// Default `PLAINTEXT`.
     #[serde(
         default,
-        deserialize_with = "crate::strict::one_of::<_, SecurityProtocol>"
+        deserialize_with = "crate::wire::enum_string::<_, SecurityProtocol>"
     )]
     #[schemars(with = "Option<SecurityProtocol>")]
     pub security_protocol: Option<String>,
     /// Required with a SASL protocol.
     #[serde(
         default,
-        deserialize_with = "crate::strict::one_of::<_, SaslMechanism>"
+        deserialize_with = "crate::wire::enum_string::<_, SaslMechanism>"
     )]
     #[schemars(with = "Option<SaslMechanism>")]
     pub sasl_mechanism: Option<String>,
@@ -590,7 +590,7 @@ pub struct NewTopicInput {
     /// Default `delete`.
     #[serde(
         default,
-        deserialize_with = "crate::strict::one_of::<_, CleanupPolicy>"
+        deserialize_with = "crate::wire::enum_string::<_, CleanupPolicy>"
     )]
     #[schemars(with = "Option<CleanupPolicy>")]
     pub cleanup_policy: Option<String>,

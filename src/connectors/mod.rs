@@ -28,7 +28,10 @@ pub struct ConnectorInput {
     #[schemars(extend("additionalProperties" = {"type": ["string", "number", "boolean"]}))]
     pub config: Option<serde_json::Map<String, Value>>,
     /// The state to create it in (default `running`).
-    #[serde(default, deserialize_with = "crate::strict::one_of::<_, InitialState>")]
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, InitialState>"
+    )]
     #[schemars(with = "Option<InitialState>")]
     pub desired_state: Option<String>,
 }
