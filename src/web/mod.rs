@@ -1608,56 +1608,56 @@ pub fn route_table() -> Vec<RouteSpec> {
             "restart",
             deliveries::api_restart,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alerts",
             Viewer,
             "alerts (state=firing for open ones)",
             alerts::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alerts/:id/ack",
             Operator,
             "acknowledge a firing alert",
             alerts::api_ack,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-rules",
             Viewer,
             "alert rules: thresholds and durations",
             alerts::api_rules,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/alert-rules/:kind",
             Admin,
             "change a rule's threshold, duration or enabled flag",
             alerts::api_rule_patch,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/webhooks",
             Admin,
             "webhooks notified of alert transitions",
             alerts::api_webhooks,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/webhooks",
             Admin,
             "add a webhook (url, signing secret, tls_ca_certificate for a private CA)",
             alerts::api_webhook_create,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/webhooks/:id",
             Admin,
             "remove a webhook",
             alerts::api_webhook_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/samples",
             Viewer,
