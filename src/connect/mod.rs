@@ -27,7 +27,7 @@ impl ConnectError {
 }
 
 /// One partition's position for a sink connector.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SinkOffset {
     pub topic: String,
     pub partition: i32,

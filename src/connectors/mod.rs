@@ -22,7 +22,7 @@ pub struct ConnectorInput {
     pub desired_state: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TaskView {
     pub id: i64,
     pub state: String,
@@ -31,7 +31,7 @@ pub struct TaskView {
 }
 
 /// A connector as the API and pages show it: desired next to observed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ConnectorView {
     pub id: String,
     pub name: String,

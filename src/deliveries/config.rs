@@ -21,7 +21,7 @@ pub const DEFAULT_KEY_TEMPLATE: &str = "{{topic}}/year={{timestamp:unit=yyyy}}/m
 pub const DEFAULT_RECORDS_PER_FILE: u32 = 10_000;
 
 /// Database delivery settings (API names), with the defaults a CDC replica wants.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct JdbcOptions {
     /// insert, upsert or update.
     pub insert_mode: String,
@@ -61,7 +61,7 @@ impl Default for JdbcOptions {
 /// Object-storage delivery settings (API names). Flushing has no per-connector key: objects are
 /// written at each offset commit of the Connect worker (`offset.flush.interval.ms`) or when
 /// `records_per_file` records have gathered for one file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ObjectStorageOptions {
     /// jsonl: one JSON line per record with key, value, offset and timestamp.
     pub format: String,

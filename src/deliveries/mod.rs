@@ -22,7 +22,7 @@ use crate::pipelines::{self, config::table_topic};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct DeliveryInput {
     pub name: Option<String>,
     pub pipeline_id: Option<String>,
@@ -52,7 +52,7 @@ pub struct DeliveryInput {
 }
 
 /// What kind of destination a delivery writes to (API name), from its connection's provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Database,
@@ -104,7 +104,7 @@ impl std::fmt::Display for Kind {
 }
 
 /// A delivery's settings, by kind (stored as the JSON of the inner struct).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Options {
     Database(JdbcOptions),
@@ -120,7 +120,7 @@ impl Options {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Delivery {
     pub id: String,
     pub name: String,
@@ -226,7 +226,7 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
 }
 
 /// Everything checked; what would be deployed. Creates nothing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Preview {
     pub kind: Kind,
     pub connector_name: String,
@@ -1130,7 +1130,7 @@ pub async fn delete_step(
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Detail {
     pub delivery: Delivery,
     pub connector: Option<ConnectorView>,

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::secrets::store::SecretStore;
 use crate::secrets::Secret;
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StoredObject {
     pub key: String,
     pub size: i64,
@@ -23,7 +23,7 @@ pub struct StoredObject {
     modified_ms: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ObjectList {
     /// Newest first.
     pub items: Vec<StoredObject>,

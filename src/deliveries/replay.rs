@@ -20,7 +20,7 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::operations::{self, NewOperation};
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ReplayInput {
     /// earliest | latest | timestamp | offsets
     pub from: Option<String>,
@@ -32,7 +32,7 @@ pub struct ReplayInput {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct OffsetInput {
     pub topic: Option<String>,
     pub partition: Option<i64>,
@@ -40,7 +40,7 @@ pub struct OffsetInput {
 }
 
 /// One partition of the plan.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PlanItem {
     pub topic: String,
     pub partition: i32,
@@ -57,7 +57,7 @@ pub struct PlanItem {
     pub oldest_retained_at: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ReplayPlan {
     pub from: String,
     pub timestamp: Option<String>,
@@ -308,7 +308,7 @@ fn given_offsets(
     Ok(out)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Started {
     pub operation_id: String,
     pub plan: ReplayPlan,
@@ -402,7 +402,7 @@ pub async fn start(
 }
 
 /// One offset change of a delivery: what Connect held before it and after.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HistoryEntry {
     pub id: i64,
     pub operation_id: String,

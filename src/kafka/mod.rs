@@ -501,7 +501,7 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PartitionLag {
     pub topic: String,
     pub partition: i32,

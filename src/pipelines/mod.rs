@@ -24,7 +24,7 @@ use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct PipelineInput {
     pub name: Option<String>,
     pub source_connection_id: Option<String>,
@@ -44,7 +44,7 @@ pub struct PipelineInput {
 }
 
 /// Everything checked and derived, before anything is created.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Preview {
     pub connector_name: String,
     pub connector_class: String,
@@ -606,7 +606,7 @@ async fn create_topics(
     Ok(())
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Pipeline {
     pub id: String,
     pub name: String,
@@ -1033,7 +1033,7 @@ pub async fn snapshot_signal_step(
 
 /// What a re-snapshot request sent: the signal's id (the row in the source's signal table)
 /// and the tables it names.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Resnapshot {
     pub signal_id: String,
     pub tables: Vec<String>,
@@ -1209,7 +1209,7 @@ pub async fn restart(
     connectors::request_restart(pool, wake, who, &p.connector_id, only_failed).await
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Deleted {
     pub connector_removed: bool,
     pub slot_dropped: bool,
@@ -1338,7 +1338,7 @@ pub async fn delete_step(
 }
 
 /// The pipeline page's live facts.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Detail {
     pub pipeline: Pipeline,
     pub connector: Option<ConnectorView>,
@@ -1365,7 +1365,7 @@ pub struct Detail {
     pub tables: Vec<crate::tables::freshness::TableFreshness>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopicSize {
     pub name: String,
     pub records: i64,

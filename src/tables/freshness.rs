@@ -439,7 +439,7 @@ pub fn filtering_options(options: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// A captured table as the pipeline page and `GET /api/v1/pipelines/{id}` show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TableFreshness {
     pub name: String,
     pub topic: String,
@@ -572,7 +572,7 @@ pub fn sort_stalest(tables: &mut [TableFreshness]) {
 }
 
 /// A delivered table's lag, as the delivery page and `GET /api/v1/deliveries/{id}` show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeliveryTable {
     pub name: String,
     pub topic: String,

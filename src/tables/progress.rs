@@ -452,7 +452,7 @@ fn rate(t: &TableRun, rows: i64, now: i64) -> Option<f64> {
 }
 
 /// A snapshot as the page and `GET /api/v1/pipelines/{id}` show it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct Snapshot {
     pub kind: String,
     pub state: String,
@@ -468,7 +468,7 @@ pub struct Snapshot {
     pub eta_seconds: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct TableProgress {
     pub name: String,
     pub state: String,

@@ -570,7 +570,7 @@ struct VerdictRow {
 }
 
 /// One delivery's verdict on one change of a table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeliveryVerdict {
     pub delivery_id: String,
     pub delivery: String,
@@ -666,7 +666,7 @@ pub async fn failure_cause(
 }
 
 /// One version of a table, for the timeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Version {
     pub version: i64,
     pub first_seen: String,
@@ -689,7 +689,7 @@ impl Version {
 }
 
 /// A captured table's schema history and what each delivery makes of its newest change.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TableSchema {
     pub table: String,
     /// Oldest first.
@@ -715,7 +715,7 @@ impl TableSchema {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PipelineSchema {
     pub pipeline_id: String,
     pub tables: Vec<TableSchema>,

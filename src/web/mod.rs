@@ -9,9 +9,9 @@
 /// through its connector: each module supplies `act(state, who, id, action)`.
 macro_rules! connector_actions {
     ($page_prefix:literal; $($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        #[handler]
-        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
-            Ok(Json(act(&state, &who, &id, $action).await?))
+        /// A typed API operation (`op(` in the route table): answers the connector after the action.
+        pub async fn $api(cx: $crate::web::api::Ctx, Path(id): Path<String>) -> ApiResult<Json<$crate::connectors::ConnectorView>> {
+            Ok(Json(act(&cx.state, &cx.who, &id, $action).await?))
         }
         #[handler]
         pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
@@ -1256,35 +1256,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "delete a connector (the reconciler removes it from Connect)",
             connectors::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/pause",
             Operator,
             "pause",
             connectors::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/resume",
             Operator,
             "resume",
             connectors::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/stop",
             Operator,
             "stop",
             connectors::api_stop,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/restart",
             Operator,
             "restart the connector and its tasks",
             connectors::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/adopt",
             Admin,
@@ -1312,140 +1312,140 @@ pub fn route_table() -> Vec<RouteSpec> {
             "reconcile now (in whichever process holds the lease)",
             connectors::api_reconcile_now,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines",
             Viewer,
             "list pipelines",
             pipelines::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines",
             Operator,
             "create a pipeline (validated by the plugin first)",
             pipelines::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/preview",
             Operator,
             "the exact connector config, topics and plugin verdict; creates nothing",
             pipelines::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines/:id",
             Viewer,
             "a pipeline with connector, topics, slot and snapshot state",
             pipelines::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/pipelines/:id",
             Operator,
             "change the captured tables (added ones get an incremental snapshot)",
             pipelines::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/pipelines/:id",
             Operator,
             "delete a pipeline (?drop_slot=true also drops the replication slot)",
             pipelines::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/pause",
             Operator,
             "pause",
             pipelines::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/resume",
             Operator,
             "resume",
             pipelines::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/restart",
             Operator,
             "restart",
             pipelines::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/resnapshot",
             Operator,
             "incremental re-snapshot of some of the pipeline's tables (body {tables})",
             pipelines::api_resnapshot,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/reset",
             Operator,
             "reset and re-snapshot: source offsets removed, a full snapshot again (body {confirm})",
             pipelines::api_reset,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines/:id/schema",
             Viewer,
             "per captured table: schema versions, the newest change, and each delivery's verdict on it",
             pipelines::api_schema,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries",
             Viewer,
             "list deliveries",
             deliveries::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries",
             Operator,
             "create a delivery (destination and plugin checked first)",
             deliveries::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/preview",
             Operator,
             "the exact sink config and the plugin's verdict; creates nothing",
             deliveries::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id",
             Viewer,
             "a delivery with connector state and lag per partition",
             deliveries::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/deliveries/:id",
             Operator,
             "change a delivery's topics or settings (database or object storage)",
             deliveries::api_patch,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/replay",
             Operator,
             "replay or skip a delivery's records (?dry_run=true: the plan only)",
             replay::api_replay,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id/offset-history",
             Viewer,
             "a delivery's offset changes, before and after",
             replay::api_history,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/offset-history/:entry/restore",
             Operator,
@@ -1522,14 +1522,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "resume",
             replications::api_resume,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/operations",
             Viewer,
             "a target's operations, newest first (?target=ID)",
             replay::api_operations,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/operations/:id",
             Viewer,
@@ -1573,35 +1573,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "a bulk action's progress page (refreshes itself)",
             bulk::page_progress,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id/objects",
             Viewer,
             "an object-storage delivery's newest objects (key, size, time; never contents)",
             deliveries::api_objects,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/deliveries/:id",
             Operator,
             "delete a delivery's connector",
             deliveries::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/pause",
             Operator,
             "pause",
             deliveries::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/resume",
             Operator,
             "resume",
             deliveries::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/restart",
             Operator,
