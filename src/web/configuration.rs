@@ -52,10 +52,28 @@ struct ApplyBody {
     secrets: BTreeMap<String, Secret<String>>,
 }
 
-/// The document to apply and the values of its references, read from either body form.
+/// `POST /api/v1/apply`'s body as sent: read here, parsed by the handler once the caller's role
+/// is checked (a viewer is refused, not told what is wrong with the body).
 pub struct ApplyInput {
     text: String,
-    values: Values,
+    json: bool,
+}
+
+impl ApplyInput {
+    /// The document and the values of its references, from either body form.
+    fn document(self) -> Result<(String, Values), Error> {
+        if !self.json {
+            return Ok((self.text, Values::Given(BTreeMap::new())));
+        }
+        let b: ApplyBody = serde_json::from_str(&self.text).map_err(|e| {
+            // serde's message names the field, never a value.
+            Error::field(
+                "(body)",
+                format!("send {{\"document\": \"<YAML>\", \"secrets\": {{\"<NAME>\": \"<value>\"}}}}, or the YAML alone: {}", e.to_string().split(" at line").next().unwrap_or_default()),
+            )
+        })?;
+        Ok((b.document, Values::Given(b.secrets)))
+    }
 }
 
 impl Input for ApplyInput {
@@ -69,23 +87,7 @@ impl Input for ApplyInput {
         let json = req
             .content_type()
             .is_some_and(|t| t.starts_with("application/json"));
-        if !json {
-            return Ok(ApplyInput {
-                text,
-                values: Values::Given(BTreeMap::new()),
-            });
-        }
-        let b: ApplyBody = serde_json::from_str(&text).map_err(|e| {
-            // serde's message names the field, never a value.
-            Error::field(
-                "(body)",
-                format!("send {{\"document\": \"<YAML>\", \"secrets\": {{\"<NAME>\": \"<value>\"}}}}, or the YAML alone: {}", e.to_string().split(" at line").next().unwrap_or_default()),
-            )
-        })?;
-        Ok(ApplyInput {
-            text: b.document,
-            values: Values::Given(b.secrets),
-        })
+        Ok(ApplyInput { text, json })
     }
 
     fn describe(op: &mut OpDoc) {
@@ -272,9 +274,10 @@ pub async fn api_apply(
     input: ApplyInput,
 ) -> ApiResult<ApplyAnswer> {
     cx.who.require(Role::Admin, "apply configuration")?;
-    let loaded = parse(&input.text)?;
+    let (text, values) = input.document()?;
+    let loaded = parse(&text)?;
     let prune = q.prune.unwrap_or(false);
-    let c = ctx(&cx.state, &cx.who, &input.values);
+    let c = ctx(&cx.state, &cx.who, &values);
     let plan = plan::plan(&c, &loaded, prune).await?;
     if q.dry_run.unwrap_or(false) {
         return Ok(json_reply(
