@@ -194,7 +194,7 @@ pub enum Applied {
     /// `dry_run=true`: the plan; nothing was changed.
     Planned(Planned),
     /// Every step of the plan was applied.
-    Done(Report),
+    Done(Box<Report>),
 }
 
 /// The plan of a dry run.
@@ -244,7 +244,7 @@ fn json_reply<T: Serialize>(status: StatusCode, body: &T) -> Result<ApplyAnswer,
 
 fn report_response(r: Report) -> Result<ApplyAnswer, Error> {
     let Some(f) = &r.failed else {
-        return json_reply(StatusCode::OK, &Applied::Done(r));
+        return json_reply(StatusCode::OK, &Applied::Done(Box::new(r)));
     };
     let (status, message) = match &f.cause {
         Some(e) => (status_of(e), public_message(e)),
