@@ -436,14 +436,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "apply a pasted document",
             configuration::apply_form,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/export",
             Admin,
             "the setup as YAML (apiVersion cluecdc/v1, or ?format=strimzi&namespace=&connect_cluster=)",
             configuration::api_export,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/apply",
             Admin,
@@ -1452,70 +1452,70 @@ pub fn route_table() -> Vec<RouteSpec> {
             "restore the offsets saved before a change (?dry_run=true: the plan only)",
             replay::api_restore,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications",
             Viewer,
             "list replications",
             replications::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications",
             Operator,
             "create a replication (pattern checked against the source's topics, connectors validated)",
             replications::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/preview",
             Operator,
             "what a replication would copy and its three connector configs; creates nothing",
             replications::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications/:id",
             Viewer,
             "a replication with its connectors, lag per partition, checkpoints and heartbeat age",
             replications::api_get,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications/:id/readiness",
             Viewer,
             "failover readiness of a consumer group (?group=G): translated offsets, replay and miss",
             replications::api_readiness,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/replications/:id",
             Operator,
             "delete a replication's connectors (the copied topics stay)",
             replications::api_delete,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/replications/:id",
             Operator,
             "change a replication's topics (or pipelines), groups or group-offset sync in place",
             replications::api_patch,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/restart",
             Operator,
             "restart the three connectors and their tasks",
             replications::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/pause",
             Operator,
             "pause",
             replications::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/resume",
             Operator,
@@ -1608,56 +1608,56 @@ pub fn route_table() -> Vec<RouteSpec> {
             "restart",
             deliveries::api_restart,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alerts",
             Viewer,
             "alerts (state=firing for open ones)",
             alerts::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alerts/:id/ack",
             Operator,
             "acknowledge a firing alert",
             alerts::api_ack,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-rules",
             Viewer,
             "alert rules: thresholds and durations",
             alerts::api_rules,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/alert-rules/:kind",
             Admin,
             "change a rule's threshold, duration or enabled flag",
             alerts::api_rule_patch,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/webhooks",
             Admin,
             "webhooks notified of alert transitions",
             alerts::api_webhooks,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/webhooks",
             Admin,
             "add a webhook (url, signing secret, tls_ca_certificate for a private CA)",
             alerts::api_webhook_create,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/webhooks/:id",
             Admin,
             "remove a webhook",
             alerts::api_webhook_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/samples",
             Viewer,
@@ -1671,14 +1671,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "Prometheus metrics (bearer token)",
             alerts::metrics,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/audit",
             Viewer,
             "audit rows, newest first, filtered and paged",
             audit::api_list,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/audit/export",
             Viewer,
