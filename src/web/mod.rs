@@ -59,13 +59,6 @@ use serde::Serialize;
 
 use crate::app::AppState;
 
-/// A JSON body that is already serialized (a list snapshot's), as the API answers it.
-pub(crate) fn json_text(body: &str) -> Response {
-    Response::builder()
-        .content_type("application/json")
-        .body(body.to_owned())
-}
-
 /// Who may call a route. `Viewer` means any signed-in user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
