@@ -23,6 +23,7 @@ macro_rules! connector_actions {
 }
 
 mod alerts;
+mod api_docs;
 mod assets;
 mod audit;
 mod auth;
@@ -134,6 +135,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Public,
             "embedded static assets",
             assets::asset,
+        ),
+        r(
+            M::GET,
+            API_DOCS,
+            Public,
+            "the browsable API reference (Swagger UI over the OpenAPI document)",
+            api_docs::page,
         ),
         r(M::GET, LOGIN, Public, "sign-in page", auth::login_page),
         r(M::POST, LOGIN, Public, "sign in", auth::login_submit),
@@ -935,7 +943,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         // JSON API
         r(
             M::GET,
-            "/api/v1/openapi.json",
+            OPENAPI,
             Viewer,
             "this API's OpenAPI document",
             openapi::document,

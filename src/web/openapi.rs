@@ -13,7 +13,7 @@ pub fn build() -> Value {
     let mut paths = Map::new();
     for route in super::route_infos()
         .into_iter()
-        .filter(|r| r.path.starts_with("/api/"))
+        .filter(|r| r.path.starts_with("/api/v1/"))
     {
         // poem's `:id` becomes OpenAPI's `{id}`.
         let path = route
@@ -37,12 +37,8 @@ pub fn build() -> Value {
             "summary": route.summary,
             "parameters": params,
             "x-cluecdc-access": route.access,
-            "responses": {
-                "200": {"description": "OK"},
-                "401": {"$ref": "#/components/responses/Error"},
-                "403": {"$ref": "#/components/responses/Error"},
-                "422": {"$ref": "#/components/responses/Error"}
-            }
+            // Not yet typed: any status, body not described (the typed layer lists each one).
+            "responses": {"default": {"description": "any status; not yet described"}}
         });
     }
     json!({
