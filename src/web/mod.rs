@@ -944,7 +944,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         r(
             M::GET,
             OPENAPI,
-            Viewer,
+            Public,
             "this API's OpenAPI document",
             openapi::document,
         ),

@@ -21,6 +21,8 @@ const PUBLIC: &[&str] = &[
     "/setup",
     // The API reference: a page that shows the (public) document; trying an operation needs a token.
     "/api/docs",
+    // The OpenAPI document: a contract for tools, nothing about this instance's data.
+    "/api/v1/openapi.json",
 ];
 
 fn method(m: &str) -> Method {
