@@ -87,3 +87,12 @@ test('the API reference is public, like the document it shows', async () => {
     assert.equal((await fetch(app.url + asset)).status, 200, asset);
   }
 });
+
+test('the API reference stays readable at 320 px wide', async () => {
+  const page = await browser.newPage({ viewport: { width: 320, height: 640 } });
+  await page.goto(app.url + '/api/docs');
+  await page.locator('.opblock').first().waitFor({ timeout: 30_000 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(overflow <= 0, `/api/docs scrolls sideways by ${overflow}px at 320px`);
+  await screenshot(page, 'api-docs-320');
+});
