@@ -24,6 +24,7 @@ macro_rules! connector_actions {
 
 mod alerts;
 pub mod api;
+mod api_docs;
 mod assets;
 mod audit;
 mod auth;
@@ -163,6 +164,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Public,
             "embedded static assets",
             assets::asset,
+        ),
+        r(
+            M::GET,
+            API_DOCS,
+            Viewer,
+            "the browsable API reference (Swagger UI over the OpenAPI document)",
+            api_docs::page,
         ),
         r(M::GET, LOGIN, Public, "sign-in page", auth::login_page),
         r(M::POST, LOGIN, Public, "sign in", auth::login_submit),
@@ -964,7 +972,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         // JSON API
         op(
             M::GET,
-            "/api/v1/openapi.json",
+            OPENAPI,
             Viewer,
             "this API's OpenAPI 3.1 document",
             openapi::document,

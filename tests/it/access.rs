@@ -780,7 +780,10 @@ async fn the_openapi_document_lists_every_api_route() {
         .json()
         .await
         .unwrap();
-    for route in routes().into_iter().filter(|r| r.path.starts_with("/api/")) {
+    for route in routes()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/v1/"))
+    {
         let path = route
             .path
             .split('/')
@@ -797,4 +800,60 @@ async fn the_openapi_document_lists_every_api_route() {
             route.method
         );
     }
+}
+
+/// The typed routes of users, tokens, sessions and `me`, driven through the `Api` client, whose
+/// every response (successes, field errors, not found) is checked against the served document.
+#[tokio::test]
+async fn the_user_token_and_session_routes_answer_as_the_openapi_document_says() {
+    let api = admin_api();
+    let (status, me) = api.get("/api/v1/me").await;
+    assert_eq!((status, me["name"].as_str()), (200, Some("ada")), "{me}");
+
+    let (status, otto) = api
+        .post(
+            "/api/v1/users",
+            json!({"name": "otto", "role": "operator", "password": PASSWORD}),
+        )
+        .await;
+    assert_eq!(status, 201, "{otto}");
+    let (status, err) = api
+        .post(
+            "/api/v1/users",
+            json!({"name": "Bad Name", "role": "viewer", "password": "short"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{err}");
+    let id = otto["id"].as_str().unwrap();
+    let (status, patched) = api
+        .patch(&format!("/api/v1/users/{id}"), json!({"role": "viewer"}))
+        .await;
+    assert_eq!((status, patched["role"].as_str()), (200, Some("viewer")));
+    let (status, _) = api
+        .patch("/api/v1/users/no-such-user", json!({"disabled": true}))
+        .await;
+    assert_eq!(status, 404);
+    let (status, users) = api.get("/api/v1/users?limit=1&page=2").await;
+    assert_eq!(status, 200, "{users}");
+
+    let (status, created) = api
+        .post(
+            "/api/v1/tokens",
+            json!({"user": "ada", "label": "ci", "expires": "30d"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let (status, tokens) = api.get("/api/v1/tokens").await;
+    assert_eq!(status, 200);
+    assert!(tokens["items"].as_array().unwrap().len() >= 2, "{tokens}");
+    let token_id = created["info"]["id"].as_str().unwrap();
+    let (status, _) = api.delete(&format!("/api/v1/tokens/{token_id}")).await;
+    assert_eq!(status, 204);
+    let (status, _) = api.delete(&format!("/api/v1/tokens/{token_id}x")).await;
+    assert_eq!(status, 404);
+
+    let _browser = sign_in(&api.app, "ada", PASSWORD).await;
+    let (status, sessions) = api.get("/api/v1/sessions").await;
+    assert_eq!(status, 200);
+    assert_eq!(sessions["items"][0]["user_name"], "ada", "{sessions}");
 }

@@ -84,17 +84,41 @@ async fn a_copy_of_the_binary_alone_in_an_empty_directory_serves_its_page_and_ht
 }
 
 #[test]
-fn the_vendored_htmx_matches_the_checksum_recorded_beside_it() {
+fn every_vendored_file_matches_the_checksum_recorded_beside_it() {
     use sha2::{Digest, Sha256};
     let root = env!("CARGO_MANIFEST_DIR");
-    let js = std::fs::read(format!("{root}/static/htmx.min.js")).unwrap();
     let recorded = std::fs::read_to_string(format!("{root}/static/VENDORED.md")).unwrap();
-    let actual = hex::encode(Sha256::digest(&js));
-    assert!(
-        recorded.contains(&actual),
-        "static/VENDORED.md does not record sha256 {actual}"
-    );
-    assert!(std::path::Path::new(&format!("{root}/static/htmx.LICENSE")).exists());
+    // The table's rows: | `file` | origin | version | sha256 | licence |
+    let rows: Vec<(String, String)> = recorded
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let file = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((file.to_string(), cells.get(4)?.to_string()))
+        })
+        .collect();
+    let files: Vec<&str> = rows.iter().map(|(f, _)| f.as_str()).collect();
+    for expected in [
+        "htmx.min.js",
+        "swagger-ui/swagger-ui-bundle.js",
+        "swagger-ui/swagger-ui.css",
+    ] {
+        assert!(
+            files.contains(&expected),
+            "{expected} is not in VENDORED.md: {files:?}"
+        );
+    }
+    for (file, sha) in &rows {
+        let bytes = std::fs::read(format!("{root}/static/{file}")).unwrap();
+        assert_eq!(
+            &hex::encode(Sha256::digest(&bytes)),
+            sha,
+            "static/{file} differs from the sha256 static/VENDORED.md records"
+        );
+    }
+    for licence in ["htmx.LICENSE", "swagger-ui/LICENSE", "swagger-ui/NOTICE"] {
+        assert!(std::path::Path::new(&format!("{root}/static/{licence}")).exists());
+    }
 }
 
 #[tokio::test]

@@ -422,14 +422,24 @@ impl Api {
     ) -> (u16, serde_json::Value) {
         let mut req = self
             .http
-            .request(method, format!("{}{path}", self.app.url))
+            .request(method.clone(), format!("{}{path}", self.app.url))
             .bearer_auth(&self.token);
         if let Some(b) = body {
             req = req.json(&b);
         }
         let res = req.send().await.unwrap();
         let status = res.status().as_u16();
+        let content_type = content_type(&res);
         let text = res.text().await.unwrap();
+        contract::assert_documented(
+            &self.app.url,
+            method.as_str(),
+            path,
+            status,
+            content_type.as_deref(),
+            &text,
+        )
+        .await;
         (
             status,
             serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
@@ -447,17 +457,29 @@ impl Api {
     pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
         self.call(reqwest::Method::DELETE, path, None).await
     }
-    /// A page or text endpoint (HTML, Prometheus text) as this API's user sees it.
+    /// A page or text endpoint (HTML, Prometheus text, YAML) as this API's user sees it; under
+    /// `/api/v1` held to the OpenAPI document like [`Api::call`].
     pub async fn text(&self, path: &str) -> String {
-        self.http
+        let res = self
+            .http
             .get(format!("{}{path}", self.app.url))
             .bearer_auth(&self.token)
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+            .unwrap();
+        let status = res.status().as_u16();
+        let content_type = content_type(&res);
+        let text = res.text().await.unwrap();
+        contract::assert_documented(
+            &self.app.url,
+            "GET",
+            path,
+            status,
+            content_type.as_deref(),
+            &text,
+        )
+        .await;
+        text
     }
     /// Creates a connection and returns its JSON (panics with the error otherwise).
     pub async fn connection(&self, body: serde_json::Value) -> serde_json::Value {
@@ -465,6 +487,13 @@ impl Api {
         assert_eq!(status, 201, "create connection: {v}");
         v
     }
+}
+
+fn content_type(res: &reqwest::Response) -> Option<String> {
+    res.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 // ---- a throwaway PostgreSQL cluster ---------------------------------------------------------
@@ -1227,4 +1256,541 @@ pub async fn test_connection(
         .await;
     assert_eq!(status, 200, "{report}");
     (c, report)
+}
+
+// ---- every API response held to the OpenAPI document ----------------------------------------
+
+/// The OpenAPI document the server serves, and the check every response of [`Api::call`] passes:
+/// the operation is found by method and path template, the status must be documented for it
+/// (explicitly, by range, or by `default`), and a JSON body must match the documented schema
+/// (JSON Schema 2020-12, `#/components/schemas/…` resolved in the whole document).
+pub mod contract {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+
+    /// An OpenAPI 3.1 document, each response schema compiled once.
+    pub struct Document {
+        doc: Value,
+        /// The servers' path prefix (`servers[0].url` when it is a path), stripped before matching.
+        base: String,
+        compiled: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+    }
+
+    /// The operation a request is an instance of.
+    pub struct Operation<'a> {
+        pub template: &'a str,
+        pub op: &'a Value,
+    }
+
+    impl Document {
+        pub fn new(doc: Value) -> Document {
+            let base = doc["servers"][0]["url"]
+                .as_str()
+                .filter(|u| u.starts_with('/'))
+                .unwrap_or("")
+                .trim_end_matches('/')
+                .to_string();
+            Document {
+                doc,
+                base,
+                compiled: Mutex::default(),
+            }
+        }
+
+        /// The operation for `method` on `path` (its query string ignored). A templated segment
+        /// (`{id}`) matches any one non-empty segment; where several templates match, literal
+        /// segments win from the left (`/deliveries/preview` over `/deliveries/{id}`): OpenAPI
+        /// matches concrete paths before templated ones.
+        pub fn operation(&self, method: &str, path: &str) -> Option<Operation<'_>> {
+            let path = path.split(['?', '#']).next().unwrap_or_default();
+            let path = path.strip_prefix(self.base.as_str()).unwrap_or(path);
+            let segments: Vec<&str> = path.split('/').collect();
+            let method = method.to_ascii_lowercase();
+            let mut best: Option<(Vec<bool>, &str, &Value)> = None;
+            for (template, item) in self.doc["paths"].as_object()? {
+                let templ: Vec<&str> = template.split('/').collect();
+                if templ.len() != segments.len() {
+                    continue;
+                }
+                let mut literal = Vec::with_capacity(templ.len());
+                let matches = templ.iter().zip(&segments).all(|(t, s)| {
+                    let param = t.starts_with('{') && t.ends_with('}');
+                    literal.push(!param);
+                    if param {
+                        !s.is_empty()
+                    } else {
+                        t == s
+                    }
+                });
+                let Some(op) = item.get(&method).filter(|_| matches) else {
+                    continue;
+                };
+                if best.as_ref().is_none_or(|(b, ..)| literal > *b) {
+                    best = Some((literal, template, op));
+                }
+            }
+            best.map(|(_, template, op)| Operation { template, op })
+        }
+
+        /// Follows local `$ref`s (`#/components/responses/…`) to the object itself.
+        fn resolve<'a>(&'a self, mut v: &'a Value) -> &'a Value {
+            for _ in 0..16 {
+                let Some(target) = v
+                    .get("$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.strip_prefix('#'))
+                    .and_then(|ptr| self.doc.pointer(ptr))
+                else {
+                    break;
+                };
+                v = target;
+            }
+            v
+        }
+
+        /// Checks one response; `Err` lists every way it differs from the document.
+        pub fn check(
+            &self,
+            method: &str,
+            path: &str,
+            status: u16,
+            content_type: Option<&str>,
+            body: &str,
+        ) -> Result<(), Vec<String>> {
+            let Some(Operation { template, op }) = self.operation(method, path) else {
+                // The router's answer for a route the API does not have: no document can list it.
+                if matches!(status, 404 | 405) {
+                    return Ok(());
+                }
+                return Err(vec![format!(
+                    "the document has no operation for {method} {path}"
+                )]);
+            };
+            let responses = &op["responses"];
+            let code = status.to_string();
+            let range = format!("{}XX", status / 100);
+            let Some((key, response)) = [code.as_str(), range.as_str(), "default"]
+                .into_iter()
+                .find_map(|k| responses.get(k).map(|r| (k, self.resolve(r))))
+            else {
+                let documented: Vec<&String> = responses
+                    .as_object()
+                    .map(|m| m.keys().collect())
+                    .unwrap_or_default();
+                return Err(vec![format!(
+                    "status {status} is not documented for {method} {template} (documented: {documented:?})"
+                )]);
+            };
+            let Some(content) = response
+                .get("content")
+                .and_then(Value::as_object)
+                .filter(|c| !c.is_empty())
+            else {
+                // An explicit status without content declares an empty body; `default` without
+                // content says nothing about the body (how a not-yet-typed operation appears).
+                if key != "default" && !body.trim().is_empty() {
+                    return Err(vec![format!(
+                        "response {key} of {method} {template} documents no body, but one came"
+                    )]);
+                }
+                return Ok(());
+            };
+            let actual = content_type
+                .and_then(|c| c.split(';').next())
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            let Some((media, media_object)) =
+                content.iter().find(|(m, _)| media_matches(m, &actual))
+            else {
+                let documented: Vec<&String> = content.keys().collect();
+                return Err(vec![format!(
+                    "content type {actual:?} is not documented for response {key} of {method} {template} (documented: {documented:?})"
+                )]);
+            };
+            let Some(schema) = media_object.get("schema") else {
+                return Ok(());
+            };
+            if !is_json(&actual) {
+                return Ok(());
+            }
+            let instance: Value = serde_json::from_str(body).map_err(|e| {
+                vec![format!(
+                    "the body is not JSON ({e}) though its content type is {actual}"
+                )]
+            })?;
+            let validator =
+                self.validator(&format!("{method} {template} {key} {media}"), schema)?;
+            let errors: Vec<String> = validator
+                .iter_errors(&instance)
+                .map(|e| format!("at \"{}\": {e}", e.instance_path()))
+                .collect();
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors)
+            }
+        }
+
+        fn validator(
+            &self,
+            key: &str,
+            schema: &Value,
+        ) -> Result<Arc<jsonschema::Validator>, Vec<String>> {
+            let mut cache = self.compiled.lock().unwrap();
+            if let Some(v) = cache.get(key) {
+                return Ok(v.clone());
+            }
+            // The schema is put at the root of a copy of the whole document, so its
+            // `#/components/schemas/…` references resolve there; the document's own fields
+            // (`openapi`, `info`, `paths`, `components`) are no JSON Schema keywords and are
+            // ignored by the validator.
+            let root = match schema {
+                Value::Object(s) => {
+                    let mut root = self.doc.as_object().cloned().unwrap_or_default();
+                    root.extend(s.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    Value::Object(root)
+                }
+                other => other.clone(),
+            };
+            let validator = jsonschema::options()
+                .with_draft(jsonschema::Draft::Draft202012)
+                .should_validate_formats(true)
+                .with_keyword("writeOnly", write_only)
+                .build(&root)
+                .map_err(|e| {
+                    vec![format!(
+                        "the document's schema for {key} does not compile: {e}"
+                    )]
+                })?;
+            let validator = Arc::new(validator);
+            cache.insert(key.to_string(), validator.clone());
+            Ok(validator)
+        }
+    }
+
+    fn media_matches(documented: &str, actual: &str) -> bool {
+        let documented = documented
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        documented == actual
+            || documented == "*/*"
+            || documented
+                .strip_suffix("/*")
+                .is_some_and(|t| actual.split('/').next() == Some(t))
+    }
+
+    fn is_json(media: &str) -> bool {
+        media == "application/json" || media.ends_with("+json")
+    }
+
+    /// `writeOnly: true` (secret fields): present in a response is a failure, since OpenAPI says
+    /// such a property is not sent in responses. JSON Schema only annotates it, hence a keyword.
+    fn write_only<'a>(
+        _parent: &'a serde_json::Map<String, Value>,
+        value: &'a Value,
+        _path: jsonschema::paths::Location,
+    ) -> Result<Box<dyn for<'i> jsonschema::Keyword<'i>>, jsonschema::ValidationError<'a>> {
+        Ok(Box::new(WriteOnly(value == &Value::Bool(true))))
+    }
+
+    struct WriteOnly(bool);
+
+    impl<'i> jsonschema::Keyword<'i> for WriteOnly {
+        fn validate(&self, instance: &'i Value) -> Result<(), jsonschema::ValidationError<'i>> {
+            if self.0 {
+                Err(jsonschema::ValidationError::custom(
+                    "a writeOnly property (a secret) is in a response",
+                ))
+            } else {
+                let _ = instance;
+                Ok(())
+            }
+        }
+        fn is_valid(&self, _instance: &'i Value) -> bool {
+            !self.0
+        }
+    }
+
+    static DOCUMENT: tokio::sync::OnceCell<Document> = tokio::sync::OnceCell::const_new();
+
+    /// The document the binary under test serves (`cluecdc openapi` prints the same one), read
+    /// once per test process.
+    pub async fn document(_base_url: &str) -> &'static Document {
+        DOCUMENT
+            .get_or_init(|| async {
+                let out = std::process::Command::new(super::binary())
+                    .arg("openapi")
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "cluecdc openapi failed");
+                Document::new(serde_json::from_slice(&out.stdout).unwrap())
+            })
+            .await
+    }
+
+    /// Panics, naming the call, when a response to an `/api/v1` request differs from the
+    /// document. Pages, `/metrics` and the like, which the client also fetches, are no part of it.
+    pub async fn assert_documented(
+        base_url: &str,
+        method: &str,
+        path: &str,
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+    ) {
+        if !path.starts_with("/api/v1/") {
+            return;
+        }
+        let doc = document(base_url).await;
+        if let Err(errors) = doc.check(method, path, status, content_type, body) {
+            let shown: String = body.chars().take(2000).collect();
+            let cut = if shown.len() < body.len() {
+                " …(cut)"
+            } else {
+                ""
+            };
+            panic!(
+                "the response does not match the OpenAPI document: {method} {path} → {status} ({})\n  - {}\nbody: {shown}{cut}",
+                content_type.unwrap_or("no content type"),
+                errors.join("\n  - ")
+            );
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::Document;
+        use serde_json::json;
+
+        /// A small hand-written document: a templated path beside a literal one, an explicit
+        /// status, a range, a `default`, a `$ref`'d component, a secret and a date-time.
+        fn doc() -> Document {
+            Document::new(json!({
+                "openapi": "3.1.0",
+                "info": {"title": "t", "version": "1"},
+                "paths": {
+                    "/api/v1/things": {
+                        "get": {"responses": {"200": {"description": "list", "content": {"application/json": {"schema": {
+                            "type": "object", "required": ["items"],
+                            "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Thing"}}}
+                        }}}}}},
+                        "post": {"responses": {
+                            "201": {"description": "made", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Thing"}}}},
+                            "4XX": {"$ref": "#/components/responses/Error"}
+                        }}
+                    },
+                    "/api/v1/things/{id}": {
+                        "get": {"responses": {
+                            "200": {"description": "one", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Thing"}}}},
+                            "404": {"$ref": "#/components/responses/Error"}
+                        }},
+                        "delete": {"responses": {"204": {"description": "gone"}}}
+                    },
+                    "/api/v1/things/preview": {
+                        "get": {"responses": {"200": {"description": "preview", "content": {"application/json": {"schema": {"type": "object", "required": ["preview"]}}}}}}
+                    },
+                    "/api/v1/things/{id}/export": {
+                        "get": {"responses": {"200": {"description": "yaml", "content": {"application/yaml": {"schema": {"type": "string"}}}}}}
+                    },
+                    "/api/v1/legacy": {"get": {"responses": {"default": {"description": "not yet described"}}}}
+                },
+                "components": {
+                    "schemas": {
+                        "Thing": {"type": "object", "required": ["id", "name", "created_at"], "additionalProperties": false, "properties": {
+                            "id": {"type": "string"},
+                            "name": {"type": "string"},
+                            "created_at": {"type": "string", "format": "date-time"},
+                            "kind": {"enum": ["a", "b"]},
+                            "password": {"type": "string", "writeOnly": true}
+                        }},
+                        "ApiError": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                            "code": {"enum": ["not_found", "invalid"]}, "message": {"type": "string"}
+                        }}}}
+                    },
+                    "responses": {"Error": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApiError"}}}}}
+                }
+            }))
+        }
+
+        const JSON: Option<&str> = Some("application/json; charset=utf-8");
+        const THING: &str =
+            r#"{"id": "t1", "name": "one", "created_at": "2026-12-04T15:00:00Z", "kind": "a"}"#;
+
+        #[test]
+        fn a_path_finds_its_template_with_literal_segments_winning_and_the_query_ignored() {
+            let d = doc();
+            let t = |m: &str, p: &str| d.operation(m, p).map(|o| o.template.to_string());
+            assert_eq!(
+                t("GET", "/api/v1/things/abc").as_deref(),
+                Some("/api/v1/things/{id}")
+            );
+            assert_eq!(
+                t("get", "/api/v1/things/abc?x=1").as_deref(),
+                Some("/api/v1/things/{id}")
+            );
+            assert_eq!(
+                t("GET", "/api/v1/things/preview").as_deref(),
+                Some("/api/v1/things/preview")
+            );
+            assert_eq!(
+                t("DELETE", "/api/v1/things/preview").as_deref(),
+                Some("/api/v1/things/{id}")
+            );
+            assert_eq!(
+                t("GET", "/api/v1/things/abc/export").as_deref(),
+                Some("/api/v1/things/{id}/export")
+            );
+            assert_eq!(
+                t("GET", "/api/v1/things/").as_deref(),
+                None,
+                "an empty segment is no id"
+            );
+            assert_eq!(t("GET", "/api/v1/things/a/b").as_deref(), None);
+            assert_eq!(t("PUT", "/api/v1/things/abc").as_deref(), None);
+        }
+
+        #[test]
+        fn a_documented_response_whose_body_matches_passes() {
+            let d = doc();
+            assert_eq!(
+                d.check("GET", "/api/v1/things/t1", 200, JSON, THING),
+                Ok(())
+            );
+            let list = format!(r#"{{"items": [{THING}]}}"#);
+            assert_eq!(
+                d.check("GET", "/api/v1/things?limit=5", 200, JSON, &list),
+                Ok(())
+            );
+            let err = r#"{"error": {"code": "not_found", "message": "no such thing"}}"#;
+            assert_eq!(d.check("GET", "/api/v1/things/x", 404, JSON, err), Ok(()));
+            assert_eq!(d.check("DELETE", "/api/v1/things/x", 204, None, ""), Ok(()));
+        }
+
+        #[test]
+        fn a_status_the_operation_does_not_document_is_an_error() {
+            let e = doc()
+                .check("GET", "/api/v1/things/t1", 500, JSON, "{}")
+                .unwrap_err();
+            assert!(
+                e[0].contains("status 500 is not documented for GET /api/v1/things/{id}"),
+                "{e:?}"
+            );
+            let e = doc()
+                .check("DELETE", "/api/v1/things/t1", 200, None, "")
+                .unwrap_err();
+            assert!(e[0].contains("status 200 is not documented"), "{e:?}");
+        }
+
+        #[test]
+        fn a_body_that_does_not_match_its_schema_is_an_error_naming_where() {
+            let d = doc();
+            let bad = r#"{"id": 7, "created_at": "yesterday", "kind": "c", "extra": 1}"#;
+            let e = d
+                .check("GET", "/api/v1/things/t1", 200, JSON, bad)
+                .unwrap_err();
+            let all = e.join("\n");
+            for what in [
+                "\"name\" is a required property",
+                "at \"/id\"",
+                "at \"/created_at\"",
+                "at \"/kind\"",
+                "extra",
+            ] {
+                assert!(all.contains(what), "{what} missing from {all}");
+            }
+            // Through a $ref'd component, in an array, and through a $ref'd response object.
+            let e = d
+                .check(
+                    "GET",
+                    "/api/v1/things",
+                    200,
+                    JSON,
+                    r#"{"items": [{"id": "x"}]}"#,
+                )
+                .unwrap_err();
+            assert!(e.join(" ").contains("at \"/items/0\""), "{e:?}");
+            let e = d
+                .check(
+                    "POST",
+                    "/api/v1/things",
+                    422,
+                    JSON,
+                    r#"{"error": {"code": "nope", "message": "m"}}"#,
+                )
+                .unwrap_err();
+            assert!(e.join(" ").contains("at \"/error/code\""), "{e:?}");
+            let e = d
+                .check("GET", "/api/v1/things/t1", 200, JSON, "not json")
+                .unwrap_err();
+            assert!(e[0].contains("not JSON"), "{e:?}");
+        }
+
+        #[test]
+        fn a_secret_marked_write_only_in_a_response_is_an_error() {
+            let leak = r#"{"id": "t1", "name": "one", "created_at": "2026-12-04T15:00:00Z", "password": "hunter2"}"#;
+            let e = doc()
+                .check("GET", "/api/v1/things/t1", 200, JSON, leak)
+                .unwrap_err();
+            assert!(e.join(" ").contains("writeOnly"), "{e:?}");
+        }
+
+        #[test]
+        fn the_content_type_must_be_one_the_response_documents() {
+            let d = doc();
+            let e = d
+                .check("GET", "/api/v1/things/t1", 200, Some("text/html"), "<p>")
+                .unwrap_err();
+            assert!(
+                e[0].contains("content type \"text/html\" is not documented"),
+                "{e:?}"
+            );
+            assert_eq!(
+                d.check(
+                    "GET",
+                    "/api/v1/things/t1/export",
+                    200,
+                    Some("application/yaml"),
+                    "a: 1\n"
+                ),
+                Ok(())
+            );
+            let e = d
+                .check("DELETE", "/api/v1/things/t1", 204, None, "{}")
+                .unwrap_err();
+            assert!(e[0].contains("documents no body"), "{e:?}");
+        }
+
+        #[test]
+        fn a_default_response_without_a_schema_accepts_any_status_and_body() {
+            let d = doc();
+            for (status, body) in [(200, "[1]"), (401, "{}"), (503, "down")] {
+                assert_eq!(d.check("GET", "/api/v1/legacy", status, JSON, body), Ok(()));
+            }
+        }
+
+        #[tokio::test]
+        async fn pages_and_metrics_fetched_by_the_client_are_not_held_to_the_api_document() {
+            // Nothing listens on port 9: a check would have to fetch the document and panic.
+            for path in ["/", "/metrics", "/connections/x/edit"] {
+                super::assert_documented("http://127.0.0.1:9", "GET", path, 200, None, "<p>").await;
+            }
+        }
+
+        #[test]
+        fn a_route_the_document_lacks_is_an_error_unless_the_router_refused_it() {
+            let d = doc();
+            let e = d
+                .check("GET", "/api/v1/other", 200, JSON, "{}")
+                .unwrap_err();
+            assert!(e[0].contains("no operation for GET /api/v1/other"), "{e:?}");
+            assert_eq!(d.check("GET", "/api/v1/other", 404, JSON, "{}"), Ok(()));
+            assert_eq!(d.check("PUT", "/api/v1/things/x", 405, None, ""), Ok(()));
+        }
+    }
 }

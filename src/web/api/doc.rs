@@ -221,7 +221,7 @@ pub fn build(routes: &[RouteSpec]) -> Value {
     let mut gen = generator();
     let error_schema = gen.subschema_for::<ErrorBody>().to_value();
     let mut paths = Map::new();
-    for route in routes.iter().filter(|r| r.path.starts_with("/api/")) {
+    for route in routes.iter().filter(|r| r.path.starts_with("/api/v1/")) {
         let mut op = OpDoc {
             gen: &mut gen,
             path: route.path,
