@@ -316,7 +316,8 @@ class Contract:
         env = {**os.environ, "CLUECDC_FUZZ_TOKEN": self.api.token, "SCHEMATHESIS_HOOKS": "contract_hooks", "PYTHONPATH": HERE,
                "CONTRACT_PROTECTED_IDS": " ".join(self.protected)}
         t = time.monotonic()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=self.a.max_time + 300)
+        # In the temporary directory: schemathesis keeps a cache (.schemathesis/) in its cwd.
+        proc = subprocess.run(cmd, env=env, cwd=self.work, capture_output=True, text=True, check=False, timeout=self.a.max_time + 300)
         took = time.monotonic() - t
         output = proc.stdout + proc.stderr
         with open(full_log, "w") as f:
