@@ -1652,12 +1652,6 @@ pub fn route_table() -> Vec<RouteSpec> {
     ]
 }
 
-/// The OpenAPI document of `/api/v1` (what `GET /api/v1/openapi.json` serves and `cluecdc
-/// openapi` prints).
-pub fn openapi_document() -> serde_json::Value {
-    openapi::build()
-}
-
 pub fn route_infos() -> Vec<RouteInfo> {
     route_table()
         .into_iter()
