@@ -39,6 +39,30 @@ pub enum Error {
     Unexpected(#[from] anyhow::Error),
 }
 
+/// The machine-readable kind of an error, as API clients see it (`error.code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// No identity, or an expired or revoked one (401).
+    Unauthenticated,
+    /// The caller's role does not allow the action (403).
+    Forbidden,
+    /// A page form's CSRF token is missing or wrong (403).
+    Csrf,
+    /// The resource does not exist (404).
+    NotFound,
+    /// A name is taken or the resource is in use (409).
+    Conflict,
+    /// Validation failed; `fields` names each field and how to fix it; nothing was stored (422).
+    Invalid,
+    /// Too many attempts (429, with `Retry-After`).
+    RateLimited,
+    /// A provider (database, Kafka, Connect, S3) failed; the message is sanitized (502).
+    Unavailable,
+    /// A server bug; the log has the details under `request_id` (500).
+    Internal,
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
@@ -67,17 +91,17 @@ impl Error {
     }
 
     /// A stable machine-readable code for API clients.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Error::Unauthenticated => "unauthenticated",
-            Error::Forbidden { .. } => "forbidden",
-            Error::Csrf => "csrf",
-            Error::NotFound(_) => "not_found",
-            Error::Conflict(_) => "conflict",
-            Error::Invalid { .. } => "invalid",
-            Error::RateLimited { .. } => "rate_limited",
-            Error::Unavailable(_) => "unavailable",
-            Error::Unexpected(_) => "internal",
+            Error::Unauthenticated => ErrorCode::Unauthenticated,
+            Error::Forbidden { .. } => ErrorCode::Forbidden,
+            Error::Csrf => ErrorCode::Csrf,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::Conflict(_) => ErrorCode::Conflict,
+            Error::Invalid { .. } => ErrorCode::Invalid,
+            Error::RateLimited { .. } => ErrorCode::RateLimited,
+            Error::Unavailable(_) => ErrorCode::Unavailable,
+            Error::Unexpected(_) => ErrorCode::Internal,
         }
     }
 }

@@ -16,20 +16,38 @@ pub const MAX_LIMIT: u32 = 500;
 
 /// A list request as the URL carries it (`?q=&state=&cluster=&sort=&page=&limit=`). Numbers
 /// arrive as text so that bad input is a field error, not a bare 400.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ListQuery {
+    /// Matched anywhere in the name, case-insensitively.
     #[serde(default)]
     pub q: String,
+    /// One of the list's states (case-insensitive); empty for all.
     #[serde(default)]
     pub state: String,
+    /// A cluster's id or name; empty for all.
     #[serde(default)]
     pub cluster: String,
+    /// `state`: failed and drifted first, then by name; `name` (the default): by name.
     #[serde(default)]
+    #[schemars(with = "Option<SortBy>")]
     pub sort: String,
+    /// The page, from 1.
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1_000_000))]
     pub page: String,
+    /// Rows per page (default 50).
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 500))]
     pub limit: String,
+}
+
+/// A list's order (documents `ListQuery.sort`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum SortBy {
+    Name,
+    State,
 }
 
 /// A checked list request.
@@ -218,6 +236,40 @@ pub fn rank_sql(expr: &str) -> String {
     format!("CASE {expr}{whens} ELSE {} END", STATE_ORDER.len())
 }
 
+/// What every list of the JSON API answers: one schema for all lists, `items` of the list's
+/// row type (the document names it `<Row>List`).
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "{T}List")]
+pub struct ListPage<T> {
+    pub items: Vec<T>,
+    /// Rows matching the filters (all pages).
+    pub total: u64,
+    /// This page, from 1.
+    pub page: u32,
+    /// Rows per page.
+    pub limit: u32,
+    /// Pages in all (at least 1).
+    pub pages: u32,
+    /// Rows by lower-case state among those matching `q` and `cluster`; states without rows
+    /// are left out.
+    pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+impl<T> ListPage<T> {
+    /// A list answered whole (a short list with no paging): one page holding every row.
+    pub fn all(items: Vec<T>) -> Self {
+        let n = items.len() as u64;
+        ListPage {
+            items,
+            total: n,
+            page: 1,
+            limit: n.max(1) as u32,
+            pages: 1,
+            counts: Default::default(),
+        }
+    }
+}
+
 /// One page of a list, with what is needed to show where it is.
 #[derive(Debug, Clone, Serialize)]
 pub struct Page<T> {
@@ -259,18 +311,17 @@ impl<T> Page<T> {
     where
         T: Serialize,
     {
-        let counts: serde_json::Map<String, Value> = self
-            .counts
-            .iter()
-            .map(|(s, n)| (s.to_ascii_lowercase(), json!(n)))
-            .collect();
-        json!({
-            "items": self.items,
-            "total": self.total,
-            "page": self.page,
-            "limit": self.limit,
-            "pages": self.pages(),
-            "counts": counts,
+        json!(ListPage {
+            items: self.items.iter().collect::<Vec<&T>>(),
+            total: self.total,
+            page: self.page,
+            limit: self.limit,
+            pages: self.pages(),
+            counts: self
+                .counts
+                .iter()
+                .map(|(s, n)| (s.to_ascii_lowercase(), *n))
+                .collect(),
         })
     }
 

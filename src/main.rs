@@ -40,6 +40,8 @@ enum Command {
     Keys(cli::KeysCommand),
     /// Print every HTTP route with who may call it, as JSON.
     Routes,
+    /// Print the JSON API's OpenAPI 3.1 document (the one served at /api/v1/openapi.json).
+    Openapi,
     /// Write the setup as one declarative YAML document (or Strimzi resources).
     Export(cli::ExportArgs),
     /// Show what applying a document would create, change and delete; changes nothing.
@@ -81,6 +83,13 @@ async fn main() -> std::process::ExitCode {
         Some(Command::Import(args)) => cli::import(args).await,
         Some(Command::Backup(args)) => cli::backup(args).await,
         Some(Command::Restore(args)) => cli::restore(args).await,
+        Some(Command::Openapi) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&cluecdc::web::openapi_document()).unwrap_or_default()
+            );
+            Ok(())
+        }
         Some(Command::Routes) => {
             println!(
                 "{}",

@@ -17,7 +17,18 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 /// Ordered: each role can do everything the one before it can.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Reads everything except secrets (which nobody can read).

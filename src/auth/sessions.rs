@@ -156,7 +156,7 @@ pub async fn end(pool: &SqlitePool, who: &Principal) -> Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct SessionInfo {
     /// The first 12 hex characters of the stored hash: enough to name it, useless to steal.
     pub id: String,

@@ -12,7 +12,7 @@ use crate::error::{Error, FieldErrors, Result};
 /// Every token starts with this, so secret scanners and people can recognise one.
 pub const PREFIX: &str = "cdc_";
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct TokenInfo {
     pub id: String,
     pub user_name: String,
@@ -24,8 +24,9 @@ pub struct TokenInfo {
     pub revoked_at: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
 pub struct NewToken {
+    /// The user the token acts as (its role is the user's).
     #[serde(default)]
     pub user: String,
     #[serde(default)]
@@ -35,8 +36,10 @@ pub struct NewToken {
     pub expires: String,
 }
 
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "CreatedToken")]
 pub struct Created {
-    /// The whole token: printed once, never stored.
+    /// The whole token: shown once, never stored.
     pub token: String,
     pub info: TokenInfo,
 }

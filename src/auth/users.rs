@@ -9,10 +9,11 @@ use super::{password, Principal, Role};
 use crate::audit::{self, Actor, Entry, Outcome};
 use crate::error::{Error, FieldErrors, Result};
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct User {
     pub id: String,
     pub name: String,
+    #[schemars(with = "Role")]
     pub role: String,
     pub disabled: bool,
     pub created_at: String,
@@ -22,6 +23,7 @@ pub struct User {
     pub oidc_issuer: Option<String>,
     /// Where the role came from: `local` (an admin or the CLI), `groups` (the provider's groups
     /// at the last sign-in) or `default` (no mapped group: the configured default role).
+    #[schemars(with = "RoleSource")]
     pub role_source: String,
 }
 
@@ -32,14 +34,27 @@ impl User {
 }
 
 /// Raw input from a form or JSON body; `validate` turns it into a checked value.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
 pub struct NewUser {
     #[serde(default)]
     pub name: String,
     #[serde(default)]
+    #[schemars(with = "Role")]
     pub role: String,
+    /// At least 12 characters; stored as an Argon2 hash, never shown again.
     #[serde(default)]
+    #[schemars(extend("writeOnly" = true))]
     pub password: String,
+}
+
+/// Where a user's role came from (documents `User.role_source`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum RoleSource {
+    Local,
+    Groups,
+    Default,
 }
 
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {

@@ -26,7 +26,7 @@ pub struct Failed {
     pub step: String,
     pub error: String,
     /// The failed step's error code (`invalid`, `conflict`, `unavailable`, …).
-    pub code: &'static str,
+    pub code: crate::error::ErrorCode,
     #[serde(skip)]
     pub cause: Option<Error>,
 }

@@ -668,7 +668,32 @@ pub async fn setup_submit(
 
 // ---- who am I ------------------------------------------------------------------------------
 
-#[handler]
-pub async fn api_me(who: Data<&Principal>) -> poem::web::Json<serde_json::Value> {
-    poem::web::Json(json!({"name": who.user_name, "role": who.role, "via": who.actor_kind()}))
+/// Who `GET /api/v1/me` says the caller is.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct Me {
+    pub name: String,
+    pub role: crate::auth::Role,
+    /// How the caller signed in.
+    pub via: Via,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    Session,
+    Token,
+    Cli,
+}
+
+pub async fn api_me(cx: super::api::Ctx) -> super::error::ApiResult<poem::web::Json<Me>> {
+    let via = match cx.who.credential {
+        crate::auth::Credential::Session { .. } => Via::Session,
+        crate::auth::Credential::ApiToken { .. } => Via::Token,
+        crate::auth::Credential::Cli => Via::Cli,
+    };
+    Ok(poem::web::Json(Me {
+        name: cx.who.user_name.clone(),
+        role: cx.who.role,
+        via,
+    }))
 }

@@ -6,7 +6,25 @@ use poem::http::StatusCode;
 use poem::Response;
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorCode, FieldErrors};
+
+/// The body of every API error response.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ApiError")]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// What went wrong and how to fix it, for a person.
+    pub message: String,
+    /// Each invalid field and what is wrong with it (`invalid` only; empty otherwise).
+    pub fields: FieldErrors,
+    /// This request's id, also in the server log.
+    pub request_id: Option<String>,
+}
 
 pub fn status_of(e: &Error) -> StatusCode {
     match e {
@@ -45,15 +63,17 @@ impl ResponseError for ApiError {
 
     fn as_response(&self) -> Response {
         let fields = match &self.0 {
-            Error::Invalid { fields, .. } => json!(fields),
-            _ => json!({}),
+            Error::Invalid { fields, .. } => fields.clone(),
+            _ => FieldErrors::new(),
         };
-        let body = json!({"error": {
-            "code": self.0.code(),
-            "message": public_message(&self.0),
-            "fields": fields,
-            "request_id": crate::telemetry::current_request_id(),
-        }});
+        let body = json!(ErrorBody {
+            error: ErrorDetail {
+                code: self.0.code(),
+                message: public_message(&self.0),
+                fields,
+                request_id: crate::telemetry::current_request_id(),
+            }
+        });
         let mut res = Response::builder()
             .status(self.status())
             .content_type("application/json")

@@ -23,6 +23,7 @@ macro_rules! connector_actions {
 }
 
 mod alerts;
+pub mod api;
 mod assets;
 mod audit;
 mod auth;
@@ -82,6 +83,10 @@ pub struct RouteSpec {
     pub path: &'static str,
     pub access: Access,
     pub summary: &'static str,
+    /// The handler's path (`cluecdc::web::pipelines::api_get`): the operation id comes from it.
+    pub handler: &'static str,
+    /// How a typed API operation describes itself in the OpenAPI document.
+    describe: Option<fn(&mut api::OpDoc<'_>)>,
     endpoint: BoxEndpoint<'static, Response>,
 }
 
@@ -110,8 +115,39 @@ where
         path,
         access,
         summary,
+        handler: std::any::type_name::<E>(),
+        describe: None,
         endpoint: ep.into_endpoint().map_to_response().boxed(),
     }
+}
+
+/// A typed JSON API operation (see [`api`]): the handler's argument and reply types are the
+/// document's description of it.
+fn op<H, Args>(
+    method: Method,
+    path: &'static str,
+    access: Access,
+    summary: &'static str,
+    handler: H,
+) -> RouteSpec
+where
+    H: api::Handler<Args>,
+    Args: 'static,
+{
+    RouteSpec {
+        method,
+        path,
+        access,
+        summary,
+        handler: std::any::type_name::<H>(),
+        describe: Some(<H as api::Handler<Args>>::describe),
+        endpoint: api::Operation::new(handler).boxed(),
+    }
+}
+
+/// The OpenAPI 3.1 document of the JSON API (`GET /api/v1/openapi.json`, `cluecdc openapi`).
+pub fn openapi_document() -> serde_json::Value {
+    api::doc::build(&route_table())
 }
 
 /// Every route the server answers.
@@ -933,70 +969,70 @@ pub fn route_table() -> Vec<RouteSpec> {
             connectors::page_topic_delete,
         ),
         // JSON API
-        r(
+        op(
             M::GET,
             "/api/v1/openapi.json",
-            Viewer,
-            "this API's OpenAPI document",
+            Public,
+            "this API's OpenAPI 3.1 document",
             openapi::document,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/me",
             Viewer,
             "the caller's name and role",
             auth::api_me,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/users",
             Admin,
             "list users",
             users::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/users",
             Admin,
             "create a user",
             users::api_create,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/users/:id",
             Admin,
             "change a user's role or disable them",
             users::api_patch,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/sessions",
             Admin,
             "list live sessions",
             users::api_sessions,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/sessions/:id",
             Admin,
             "revoke a session",
             users::api_revoke_session,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/tokens",
             Admin,
             "list API tokens",
             tokens::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/tokens",
             Admin,
             "create an API token (shown once)",
             tokens::api_create,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/tokens/:id",
             Admin,

@@ -1,64 +1,20 @@
-//! `GET /api/v1/openapi.json`, derived from the route table so it cannot miss a route.
+//! `GET /api/v1/openapi.json`: the document built from the route table (`api::doc`).
 
-use poem::handler;
 use poem::web::Json;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-#[handler]
-pub async fn document() -> Json<Value> {
-    Json(build())
+use super::error::ApiResult;
+
+/// The document is built once per process: it depends only on the binary.
+pub async fn document() -> ApiResult<Json<OpenApiDocument>> {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    Ok(Json(OpenApiDocument(
+        DOC.get_or_init(super::openapi_document).clone(),
+    )))
 }
 
-pub fn build() -> Value {
-    let mut paths = Map::new();
-    for route in super::route_infos()
-        .into_iter()
-        .filter(|r| r.path.starts_with("/api/"))
-    {
-        // poem's `:id` becomes OpenAPI's `{id}`.
-        let path = route
-            .path
-            .split('/')
-            .map(|seg| {
-                seg.strip_prefix(':')
-                    .map(|p| format!("{{{p}}}"))
-                    .unwrap_or_else(|| seg.to_string())
-            })
-            .collect::<Vec<_>>()
-            .join("/");
-        let params: Vec<Value> = route
-            .path
-            .split('/')
-            .filter_map(|s| s.strip_prefix(':'))
-            .map(|p| json!({"name": p, "in": "path", "required": true, "schema": {"type": "string"}}))
-            .collect();
-        let entry = paths.entry(path).or_insert_with(|| json!({}));
-        entry[route.method.to_lowercase()] = json!({
-            "summary": route.summary,
-            "parameters": params,
-            "x-cluecdc-access": route.access,
-            "responses": {
-                "200": {"description": "OK"},
-                "401": {"$ref": "#/components/responses/Error"},
-                "403": {"$ref": "#/components/responses/Error"},
-                "422": {"$ref": "#/components/responses/Error"}
-            }
-        });
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": {"title": "ClueCDC API", "version": env!("CARGO_PKG_VERSION")},
-        "security": [{"bearer": []}],
-        "paths": paths,
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "responses": {"Error": {"description": "An error", "content": {"application/json": {"schema": {
-                "type": "object",
-                "properties": {"error": {"type": "object", "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string"},
-                    "fields": {"type": "object", "additionalProperties": {"type": "string"}}
-                }}}
-            }}}}}
-        }
-    })
-}
+/// An OpenAPI 3.1 document (described as an object: its schema is the OpenAPI specification's).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[serde(transparent)]
+#[schemars(transparent)]
+pub struct OpenApiDocument(#[schemars(with = "serde_json::Map<String, Value>")] Value);

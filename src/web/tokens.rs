@@ -5,8 +5,8 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path};
 use poem::{handler, Request, Response};
-use serde_json::{json, Value};
 
+use super::api::{Created, Ctx, NoContent, NoStore};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -15,6 +15,7 @@ use crate::auth::tokens::{self, NewToken, TokenInfo};
 use crate::auth::users::{self, User};
 use crate::auth::Principal;
 use crate::error::{Error, FieldErrors};
+use crate::listing::ListPage;
 
 #[derive(Template)]
 #[template(path = "tokens/index.html")]
@@ -115,34 +116,22 @@ pub async fn revoke_form(
     Ok(redirect(req, paths::TOKENS))
 }
 
-#[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": tokens::list(&state.pool, &who).await?}),
-    ))
+pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<TokenInfo>>> {
+    Ok(Json(ListPage::all(
+        tokens::list(&cx.state.pool, &cx.who).await?,
+    )))
 }
 
-#[handler]
 pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<NewToken>,
-) -> ApiResult<Response> {
-    let created = tokens::create(&state.pool, &who, &input).await?;
-    let body = json!({"token": created.token, "info": created.info});
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .header("cache-control", "no-store")
-        .content_type("application/json")
-        .body(body.to_string()))
+) -> ApiResult<NoStore<Created<tokens::Created>>> {
+    Ok(NoStore(Created(
+        tokens::create(&cx.state.pool, &cx.who, &input).await?,
+    )))
 }
 
-#[handler]
-pub async fn api_revoke(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    tokens::revoke(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_revoke(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    tokens::revoke(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }

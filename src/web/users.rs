@@ -6,8 +6,8 @@ use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path};
 use poem::{handler, Request, Response};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
+use super::api::{Created, Ctx, NoContent};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -16,6 +16,8 @@ use crate::auth::sessions::{self, SessionInfo};
 use crate::auth::users::{self, NewUser, User};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
+use crate::listing::ListPage;
+use schemars::JsonSchema;
 
 #[derive(Template)]
 #[template(path = "users/index.html")]
@@ -156,65 +158,51 @@ pub async fn revoke_session_form(
 
 // ---- JSON API -------------------------------------------------------------------------------
 
-#[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": users::list(&state.pool, &who).await?}),
+pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<User>>> {
+    Ok(Json(ListPage::all(
+        users::list(&cx.state.pool, &cx.who).await?,
+    )))
+}
+
+pub async fn api_create(cx: Ctx, Json(input): Json<NewUser>) -> ApiResult<Created<User>> {
+    Ok(Created(
+        users::create(&cx.state.pool, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<NewUser>,
-) -> ApiResult<Response> {
-    let user = users::create(&state.pool, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(user).to_string()))
-}
-
-#[derive(Deserialize)]
+/// What `PATCH /api/v1/users/{id}` may change; fields left out stay as they are.
+#[derive(Deserialize, JsonSchema)]
 pub struct UserPatch {
-    role: Option<String>,
+    role: Option<Role>,
     disabled: Option<bool>,
 }
 
-#[handler]
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(p): Json<UserPatch>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<User>> {
+    let (pool, who) = (&cx.state.pool, &cx.who);
     who.require(Role::Admin, "change users")?;
     if let Some(role) = p.role {
-        users::set_role(&state.pool, &who, &id, &role).await?;
+        users::set_role(pool, who, &id, role.as_str()).await?;
     }
     if let Some(disabled) = p.disabled {
-        users::set_disabled(&state.pool, &who, &id, disabled).await?;
+        users::set_disabled(pool, who, &id, disabled).await?;
     }
-    let user = users::find_by_id(&state.pool, &id)
+    let user = users::find_by_id(pool, &id)
         .await?
         .ok_or_else(|| Error::NotFound(format!("user {id}")))?;
-    Ok(Json(json!(user)))
+    Ok(Json(user))
 }
 
-#[handler]
-pub async fn api_sessions(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": sessions::list_live(&state.pool, &who).await?}),
-    ))
+pub async fn api_sessions(cx: Ctx) -> ApiResult<Json<ListPage<SessionInfo>>> {
+    Ok(Json(ListPage::all(
+        sessions::list_live(&cx.state.pool, &cx.who).await?,
+    )))
 }
 
-#[handler]
-pub async fn api_revoke_session(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    sessions::revoke(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_revoke_session(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    sessions::revoke(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }

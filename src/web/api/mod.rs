@@ -1,0 +1,328 @@
+//! The typed JSON API layer: every `/api/v1` operation is a plain async fn whose argument and
+//! reply types are both how the request is read and how the OpenAPI document describes it.
+//!
+//! Invariant: an operation's parameters, request body and responses in the document come from
+//! the same Rust types the handler takes and returns (through [`Input`] and [`Reply`]), and the
+//! schemas come from `schemars`, which reads the serde attributes, so the document describes
+//! exactly what serde reads and writes. Nothing about an operation is written twice.
+//!
+//! Handlers take their inputs in this order: [`Ctx`] (the state and who is acting), then
+//! `Path`, `Query`, and `Json` body extractors; they return `ApiResult<R>` where `R` is one of
+//! the replies below.
+
+pub mod doc;
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use poem::error::ResponseError;
+use poem::http::StatusCode;
+use poem::web::{Json, Path, Query};
+use poem::{Endpoint, IntoResponse, Request, RequestBody, Response};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use doc::OpDoc;
+
+use super::error::{ApiError, ApiResult};
+use crate::app::AppState;
+use crate::auth::Principal;
+use crate::error::Error;
+
+/// The application state and the caller, for every operation behind sign-in.
+pub struct Ctx {
+    pub state: AppState,
+    pub who: Principal,
+}
+
+/// Something an operation reads from the request, and how the document describes it.
+pub trait Input: Sized + Send {
+    fn extract(
+        req: &Request,
+        body: &mut RequestBody,
+    ) -> impl Future<Output = ApiResult<Self>> + Send;
+
+    fn describe(_op: &mut OpDoc) {}
+}
+
+impl Input for Ctx {
+    async fn extract(req: &Request, _body: &mut RequestBody) -> ApiResult<Self> {
+        let state = req
+            .data::<AppState>()
+            .cloned()
+            .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("application state missing")))?;
+        let who = req
+            .data::<Principal>()
+            .cloned()
+            .ok_or(Error::Unauthenticated)?;
+        Ok(Ctx { state, who })
+    }
+}
+
+/// Path segments (`:id` in the route) are strings; their names come from the route template.
+impl<T: DeserializeOwned + Send> Input for Path<T> {
+    async fn extract(req: &Request, _body: &mut RequestBody) -> ApiResult<Self> {
+        req.path_params::<T>()
+            .map(Path)
+            .map_err(|_| ApiError(Error::NotFound("path".into())))
+    }
+
+    fn describe(op: &mut OpDoc) {
+        op.path_params();
+    }
+}
+
+/// Query parameters: each property of `T`'s schema is one parameter.
+impl<T: DeserializeOwned + JsonSchema + Send> Input for Query<T> {
+    async fn extract(req: &Request, _body: &mut RequestBody) -> ApiResult<Self> {
+        let raw = req.uri().query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|e| invalid_input(e, "query"))
+    }
+
+    fn describe(op: &mut OpDoc) {
+        op.query::<T>();
+    }
+}
+
+/// A JSON request body. A missing, malformed or mistyped body is a 422 naming the field.
+impl<T: DeserializeOwned + JsonSchema + Send> Input for Json<T> {
+    async fn extract(_req: &Request, body: &mut RequestBody) -> ApiResult<Self> {
+        let bytes = body
+            .take()
+            .map_err(|_| Error::field("body", "send the request body once"))?
+            .into_bytes()
+            .await
+            .map_err(|_| Error::field("body", "the request body could not be read"))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(Error::field("body", "send a JSON object (the body is empty)").into());
+        }
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| invalid_input(e, ""))?;
+        de.end()
+            .map_err(|_| Error::field("body", "send one JSON value and nothing after it"))?;
+        Ok(Json(value))
+    }
+
+    fn describe(op: &mut OpDoc) {
+        op.body::<T>();
+    }
+}
+
+/// A deserialization error as a field error: the field is the path serde was at.
+fn invalid_input<E: std::fmt::Display>(e: serde_path_to_error::Error<E>, root: &str) -> ApiError {
+    let path = e.path().to_string();
+    let field = match (path.as_str(), root) {
+        (".", "") => "body".to_string(),
+        (".", r) => r.to_string(),
+        (p, _) => p.to_string(),
+    };
+    // serde's messages name the type ("invalid type: string, expected u32"); keep them short.
+    let why = e.inner().to_string();
+    let why = why.split(" at line ").next().unwrap_or(&why).to_string();
+    ApiError(Error::field(&field, why))
+}
+
+/// What an operation answers on success, and how the document describes it.
+pub trait Reply: Send {
+    fn into_reply(self) -> Response;
+    fn describe(op: &mut OpDoc);
+}
+
+/// 200 with `T` as JSON.
+impl<T: Serialize + JsonSchema + Send> Reply for Json<T> {
+    fn into_reply(self) -> Response {
+        self.into_response()
+    }
+    fn describe(op: &mut OpDoc) {
+        op.json_response::<T>(StatusCode::OK, "OK");
+    }
+}
+
+/// 201 with the created resource.
+pub struct Created<T>(pub T);
+
+impl<T: Serialize + JsonSchema + Send> Reply for Created<T> {
+    fn into_reply(self) -> Response {
+        json_response(StatusCode::CREATED, &self.0)
+    }
+    fn describe(op: &mut OpDoc) {
+        op.json_response::<T>(StatusCode::CREATED, "Created");
+    }
+}
+
+/// 202: the work was accepted and continues in the background (the body says how to follow it).
+pub struct Accepted<T>(pub T);
+
+impl<T: Serialize + JsonSchema + Send> Reply for Accepted<T> {
+    fn into_reply(self) -> Response {
+        json_response(StatusCode::ACCEPTED, &self.0)
+    }
+    fn describe(op: &mut OpDoc) {
+        op.json_response::<T>(StatusCode::ACCEPTED, "Accepted");
+    }
+}
+
+/// 204, no body.
+pub struct NoContent;
+
+impl Reply for NoContent {
+    fn into_reply(self) -> Response {
+        Response::builder().status(StatusCode::NO_CONTENT).finish()
+    }
+    fn describe(op: &mut OpDoc) {
+        op.response(StatusCode::NO_CONTENT, "No Content", None);
+    }
+}
+
+/// Any reply, marked `Cache-Control: no-store` (it carries a secret shown once).
+pub struct NoStore<R>(pub R);
+
+impl<R: Reply> Reply for NoStore<R> {
+    fn into_reply(self) -> Response {
+        let mut res = self.0.into_reply();
+        res.headers_mut().insert(
+            poem::http::header::CACHE_CONTROL,
+            poem::http::HeaderValue::from_static("no-store"),
+        );
+        res
+    }
+    fn describe(op: &mut OpDoc) {
+        R::describe(op);
+    }
+}
+
+/// 200 with a body serialized earlier (a list snapshot), described as `T`.
+pub struct Serialized<T>(pub String, pub PhantomData<T>);
+
+impl<T> Serialized<T> {
+    pub fn new(text: String) -> Self {
+        Serialized(text, PhantomData)
+    }
+}
+
+impl<T: JsonSchema + Send> Reply for Serialized<T> {
+    fn into_reply(self) -> Response {
+        Response::builder()
+            .content_type("application/json")
+            .body(self.0)
+    }
+    fn describe(op: &mut OpDoc) {
+        op.json_response::<T>(StatusCode::OK, "OK");
+    }
+}
+
+/// The media types a [`Text`] reply may have, in the document.
+pub trait Media: Send {
+    const TYPES: &'static [&'static str];
+}
+
+/// 200 with a body that is not JSON (CSV, YAML…) or is chosen by the request; the content type
+/// is one of `M::TYPES`.
+pub struct Text<M> {
+    pub content_type: &'static str,
+    pub body: String,
+    /// Set to answer as a download (`Content-Disposition: attachment`).
+    pub filename: Option<String>,
+    pub media: PhantomData<M>,
+}
+
+impl<M: Media> Reply for Text<M> {
+    fn into_reply(self) -> Response {
+        let mut res = Response::builder()
+            .content_type(self.content_type)
+            .body(self.body);
+        if let Some(name) = self.filename {
+            if let Ok(v) = format!("attachment; filename=\"{name}\"").parse() {
+                res.headers_mut()
+                    .insert(poem::http::header::CONTENT_DISPOSITION, v);
+            }
+        }
+        res
+    }
+    fn describe(op: &mut OpDoc) {
+        op.text_response(StatusCode::OK, "OK", M::TYPES);
+    }
+}
+
+fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_string(body) {
+        Ok(text) => Response::builder()
+            .status(status)
+            .content_type("application/json")
+            .body(text),
+        Err(e) => ApiError(Error::Unexpected(e.into())).as_response(),
+    }
+}
+
+/// An async fn usable as an operation: its arguments are [`Input`]s, its reply a [`Reply`].
+pub trait Handler<Args>: Clone + Send + Sync + 'static {
+    fn call(&self, req: Request) -> impl Future<Output = Response> + Send;
+    fn describe(op: &mut OpDoc);
+}
+
+macro_rules! handler_for_arity {
+    ($($a:ident),*) => {
+        impl<F, Fut, R, $($a,)*> Handler<($($a,)*)> for F
+        where
+            F: Fn($($a),*) -> Fut + Clone + Send + Sync + 'static,
+            Fut: Future<Output = ApiResult<R>> + Send,
+            R: Reply,
+            $($a: Input,)*
+        {
+            #[allow(non_snake_case, unused_mut, unused_variables)]
+            fn call(&self, req: Request) -> impl Future<Output = Response> + Send {
+                async move {
+                    let (req, mut body) = req.split();
+                    $(
+                        let $a = match $a::extract(&req, &mut body).await {
+                            Ok(v) => v,
+                            Err(e) => return e.as_response(),
+                        };
+                    )*
+                    match (self)($($a),*).await {
+                        Ok(reply) => reply.into_reply(),
+                        Err(e) => e.as_response(),
+                    }
+                }
+            }
+
+            fn describe(op: &mut OpDoc) {
+                $($a::describe(op);)*
+                R::describe(op);
+            }
+        }
+    };
+}
+
+handler_for_arity!();
+handler_for_arity!(A1);
+handler_for_arity!(A1, A2);
+handler_for_arity!(A1, A2, A3);
+handler_for_arity!(A1, A2, A3, A4);
+
+/// A [`Handler`] as a poem endpoint.
+pub struct Operation<H, Args> {
+    handler: H,
+    _args: PhantomData<fn() -> Args>,
+}
+
+impl<H: Handler<Args>, Args: 'static> Operation<H, Args> {
+    pub fn new(handler: H) -> Self {
+        Operation {
+            handler,
+            _args: PhantomData,
+        }
+    }
+}
+
+impl<H: Handler<Args>, Args: 'static> Endpoint for Operation<H, Args> {
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        Ok(self.handler.call(req).await)
+    }
+}
