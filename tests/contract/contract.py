@@ -360,6 +360,7 @@ class Contract:
         if api:
             names = self.cleanup_api(api, notes, problems)
             self.wait_connectors_gone(api, names, problems)
+            self.sweep_connect(api, notes, problems)
             self.cleanup_topics(api, notes, problems)
         if self.schema_created:
             try:
@@ -375,35 +376,42 @@ class Contract:
         except Failure as e:
             problems.append(str(e))
         if problems:
-            raise Failure("; ".join(problems))
+            raise Failure("; ".join(problems) + " (done: " + "; ".join(notes) + ")")
         return "; ".join(notes)
 
     def cleanup_api(self, api: Any, notes: list[str], problems: list[str]) -> set[str]:
         """Deletes through the API everything that puts connectors into the shared Connect; the
-        names of the connectors the instance manages on it, to wait for."""
+        names of the connectors the instance manages on it, to wait for.
+
+        The fuzzer may have changed or deleted the instance's Connect cluster record (deleting it
+        is refused while any connector of the instance uses it) and registered the same URL
+        again under another id: every record with the shared URL counts, and the original one
+        is pointed back at it, so that the reconciler can remove what it created there."""
+        shared: set[str] = set()
         cid = self.ids.get("connect")
-        if cid:
-            # The fuzzer may have pointed the record elsewhere: the reconciler must reach the
-            # shared Connect to remove what it created there.
-            try:
-                c = api.get(f"/api/v1/connect-clusters/{cid}")
-                if c.get("url") != self.s.connect_for_cluecdc:
+        try:
+            for c in api.get("/api/v1/connect-clusters?limit=500").get("items", []):
+                if c.get("id") == cid and c.get("url") != self.s.connect_for_cluecdc:
                     api.call("PATCH", f"/api/v1/connect-clusters/{cid}", {"url": self.s.connect_for_cluecdc})
                     notes.append("the Connect cluster's url was set back")
-            except Failure as e:
-                problems.append(f"the Connect cluster record: {e}")
+                    shared.add(cid)
+                elif c.get("url") == self.s.connect_for_cluecdc:
+                    shared.add(c["id"])
+        except Failure as e:
+            problems.append(f"the Connect cluster records: {e}")
+        if cid not in shared:
+            notes.append("the fuzzer deleted the Connect cluster record (so no connector of the instance was left on it)")
         names: set[str] = set()
         try:
-            listed = api.get("/api/v1/connectors")
-            for c in listed.get("items", []):
-                if c.get("connect_cluster_id") == cid:
+            for c in api.get("/api/v1/connectors?limit=500").get("items", []):
+                if c.get("connect_cluster_id") in shared:
                     names.add(c["name"])
         except Failure as e:
             problems.append(f"GET /api/v1/connectors: {e}")
         counts: dict[str, int] = {}
         for kind, query in (("deliveries", ""), ("replications", ""), ("pipelines", "?drop_slot=true")):
             try:
-                items = api.get(f"/api/v1/{kind}").get("items", [])
+                items = api.get(f"/api/v1/{kind}?limit=500").get("items", [])
             except Failure as e:
                 problems.append(f"GET /api/v1/{kind}: {e}")
                 continue
@@ -414,7 +422,7 @@ class Contract:
                 except Failure as e:
                     problems.append(str(e))
         try:
-            for c in api.get("/api/v1/connectors").get("items", []):
+            for c in api.get("/api/v1/connectors?limit=500").get("items", []):
                 if c.get("owner_kind") == "manual" and c.get("desired_state") != "deleted":
                     api.delete(f"/api/v1/connectors/{c['id']}", ok=(200, 202, 204, 404))
                     counts["connectors"] = counts.get("connectors", 0) + 1
@@ -442,6 +450,26 @@ class Contract:
             for n in left:
                 urllib.request.urlopen(urllib.request.Request(f"{self.s.connect_for_cluecdc}/connectors/{n}", method="DELETE"), timeout=30)
             problems.append(f"{e}; removed {sorted(left)} from Connect directly")
+
+    def sweep_connect(self, api: Any, notes: list[str], problems: list[str]) -> None:
+        """Belt and braces: no connector in the shared Connect refers to a secret of this
+        instance (a connector of a pipeline or delivery refers to its connections' secret_ref,
+        and a connection in use cannot be deleted, so every such ref is still listed)."""
+        try:
+            refs = {c["secret_ref"] for c in api.get("/api/v1/connections?limit=500").get("items", []) if c.get("secret_ref")}
+            with urllib.request.urlopen(f"{self.s.connect_for_cluecdc}/connectors?expand=info", timeout=30) as r:
+                live = json.load(r)
+        except (Failure, OSError, ValueError) as e:
+            problems.append(f"sweeping Connect for this instance's connectors: {e}")
+            return
+        left = sorted(name for name, v in live.items()
+                      if any(f"${{cluecdc:{ref}:" in str(val) for ref in refs for val in ((v.get("info") or {}).get("config") or {}).values()))
+        for n in left:
+            urllib.request.urlopen(urllib.request.Request(f"{self.s.connect_for_cluecdc}/connectors/{n}", method="DELETE"), timeout=30)
+        if left:
+            problems.append(f"connectors of this instance were still in Connect after its deletions: {left} (removed from Connect directly)")
+        else:
+            notes.append(f"no connector in Connect refers to this instance's {len(refs)} secret refs")
 
     def cleanup_topics(self, api: Any, notes: list[str], problems: list[str]) -> None:
         """Topics the instance created by hand (the fuzzer's POST .../topics): the audit names
