@@ -316,10 +316,15 @@ class Contract:
         os.makedirs(ARTIFACTS, exist_ok=True)
         full_log = os.path.join(ARTIFACTS, "schemathesis.txt")
         junit = os.path.join(ARTIFACTS, "schemathesis-junit.xml")
+        # The document as the instance served it (valid_served fetched it), from a file: loaded from
+        # its URL, schemathesis leaves out the operation serving it, GET /api/v1/openapi.json.
+        served = os.path.join(self.work, "served-openapi.json")
+        with open(served, "w") as f:
+            json.dump(self.served, f)
         config = os.path.join(self.work, "schemathesis.toml")
         # The token reaches schemathesis through its config's environment substitution, not argv.
         open(config, "w").write('[headers]\nAuthorization = "Bearer ${CLUECDC_FUZZ_TOKEN}"\n')
-        cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", config, "--no-color", "run", f"{self.api.url}/api/v1/openapi.json",
+        cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", config, "--no-color", "run", served, "--url", self.api.url,
                "--checks", CHECKS, "--phases", "examples,coverage,fuzzing", "--max-examples", str(self.a.max_examples),
                "--max-time", str(self.a.max_time), "--workers", "2", "--request-timeout", "30", "--output-truncate", "true",
                "--report", "junit", "--report-junit-path", junit]
