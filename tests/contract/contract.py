@@ -378,7 +378,7 @@ class Contract:
         api = self.admin
         if self.app and self.app.proc and self.app.proc.poll() is None:
             try:
-                api = demo.Api(self.app.url, cli_admin(self.app, "cleanup"))
+                api = demo.Api(self.app.url, cli_admin(self.app, f"cleanup-{self.run_id}"))
             except Failure as e:
                 problems.append(f"no cleanup admin ({e}); using the setup's")
         if api:
