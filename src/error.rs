@@ -57,6 +57,8 @@ pub enum ErrorCode {
     Invalid,
     /// Too many attempts (429, with `Retry-After`).
     RateLimited,
+    /// The request body is larger than 1 MiB (413).
+    TooLarge,
     /// A provider (database, Kafka, Connect, S3) failed; the message is sanitized (502).
     Unavailable,
     /// A server bug; the log has the details under `request_id` (500).

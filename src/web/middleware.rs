@@ -8,6 +8,9 @@ use poem::http::{HeaderValue, Method};
 use poem::{Endpoint, IntoResponse, Request, Response};
 use tracing::Instrument;
 
+use super::error::{ErrorBody, ErrorDetail};
+use crate::error::ErrorCode;
+
 /// Strict by design: no inline script or style, nothing framed, nothing from elsewhere.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
 img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
@@ -41,6 +44,71 @@ async fn read_limited(body: poem::Body) -> Result<Vec<u8>, ()> {
     }
 }
 
+fn api_error(
+    status: poem::http::StatusCode,
+    code: ErrorCode,
+    message: String,
+    request_id: &str,
+) -> Response {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code,
+            message,
+            fields: Default::default(),
+            request_id: Some(request_id.to_string()),
+        },
+    };
+    Response::builder()
+        .status(status)
+        .content_type("application/json")
+        .body(serde_json::json!(body).to_string())
+}
+
+/// Under `/api/`, every error is the documented `ApiError` object, also those answered before
+/// a handler runs (no such route, wrong method, an undecodable path): clients and the OpenAPI
+/// document can rely on it.
+fn as_api_error(path: &str, res: Response) -> Response {
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(poem::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !path.starts_with("/api/")
+        || is_json
+        || !(status.is_client_error() || status.is_server_error())
+    {
+        return res;
+    }
+    use poem::http::StatusCode as S;
+    let (code, message) = match status {
+        S::NOT_FOUND => (
+            ErrorCode::NotFound,
+            "no such API route; see /api/docs".to_string(),
+        ),
+        S::METHOD_NOT_ALLOWED => (
+            ErrorCode::NotFound,
+            "this API route does not take that method; see /api/docs".to_string(),
+        ),
+        S::UNAUTHORIZED => (
+            ErrorCode::Unauthenticated,
+            "sign in to continue".to_string(),
+        ),
+        S::FORBIDDEN => (ErrorCode::Forbidden, "not allowed".to_string()),
+        s if s.is_server_error() => (
+            ErrorCode::Internal,
+            "something went wrong on the server; the log has the details under this request id"
+                .to_string(),
+        ),
+        s => (
+            ErrorCode::Invalid,
+            format!("the request was not understood ({s})"),
+        ),
+    };
+    let id = crate::telemetry::current_request_id().unwrap_or_default();
+    api_error(status, code, message, &id)
+}
+
 pub async fn request_context<E: Endpoint>(
     next: Arc<E>,
     mut req: Request,
@@ -55,18 +123,12 @@ pub async fn request_context<E: Endpoint>(
     // made to read an unbounded body.
     let body = read_limited(req.take_body()).await;
     let mut response = match body {
-        Err(_) if path.starts_with("/api/") => poem::Response::builder()
-            .status(poem::http::StatusCode::PAYLOAD_TOO_LARGE)
-            .content_type("application/json")
-            .body(
-                serde_json::json!({"error": {
-                    "code": "too_large",
-                    "message": format!("the request body is larger than {MAX_BODY_BYTES} bytes (1 MiB), the most ClueCDC reads; nothing was changed"),
-                    "fields": {},
-                    "request_id": id,
-                }})
-                .to_string(),
-            ),
+        Err(_) if path.starts_with("/api/") => api_error(
+            poem::http::StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::TooLarge,
+            format!("the request body is larger than {MAX_BODY_BYTES} bytes (1 MiB), the most ClueCDC reads; nothing was changed"),
+            &id,
+        ),
         Err(_) => poem::Response::builder()
             .status(poem::http::StatusCode::PAYLOAD_TOO_LARGE)
             .body(format!("request body larger than {MAX_BODY_BYTES} bytes")),
@@ -74,10 +136,11 @@ pub async fn request_context<E: Endpoint>(
             req.set_body(bytes);
             // Errors become responses inside the scope, so error bodies can name the request id.
             let call = crate::telemetry::REQUEST_ID.scope(id.clone(), async move {
-                match next.call(req).await {
+                let res = match next.call(req).await {
                     Ok(r) => r.into_response(),
                     Err(e) => e.into_response(),
-                }
+                };
+                as_api_error(&path, res)
             });
             call.instrument(span.clone()).await
         }

@@ -972,7 +972,7 @@ pub fn route_table() -> Vec<RouteSpec> {
         op(
             M::GET,
             "/api/v1/openapi.json",
-            Public,
+            Viewer,
             "this API's OpenAPI 3.1 document",
             openapi::document,
         ),

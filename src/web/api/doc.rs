@@ -189,6 +189,12 @@ fn error_statuses(access: Access, method: &Method, op: &OpDoc) -> Vec<(StatusCod
             "Invalid input; `fields` says what to fix; nothing changed",
         ));
     }
+    if op.request_body.is_some() {
+        out.push((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "The body is larger than 1 MiB",
+        ));
+    }
     out.push((StatusCode::INTERNAL_SERVER_ERROR, "A server bug"));
     out.push((
         StatusCode::BAD_GATEWAY,
