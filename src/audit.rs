@@ -127,26 +127,206 @@ pub async fn record_alone(pool: &SqlitePool, entry: Entry<'_>) -> Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// The kind of actor an audit row names (documents `AuditEntry.actor_kind`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ActorKind {
+    /// A person signed in to the pages.
+    Session,
+    /// An API token.
+    Token,
+    /// The `cluecdc` command line on the server.
+    Cli,
+    /// ClueCDC itself (the reconciler, operations).
+    System,
+    /// A Kafka Connect worker resolving a secret through the config provider.
+    Connect,
+    /// Nobody signed in (a failed sign-in: the name is what was claimed).
+    Anonymous,
+}
+
+/// How an audited action ended (documents `AuditEntry.outcome`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum AuditOutcome {
+    Success,
+    Failure,
+    Denied,
+}
+
+/// Every action the audit trail records, `<target kind>.<verb>` (documents
+/// `AuditEntry.action`). A new audited action is added here.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+enum AuditAction {
+    #[serde(rename = "alert.acknowledge")]
+    AlertAcknowledge,
+    #[serde(rename = "alert_channel.create")]
+    AlertChannelCreate,
+    #[serde(rename = "alert_channel.delete")]
+    AlertChannelDelete,
+    #[serde(rename = "alert_channel.test")]
+    AlertChannelTest,
+    #[serde(rename = "alert_channel.update")]
+    AlertChannelUpdate,
+    #[serde(rename = "alert_rule.update")]
+    AlertRuleUpdate,
+    #[serde(rename = "auth.login")]
+    AuthLogin,
+    #[serde(rename = "auth.logout")]
+    AuthLogout,
+    #[serde(rename = "bulk.pause")]
+    BulkPause,
+    #[serde(rename = "bulk.resume")]
+    BulkResume,
+    #[serde(rename = "bulk.restart")]
+    BulkRestart,
+    #[serde(rename = "bulk.delete")]
+    BulkDelete,
+    #[serde(rename = "config.apply")]
+    ConfigApply,
+    #[serde(rename = "connect_cluster.create")]
+    ConnectClusterCreate,
+    #[serde(rename = "connect_cluster.delete")]
+    ConnectClusterDelete,
+    #[serde(rename = "connect_cluster.provider_token")]
+    ConnectClusterProviderToken,
+    #[serde(rename = "connect_cluster.update")]
+    ConnectClusterUpdate,
+    #[serde(rename = "connection.create")]
+    ConnectionCreate,
+    #[serde(rename = "connection.delete")]
+    ConnectionDelete,
+    #[serde(rename = "connection.rotate")]
+    ConnectionRotate,
+    #[serde(rename = "connection.test")]
+    ConnectionTest,
+    #[serde(rename = "connection.update")]
+    ConnectionUpdate,
+    #[serde(rename = "connector.adopt")]
+    ConnectorAdopt,
+    #[serde(rename = "connector.create")]
+    ConnectorCreate,
+    #[serde(rename = "connector.update_config")]
+    ConnectorUpdateConfig,
+    #[serde(rename = "connector.pause")]
+    ConnectorPause,
+    #[serde(rename = "connector.resume")]
+    ConnectorResume,
+    #[serde(rename = "connector.stop")]
+    ConnectorStop,
+    #[serde(rename = "connector.restart")]
+    ConnectorRestart,
+    #[serde(rename = "connector.delete")]
+    ConnectorDelete,
+    #[serde(rename = "connector.forget")]
+    ConnectorForget,
+    #[serde(rename = "delivery.create")]
+    DeliveryCreate,
+    #[serde(rename = "delivery.delete")]
+    DeliveryDelete,
+    #[serde(rename = "delivery.replay")]
+    DeliveryReplay,
+    #[serde(rename = "delivery.schema_change")]
+    DeliverySchemaChange,
+    #[serde(rename = "delivery.schema_pause")]
+    DeliverySchemaPause,
+    #[serde(rename = "delivery.update")]
+    DeliveryUpdate,
+    #[serde(rename = "kafka_cluster.create")]
+    KafkaClusterCreate,
+    #[serde(rename = "kafka_cluster.delete")]
+    KafkaClusterDelete,
+    #[serde(rename = "kafka_cluster.update")]
+    KafkaClusterUpdate,
+    #[serde(rename = "keys.rotate")]
+    KeysRotate,
+    #[serde(rename = "operation.done")]
+    OperationDone,
+    #[serde(rename = "operation.failed")]
+    OperationFailed,
+    #[serde(rename = "operation.interrupted")]
+    OperationInterrupted,
+    #[serde(rename = "pipeline.create")]
+    PipelineCreate,
+    #[serde(rename = "pipeline.delete")]
+    PipelineDelete,
+    #[serde(rename = "pipeline.reset")]
+    PipelineReset,
+    #[serde(rename = "pipeline.resnapshot")]
+    PipelineResnapshot,
+    #[serde(rename = "pipeline.tables")]
+    PipelineTables,
+    #[serde(rename = "replication.create")]
+    ReplicationCreate,
+    #[serde(rename = "replication.delete")]
+    ReplicationDelete,
+    #[serde(rename = "replication.update")]
+    ReplicationUpdate,
+    #[serde(rename = "secret.resolve")]
+    SecretResolve,
+    #[serde(rename = "session.revoke")]
+    SessionRevoke,
+    #[serde(rename = "slot.drop")]
+    SlotDrop,
+    #[serde(rename = "token.create")]
+    TokenCreate,
+    #[serde(rename = "token.revoke")]
+    TokenRevoke,
+    #[serde(rename = "topic.create")]
+    TopicCreate,
+    #[serde(rename = "topic.delete")]
+    TopicDelete,
+    #[serde(rename = "user.create")]
+    UserCreate,
+    #[serde(rename = "user.disable")]
+    UserDisable,
+    #[serde(rename = "user.enable")]
+    UserEnable,
+    #[serde(rename = "user.reset_password")]
+    UserResetPassword,
+    #[serde(rename = "user.role_from_groups")]
+    UserRoleFromGroups,
+    #[serde(rename = "user.set_role")]
+    UserSetRole,
+    #[serde(rename = "webhook.create")]
+    WebhookCreate,
+    #[serde(rename = "webhook.delete")]
+    WebhookDelete,
+}
+
+/// One audit row: who did what to which target, when, and how it ended.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct Row {
     pub id: i64,
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
+    /// The user, token owner, `cluecdc`/`reconciler` (system) or `connect:<cluster>`.
     pub actor: String,
+    #[schemars(with = "ActorKind")]
     pub actor_kind: String,
+    #[schemars(with = "AuditAction")]
     pub action: String,
+    /// What kind of thing was acted on (`connection`, `pipeline`, `user`…).
     pub target_kind: String,
     pub target_id: String,
+    #[schemars(with = "AuditOutcome")]
     pub outcome: String,
     #[sqlx(rename = "summary")]
     #[serde(skip)]
     pub summary_json: String,
+    /// The request (or the apply's change set) that wrote it.
     pub request_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AuditEntry")]
 pub struct Item {
     #[serde(flatten)]
     pub row: Row,
+    /// What changed, by the action's own fields (never a secret); free-form JSON.
     pub summary: Value,
 }
 
@@ -176,14 +356,17 @@ pub struct Filter {
 pub const MAX_PAGE: u32 = 500;
 pub const MAX_EXPORT: u32 = 100_000;
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// A page of audit rows, newest first; older pages by `before_id`.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AuditPage")]
 pub struct Page {
     pub items: Vec<Item>,
     /// Pass as `before_id` for the next (older) page; absent on the last page.
     pub next_before_id: Option<i64>,
     /// Rows matching the filters, on every page.
     pub total: u64,
-    /// Rows matching the filters other than `outcome`, by outcome.
+    /// Rows matching the filters other than `outcome`, by outcome (`success`, `failure`,
+    /// `denied`; an outcome with no row is left out).
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 

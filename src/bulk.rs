@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
@@ -38,8 +38,10 @@ const PARALLEL: usize = 8;
 /// A bulk whose process has not touched it for this long has stopped: its open items fail.
 const HEARTBEAT_LOST_MS: i64 = 120_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// What a bulk item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "BulkKind")]
 pub enum Kind {
     Pipeline,
     Delivery,
@@ -131,27 +133,72 @@ impl Action {
     }
 }
 
-/// `POST /api/v1/bulk`: `{action, only_failed?, targets: [{kind, id}]}` or `{action, filter}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `POST /api/v1/bulk`: `{action, only_failed?, targets: [{kind, id}]}` or `{action, filter}`
+/// (one of `targets` and `filter`). Checked whole before anything changes.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "NewBulk")]
 pub struct BulkInput {
+    /// Required.
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, ActionName>"
+    )]
+    #[schemars(with = "Option<ActionName>")]
     pub action: Option<String>,
+    /// With `restart` only: restart only the failed connectors and tasks.
     pub only_failed: Option<bool>,
+    /// The items, at most 500.
     pub targets: Option<Vec<TargetInput>>,
+    /// Every item of a list that matches this filter (at most 500).
     pub filter: Option<FilterInput>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A bulk action (documents `NewBulk.action`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "BulkActionName")]
+pub enum ActionName {
+    Pause,
+    Resume,
+    Restart,
+    Delete,
+}
+
+/// One item of a bulk request.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "BulkTargetInput")]
 pub struct TargetInput {
+    /// Required.
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Kind>")]
+    #[schemars(with = "Option<Kind>")]
     pub kind: Option<String>,
+    /// The item's id (a connector's name works too). Required.
     pub id: Option<String>,
 }
 
 /// The filter of a list page (`q`, `state`, `cluster`) and the list it applies to.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "BulkFilter")]
 pub struct FilterInput {
+    /// The list. Required.
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Kind>")]
+    #[schemars(with = "Option<Kind>")]
     pub kind: Option<String>,
     #[serde(flatten)]
+    #[schemars(with = "ListFilter")]
     pub list: ListQuery,
+}
+
+/// The list filter fields a bulk filter takes (documents `BulkFilter`).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct ListFilter {
+    /// Matched anywhere in the name, case-insensitively.
+    q: Option<String>,
+    /// One of the list's states (as its list page offers them); empty for all.
+    state: Option<String>,
+    /// A cluster's id or name; empty for all.
+    cluster: Option<String>,
 }
 
 /// One item as found, before anything is done to it.
@@ -550,21 +597,41 @@ pub async fn plan(pool: &SqlitePool, req: &Request) -> Result<Vec<Planned>> {
 }
 
 /// One item of a bulk as stored, with its connectors' state now.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
+#[schemars(rename = "BulkItem")]
 pub struct Item {
+    /// The item's place in the request, from 0.
     pub position: i64,
+    #[schemars(with = "Kind")]
     pub kind: String,
     #[sqlx(rename = "target_id")]
     pub id: String,
     pub name: String,
+    #[schemars(with = "ItemState")]
     pub state: String,
+    /// What will happen or happened to it, or why it was refused or failed.
     pub detail: String,
     #[serde(skip)]
     pub connector_ids: String,
     pub updated_at: String,
-    /// Connect's state of its connectors now (ClueCDC's phase words), filled in on reading.
+    /// Connect's state of its connectors now (ClueCDC's phase words, comma-separated for
+    /// several connectors), filled in on reading.
     #[sqlx(skip)]
     pub connector_phase: Option<String>,
+}
+
+/// A bulk item's state (documents `BulkItem.state`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "BulkItemState")]
+#[allow(dead_code)]
+enum ItemState {
+    Pending,
+    Running,
+    Done,
+    /// Not carried out: `detail` says why (nothing to do, in use, held by an operation).
+    Refused,
+    Failed,
 }
 
 impl Item {
@@ -591,19 +658,33 @@ pub struct Bulk {
     pub items: Vec<Item>,
 }
 
+/// A bulk action as the API answers it: its operation (as `GET /api/v1/operations/{id}`
+/// shows it, kind `bulk`) and its items.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Bulk")]
+pub struct BulkView {
+    #[serde(flatten)]
+    pub operation: operations::OperationView,
+    #[schemars(with = "ActionName")]
+    pub action: String,
+    pub only_failed: bool,
+    /// The id every audit row of this bulk carries (the audit page's request filter).
+    pub change_set: String,
+    /// Items by state: pending, running, done, refused, failed.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    pub items: Vec<Item>,
+}
+
 impl Bulk {
-    pub fn json(&self) -> Value {
-        let mut v = operations::to_json(&self.op);
-        for (k, x) in [
-            ("action", json!(self.action)),
-            ("only_failed", json!(self.only_failed)),
-            ("change_set", json!(self.change_set)),
-            ("counts", json!(self.counts)),
-            ("items", json!(self.items)),
-        ] {
-            v[k] = x;
+    pub fn view(self) -> BulkView {
+        BulkView {
+            operation: operations::OperationView::from(&self.op),
+            action: self.action,
+            only_failed: self.only_failed,
+            change_set: self.change_set,
+            counts: self.counts,
+            items: self.items,
         }
-        v
     }
     /// Items not yet finished (pending or running).
     pub fn open_items(&self) -> u64 {

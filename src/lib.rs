@@ -35,3 +35,4 @@ pub mod tables;
 pub mod telemetry;
 pub mod time;
 pub mod web;
+pub mod wire;

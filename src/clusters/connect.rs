@@ -11,12 +11,16 @@ use crate::auth::{random_token, token_hash, Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
 use crate::secrets::binding::{self, Binding};
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A registered Kafka Connect cluster (its basic auth password is never returned).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct ConnectCluster {
     pub id: String,
     pub name: String,
+    /// The Connect REST URL.
     pub url: String,
+    /// The Kafka cluster its workers use (null: not said).
     pub kafka_cluster_id: Option<String>,
+    #[schemars(with = "ManagedBy")]
     pub managed_by: String,
     /// When the current provider token was issued (the token itself is never stored).
     pub provider_token_at: Option<String>,
@@ -26,7 +30,7 @@ pub struct ConnectCluster {
     /// A private CA (PEM) for an https URL: ClueCDC then trusts only it for this cluster;
     /// without one, the built-in roots.
     pub tls_ca_certificate: Option<String>,
-    /// Version, workers and plugins as last observed (JSON).
+    /// Version, workers and plugins as last observed: a JSON document in a string.
     pub health: Option<String>,
     pub health_at: Option<String>,
     /// The reconciler's last successful list call.
@@ -38,27 +42,51 @@ pub struct ConnectCluster {
     pub updated_at: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Who deploys the connectors of a Connect cluster: `cluecdc` (ClueCDC does) or `strimzi`
+/// (Strimzi `KafkaConnector` resources do; ClueCDC only observes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ManagedBy {
+    Cluecdc,
+    Strimzi,
+}
+
+/// A Connect cluster to register (`name` and `url` required), or a change to one (`PATCH`:
+/// absent fields keep their value).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ConnectClusterInput {
+    /// 1–64 characters: letters, digits, spaces, `.`, `_` or `-`; unique.
     pub name: Option<String>,
+    /// The Connect REST URL, `http://` or `https://`, without credentials, query or fragment.
     pub url: Option<String>,
+    /// A registered Kafka cluster's id.
     pub kafka_cluster_id: Option<String>,
+    /// Default `cluecdc`.
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, ManagedBy>")]
+    #[schemars(with = "Option<ManagedBy>")]
     pub managed_by: Option<String>,
+    /// Basic auth user (with `basic_auth_password`); on `PATCH` an empty value turns basic
+    /// auth off.
     pub basic_auth_user: Option<String>,
-    /// Write-only.
+    /// Write-only: stored encrypted, never returned.
+    #[schemars(with = "Option<String>", extend("writeOnly" = true))]
     pub basic_auth_password: Option<crate::secrets::Secret<String>>,
     /// PEM; on PATCH an empty value removes it.
     pub tls_ca_certificate: Option<String>,
     /// Write-only: the config provider token to accept instead of issuing one (so a Connect
     /// worker's configuration can outlive a rebuilt ClueCDC). At least 32 characters.
+    #[schemars(with = "Option<String>", extend("writeOnly" = true))]
     pub provider_token: Option<crate::secrets::Secret<String>>,
 }
 
 /// The created cluster and its config provider token, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectClusterWithToken")]
 pub struct WithToken {
     #[serde(flatten)]
     pub cluster: ConnectCluster,
+    /// The token the cluster's `cluecdc` config provider presents; shown this once, stored only
+    /// as a hash.
     pub provider_token: String,
 }
 

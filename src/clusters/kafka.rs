@@ -15,20 +15,89 @@ use crate::secrets::binding::{self, Binding};
 use crate::secrets::store::{new_ref, SecretStore};
 use crate::secrets::Secret;
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A Kafka cluster ClueCDC knows (its SASL password is write-only and never shown).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct KafkaCluster {
     pub id: String,
     pub name: String,
+    /// `host:port` pairs separated by commas.
     pub bootstrap_servers: String,
+    #[schemars(with = "SecurityProtocol")]
     pub security_protocol: String,
+    #[schemars(with = "Option<SaslMechanism>")]
     pub sasl_mechanism: Option<String>,
     pub sasl_username: Option<String>,
+    /// The PEM CA certificate the brokers' TLS certificates are checked against (public
+    /// roots when null).
     pub tls_ca_certificate: Option<String>,
+    /// Connect configs refer to this cluster's secrets as `${cluecdc:<secret_ref>:<field>}`.
     pub secret_ref: String,
+    /// The last health check, as JSON text of a `KafkaHealth` object (null before the first).
     pub health: Option<String>,
     pub health_at: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// A Kafka cluster with its health checked now (`GET /api/v1/kafka-clusters/{id}`): the
+/// fields of `KafkaCluster`, `health` as an object.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct KafkaClusterDetail {
+    pub id: String,
+    pub name: String,
+    /// `host:port` pairs separated by commas.
+    pub bootstrap_servers: String,
+    #[schemars(with = "SecurityProtocol")]
+    pub security_protocol: String,
+    #[schemars(with = "Option<SaslMechanism>")]
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub tls_ca_certificate: Option<String>,
+    pub secret_ref: String,
+    pub health: kafka::Health,
+    pub health_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl KafkaClusterDetail {
+    pub fn new(c: KafkaCluster, health: kafka::Health) -> Self {
+        KafkaClusterDetail {
+            id: c.id,
+            name: c.name,
+            bootstrap_servers: c.bootstrap_servers,
+            security_protocol: c.security_protocol,
+            sasl_mechanism: c.sasl_mechanism,
+            sasl_username: c.sasl_username,
+            tls_ca_certificate: c.tls_ca_certificate,
+            secret_ref: c.secret_ref,
+            health,
+            health_at: c.health_at,
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        }
+    }
+}
+
+/// How clients talk to the brokers (Kafka's `security.protocol`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+/// The SASL mechanism (with `SASL_PLAINTEXT` or `SASL_SSL` only; `PLAIN` only over TLS).
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
 }
 
 impl KafkaCluster {
@@ -65,15 +134,33 @@ impl KafkaCluster {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A Kafka cluster to register (`POST`), or the fields to change (`PATCH`: fields left out
+/// stay as they are).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct KafkaClusterInput {
     pub name: Option<String>,
+    /// `host:port` pairs separated by commas, e.g. `kafka-1:9092,kafka-2:9092`.
     pub bootstrap_servers: Option<String>,
+    /// Default `PLAINTEXT`.
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, SecurityProtocol>"
+    )]
+    #[schemars(with = "Option<SecurityProtocol>")]
     pub security_protocol: Option<String>,
+    /// Required with a SASL protocol.
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, SaslMechanism>"
+    )]
+    #[schemars(with = "Option<SaslMechanism>")]
     pub sasl_mechanism: Option<String>,
+    /// Required with a SASL protocol.
     pub sasl_username: Option<String>,
+    /// A PEM CA certificate for the brokers' TLS; an empty string removes it (`PATCH`).
     pub tls_ca_certificate: Option<String>,
-    /// Write-only.
+    /// Required with a SASL protocol; stored encrypted, never returned.
+    #[schemars(with = "Option<String>", extend("writeOnly" = true))]
     pub sasl_password: Option<Secret<String>>,
 }
 
@@ -484,13 +571,40 @@ pub async fn topic(
         .ok_or_else(|| Error::NotFound(format!("topic {name}")))
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A topic to create: every setting explicit, nothing left to broker defaults by accident.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "NewTopic")]
 pub struct NewTopicInput {
+    /// 1–249 characters: letters, digits, `.`, `_` and `-` (not `.` or `..`).
     pub name: Option<String>,
+    /// Required.
+    #[schemars(range(min = 1, max = 1000))]
     pub partitions: Option<i64>,
+    /// Required; at most the number of brokers.
+    #[schemars(range(min = 1, max = 10))]
     pub replication_factor: Option<i64>,
+    /// At least 60000 (one minute), or -1 to keep records forever; the broker's default when
+    /// left out.
+    #[schemars(extend("anyOf" = [{"const": -1}, {"minimum": 60000}]))]
     pub retention_ms: Option<i64>,
+    /// Default `delete`.
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, CleanupPolicy>"
+    )]
+    #[schemars(with = "Option<CleanupPolicy>")]
     pub cleanup_policy: Option<String>,
+}
+
+/// Kafka's `cleanup.policy` for a new topic.
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+pub enum CleanupPolicy {
+    #[serde(rename = "delete")]
+    Delete,
+    #[serde(rename = "compact")]
+    Compact,
+    #[serde(rename = "compact,delete")]
+    CompactDelete,
 }
 
 /// Validates a topic request; pure, shared with pipelines (which create their topics).

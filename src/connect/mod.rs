@@ -27,7 +27,7 @@ impl ConnectError {
 }
 
 /// One partition's position for a sink connector.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SinkOffset {
     pub topic: String,
     pub partition: i32,
@@ -175,9 +175,13 @@ pub struct TaskConfig {
     pub config: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// A connector plugin installed on a Connect cluster, as Connect lists it.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectPlugin")]
 pub struct PluginInfo {
+    /// The plugin's Java class.
     pub class: String,
+    /// Connect's plugin type: `source`, `sink`, `converter`, `transformation`, ….
     #[serde(rename = "type", default)]
     pub kind: String,
     #[serde(default)]

@@ -28,7 +28,9 @@ use crate::secrets::binding::{self, Rebound};
 use crate::secrets::store::{new_ref, SecretStore};
 use crate::secrets::Secret;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a connection talks to: a database (a capture source or a JDBC destination) or object
+/// storage (a destination only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Provider {
     Postgresql,
@@ -78,7 +80,11 @@ impl Provider {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// What a connection is used for: `SOURCE` (pipelines capture from it) and/or `DESTINATION`
+/// (deliveries write to it).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Capability {
     Source,
@@ -101,7 +107,8 @@ impl Capability {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How one check of a connection test went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckStatus {
     Pass,
@@ -110,11 +117,14 @@ pub enum CheckStatus {
 }
 
 /// One line of a connection test: what was checked, how it went, and how to fix a failure.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectionCheck")]
 pub struct Check {
+    /// What was checked, e.g. `reach`, `login`, `wal_level`, `bucket`.
     pub name: String,
     pub status: CheckStatus,
     pub message: String,
+    /// How to fix a warning or failure (absent when the check passed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
 }
@@ -146,15 +156,20 @@ impl Check {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The outcome of a connection test: every check, in the order they ran.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectionTestReport")]
 pub struct TestReport {
+    /// No check failed (warnings allowed).
     pub ok: bool,
     pub checks: Vec<Check>,
     pub tested_at: String,
     pub duration_ms: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A table a source connection can capture.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "SourceTable")]
 pub struct TableInfo {
     pub schema: String,
     pub name: String,
@@ -162,15 +177,20 @@ pub struct TableInfo {
     /// PostgreSQL only: default, full, index or nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replica_identity: Option<String>,
+    /// The database's own row estimate (null when it has none).
     pub estimated_rows: Option<i64>,
     /// Updates and deletes carry a key or full before-image.
     pub capturable: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A source's tables, as discovered now (at most `limit`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "SourceTables")]
 pub struct Discovery {
     pub items: Vec<TableInfo>,
+    /// The most tables one discovery returns.
     pub limit: usize,
+    /// More tables exist than `limit`.
     pub truncated: bool,
 }
 
@@ -198,17 +218,22 @@ pub fn adapter(provider: Provider) -> &'static dyn Adapter {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectionRecord")]
 pub struct Connection {
     pub id: String,
     pub name: String,
     pub provider: Provider,
     pub capabilities: Vec<Capability>,
+    /// Database or object-storage settings, by provider (never a secret).
     pub settings: Settings,
+    /// Stable: Connect configs refer to the secrets as `${cluecdc:<secret_ref>:<field>}`.
     pub secret_ref: String,
+    /// Bumped by every change to settings or secrets.
     pub generation: i64,
     pub created_at: String,
     pub updated_at: String,
+    /// The last test's report (null before the first test).
     pub last_test: Option<TestReport>,
 }
 
@@ -239,21 +264,43 @@ impl Connection {
 }
 
 /// What the API and pages show: never a secret, only which secret fields are set.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Connection")]
 pub struct ConnectionView {
     #[serde(flatten)]
     pub connection: Connection,
+    /// The secret fields that hold a value (the values are never returned).
+    #[schemars(with = "Vec<settings::SecretField>")]
     pub secret_fields_set: Vec<String>,
+    /// What needs attention, e.g. TLS without certificate verification.
     pub warnings: Vec<String>,
 }
 
-/// Raw create/patch input: everything optional so that missing fields become field errors.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A connection to create (`name`, `provider`, `settings` and the provider's secrets are
+/// required), or a change to one (`PATCH`: absent fields keep their value, `settings` are
+/// merged key by key and `null` removes a key; the provider cannot change). Everything is
+/// optional in the type so that what is missing is answered as a field error.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ConnectionInput {
+    /// 1–64 characters: letters, digits, spaces, `.`, `_` or `-`; unique.
     pub name: Option<String>,
+    /// Required on create; on `PATCH` it may only repeat the current one.
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Provider>")]
+    #[schemars(with = "Option<Provider>")]
     pub provider: Option<String>,
+    /// At least one; default `SOURCE` for a database, `DESTINATION` for object storage (which
+    /// is never a source).
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_strings::<_, Capability>"
+    )]
+    #[schemars(with = "Option<Vec<Capability>>", length(min = 1))]
     pub capabilities: Option<Vec<String>>,
+    /// The provider's settings (never a secret).
+    #[schemars(with = "Option<settings::SettingsInput>")]
     pub settings: Option<Map<String, Value>>,
+    /// The provider's secret fields, write-only.
+    #[schemars(with = "Option<settings::SecretsInput>")]
     pub secrets: Option<Map<String, Value>>,
 }
 

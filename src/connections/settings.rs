@@ -16,7 +16,8 @@ use crate::secrets::Secret;
 /// fixtures); certificate verification cannot be turned off. `Require` (TLS without
 /// verification) is kept only so that rows stored before that rule still load: they carry a
 /// warning, and saving such a connection again needs one of the three modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// (In replies, `require` appears only on connections stored before it was refused.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TlsMode {
     Disable,
@@ -67,7 +68,8 @@ const TLS_MODE_HINT: &str = "choose verify-full (with ca_certificate) or verify-
 /// deliveries on it.
 pub const UNVERIFIED_WARNING: &str = "TLS without certificate verification: edit the connection and choose verify-full (with the CA certificate that signed the server's)";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A database connection's settings (PostgreSQL, MySQL, MariaDB).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DatabaseSettings {
     pub host: String,
     pub port: u16,
@@ -95,7 +97,8 @@ impl DatabaseSettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An object-storage connection's settings (AWS S3, MinIO).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ObjectStorageSettings {
     pub bucket: String,
     pub region: String,
@@ -112,11 +115,136 @@ pub struct ObjectStorageSettings {
     pub ca_certificate: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A connection's settings: database or object storage, by its provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
+#[schemars(rename = "ConnectionSettings")]
 pub enum Settings {
     Database(DatabaseSettings),
     ObjectStorage(ObjectStorageSettings),
+}
+
+/// A connection's settings as the API reads them: which keys apply depends on the provider
+/// (databases or object storage), and a key the provider does not take is a 422. Text may also be sent as a number,
+/// numbers as digits, booleans as `"true"`/`"false"`; `null` leaves a key out (on `PATCH` it
+/// removes it).
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "ConnectionSettingsInput", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct SettingsInput {
+    /// Databases: the server's hostname or IP address (required).
+    host: Option<Text>,
+    /// Databases: default 5432 (PostgreSQL) or 3306 (MySQL, MariaDB).
+    port: Option<Port>,
+    /// Databases: the database name (required).
+    database: Option<Text>,
+    /// Databases: the user ClueCDC and the connectors log in as (required).
+    user: Option<Text>,
+    /// Databases (required): `verify-full` or `verify-ca` (both with `ca_certificate`), or
+    /// `disable` (plain text, for an isolated local fixture). Verification cannot be turned off.
+    tls_mode: Option<TlsModeChoice>,
+    /// PEM of the CA that signed the server's certificate (databases with a verifying
+    /// `tls_mode`; MinIO over https with a private CA).
+    ca_certificate: Option<Text>,
+    /// PostgreSQL sources: the replication slot (default `cluecdc_<name>`).
+    slot_name: Option<Text>,
+    /// PostgreSQL sources: the publication (default `cluecdc_<name>`).
+    publication_name: Option<Text>,
+    /// MySQL/MariaDB sources: the replica server id, unique in the topology (default: random).
+    server_id: Option<ServerId>,
+    /// Object storage: the existing bucket to write to (required).
+    bucket: Option<Text>,
+    /// Object storage: the region (required for AWS S3; MinIO default `us-east-1`).
+    region: Option<Text>,
+    /// Object storage: scopes every key this connection writes; empty or ending in `/`.
+    prefix: Option<Text>,
+    /// MinIO: the URL ClueCDC and Kafka Connect both reach (required); AWS S3: absent.
+    endpoint: Option<Text>,
+    /// Object storage: path-style addressing (always with an endpoint).
+    path_style: Option<Flag>,
+    /// Object storage: TLS (default: from the endpoint's scheme; always for AWS S3).
+    use_ssl: Option<Flag>,
+}
+
+/// The `tls_mode` a connection may be saved with (documents `ConnectionSettingsInput.tls_mode`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[schemars(rename = "TlsModeInput")]
+#[allow(dead_code)]
+enum TlsModeChoice {
+    VerifyFull,
+    VerifyCa,
+    Disable,
+}
+
+/// Schemas of the lenient scalars the settings parser reads (see `Raw`): the documented input
+/// (`SettingsInput`) accepts exactly what the parser does not reject for its type.
+macro_rules! lenient_scalar {
+    ($($name:ident => $schema:tt;)*) => {$(
+        #[allow(dead_code)]
+        struct $name;
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    )*};
+}
+
+lenient_scalar! {
+    Text => {"type": ["string", "number", "null"]};
+    Flag => {"anyOf": [{"type": ["boolean", "null"]}, {"enum": ["true", "on", "false", ""]}]};
+    Port => {"anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 65535},
+        {"type": "string", "pattern": "^\\s*\\+?[0-9]*\\s*$"},
+        {"type": "null"}
+    ]};
+    ServerId => {"anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 4294967295u64},
+        {"type": "string", "pattern": "^\\s*\\+?[0-9]*\\s*$"},
+        {"type": "null"}
+    ]};
+}
+
+/// The secret fields a connection takes (documents `ConnectionInput.secrets` and
+/// `Connection.secret_fields_set`): `password` for a database; `access_key_id`,
+/// `secret_access_key` and the optional `session_token` for object storage.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "ConnectionSecretField")]
+#[allow(dead_code)]
+pub enum SecretField {
+    Password,
+    AccessKeyId,
+    SecretAccessKey,
+    SessionToken,
+}
+
+/// A connection's secrets, write-only: stored encrypted and never returned. Required on
+/// create (and on rotate, which replaces them all); on `PATCH` only those given change.
+/// An empty string or `null` is the same as leaving the field out.
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "ConnectionSecretsInput", deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct SecretsInput {
+    /// Databases: the user's password.
+    #[schemars(extend("writeOnly" = true), length(max = 4096))]
+    password: Option<String>,
+    /// Object storage: the access key id.
+    #[schemars(extend("writeOnly" = true), length(max = 4096))]
+    access_key_id: Option<String>,
+    /// Object storage: the secret access key.
+    #[schemars(extend("writeOnly" = true), length(max = 4096))]
+    secret_access_key: Option<String>,
+    /// Object storage: a session token for temporary credentials (optional).
+    #[schemars(extend("writeOnly" = true), length(max = 4096))]
+    session_token: Option<String>,
 }
 
 /// Keys that would turn TLS verification off. No such option exists; saying so beats

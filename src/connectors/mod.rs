@@ -14,52 +14,145 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::{diff, DesiredState};
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `POST /api/v1/connectors`: a connector added by hand (owner `manual`).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "NewConnector")]
 pub struct ConnectorInput {
+    /// The connector's name in Connect (letters, digits, `.`, `_`, `-`).
     pub name: Option<String>,
+    /// The Connect cluster (id) that runs it.
     pub connect_cluster_id: Option<String>,
+    /// The connector's Connect config, as Connect takes it (`connector.class` required).
+    /// Values are strings (numbers and booleans are written as text); secrets must be
+    /// `${cluecdc:<secret_ref>:<field>}` references, never plain text.
+    #[schemars(extend("additionalProperties" = {"type": ["string", "number", "boolean"]}))]
     pub config: Option<serde_json::Map<String, Value>>,
+    /// The state to create it in (default `running`).
+    #[serde(
+        default,
+        deserialize_with = "crate::wire::enum_string::<_, InitialState>"
+    )]
+    #[schemars(with = "Option<InitialState>")]
     pub desired_state: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The states a connector can be created in (documents `NewConnector.desired_state`).
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "NewConnectorState")]
+pub enum InitialState {
+    Running,
+    Paused,
+    Stopped,
+}
+
+/// A connector's or task's state as Kafka Connect reports it.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+#[allow(dead_code)]
+pub(crate) enum ConnectState {
+    Unassigned,
+    Running,
+    Paused,
+    Stopped,
+    Failed,
+    Restarting,
+    /// Connect's internal state of a connector being removed.
+    Destroyed,
+}
+
+/// A connector's phase: Connect's state at the last observation, or `PENDING` (a new
+/// generation not yet observed), `DRIFTED` (Connect's live config differs from the desired
+/// one), `UNKNOWN` (the observation is stale or the cluster unreachable). The words of
+/// `crate::listing::CONNECTOR_STATES`.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+#[schemars(rename = "ConnectorPhase")]
+#[allow(dead_code)]
+pub(crate) enum Phase {
+    Failed,
+    Drifted,
+    Unknown,
+    Unassigned,
+    Pending,
+    Restarting,
+    Paused,
+    Stopped,
+    Running,
+}
+
+/// Who a connector belongs to.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "ConnectorOwner")]
+#[allow(dead_code)]
+enum OwnerKind {
+    Pipeline,
+    Delivery,
+    Replication,
+    /// Added by hand (`POST /api/v1/connectors`) or adopted.
+    Manual,
+}
+
+/// One task of a connector, as Connect last reported it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ConnectorTask")]
 pub struct TaskView {
     pub id: i64,
+    #[schemars(with = "ConnectState")]
     pub state: String,
     pub worker_id: String,
+    /// The Java stack trace of a failed task.
     pub trace: Option<String>,
 }
 
 /// A connector as the API and pages show it: desired next to observed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Connector")]
 pub struct ConnectorView {
     pub id: String,
     pub name: String,
     pub connect_cluster_id: String,
+    /// The Connect cluster's name.
     pub connect_cluster: String,
+    /// The pipeline that owns it (owner `pipeline`).
     pub pipeline_id: Option<String>,
+    /// The delivery that owns it (owner `delivery`).
     pub delivery_id: Option<String>,
+    #[schemars(with = "OwnerKind")]
     pub owner_kind: String,
+    /// The desired Connect config (secrets only as `${cluecdc:…}` references).
     pub config: BTreeMap<String, String>,
+    #[schemars(with = "DesiredState")]
     pub desired_state: String,
+    /// Bumped on every change of the desired config or state.
     pub generation: i64,
+    /// The generation the reconciler last applied and observed.
     pub observed_generation: i64,
     /// ClueCDC's vocabulary: Connect's states plus PENDING, DRIFTED and UNKNOWN.
+    #[schemars(with = "Phase")]
     pub phase: String,
     /// Connect's own state at the last observation, e.g. RUNNING.
+    #[schemars(with = "Option<ConnectState>")]
     pub observed_state: Option<String>,
     pub tasks: Vec<TaskView>,
+    /// The Java stack trace of a failed connector.
     pub trace: Option<String>,
+    /// The reconciler's last word on it (an error, or why it waits).
     pub message: Option<String>,
     pub observed_at: Option<String>,
     /// Seconds since the last successful observation.
     pub observed_age_secs: Option<i64>,
+    /// The last observation is older than a minute (the phase is then UNKNOWN).
     pub stale: bool,
+    /// Automatic restarts since it last ran healthy.
     pub restart_attempts: i64,
+    /// Connect's committed offsets of the connector, as Connect's offsets API returns them.
     pub offsets: Option<Value>,
     pub offsets_at: Option<String>,
     /// Keys where Connect's live config differs from the desired one (empty when in sync).
     pub drift: Vec<crate::reconcile::plan::DiffLine>,
+    /// Who asked for the restart not yet carried out.
     pub restart_requested_by: Option<String>,
 }
 
@@ -755,18 +848,29 @@ impl DriftEvent {
     }
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// One restart of a connector or its tasks, by the reconciler's policy or on request.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct RestartRecord {
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
+    /// Why it was restarted (e.g. failed tasks, or requested).
     pub reason: String,
+    /// Who: the reconciler's policy or the person who asked.
     pub triggered_by: String,
+    /// The attempt number since the connector last ran healthy.
     pub attempt: i64,
+    /// `requested`, or `failed: <why>` when Connect refused the restart.
     pub outcome: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct History {
-    pub drift: Vec<Value>,
+/// A connector with its drift and restart history (`GET /api/v1/connectors/{name}`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ConnectorDetail {
+    #[serde(flatten)]
+    pub connector: ConnectorView,
+    /// The last 50 drift events, newest first.
+    pub drift_events: Vec<DriftView>,
+    /// The last 50 restarts, newest first.
     pub restarts: Vec<RestartRecord>,
 }
 
@@ -785,23 +889,88 @@ pub async fn history(
     Ok((c, drift, restarts))
 }
 
-pub fn drift_json(events: &[DriftEvent]) -> Vec<Value> {
+/// The connector with its history, as the API answers it.
+pub async fn detail(pool: &SqlitePool, who: &Principal, key: &str) -> Result<ConnectorDetail> {
+    let (connector, drift, restarts) = history(pool, who, key).await?;
+    Ok(ConnectorDetail {
+        connector,
+        drift_events: drift_views(&drift),
+        restarts,
+    })
+}
+
+/// A drift event as the API shows it: the differing keys as a list.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "DriftEvent")]
+pub struct DriftView {
+    pub id: i64,
+    pub connect_cluster_id: String,
+    pub connector_name: String,
+    /// None for a connector ClueCDC does not manage.
+    pub connector_id: Option<String>,
+    #[schemars(with = "DriftKind")]
+    pub kind: String,
+    /// Keys whose desired, last applied and live values differ.
+    pub diff: Vec<crate::reconcile::plan::DiffLine>,
+    pub detected_at: String,
+    #[schemars(with = "DriftAction")]
+    pub action: String,
+}
+
+/// What drifted (documents `DriftEvent.kind`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum DriftKind {
+    /// Connect's live config differs from the applied one.
+    ConfigChanged,
+    /// The connector was removed from Connect behind ClueCDC's back.
+    Deleted,
+    /// A connector ClueCDC does not manage appeared on the cluster.
+    UnknownAdded,
+}
+
+/// What ClueCDC did about a drift (documents `DriftEvent.action`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum DriftAction {
+    /// Shown only (observe-only clusters, unmanaged connectors).
+    Reported,
+    /// The desired config was applied again.
+    Repaired,
+    /// Connect's live config became the desired one (adopt).
+    Adopted,
+}
+
+pub fn drift_views(events: &[DriftEvent]) -> Vec<DriftView> {
     events
         .iter()
-        .map(|e| {
-            let mut v = json!(e);
-            v["diff"] = json!(e.diff_lines());
-            v
+        .map(|e| DriftView {
+            id: e.id,
+            connect_cluster_id: e.connect_cluster_id.clone(),
+            connector_name: e.connector_name.clone(),
+            connector_id: e.connector_id.clone(),
+            kind: e.kind.clone(),
+            diff: e.diff_lines(),
+            detected_at: e.detected_at.clone(),
+            action: e.action.clone(),
         })
         .collect()
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A connector found on a Connect cluster that ClueCDC does not manage.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
+#[schemars(rename = "UnmanagedConnector")]
 pub struct Unmanaged {
     pub connect_cluster_id: String,
     pub name: String,
+    /// Connect's state when last seen.
+    #[schemars(with = "Option<ConnectState>")]
     pub state: Option<String>,
+    #[schemars(extend("format" = "date-time"))]
     pub first_seen: String,
+    #[schemars(extend("format" = "date-time"))]
     pub last_seen: String,
 }
 

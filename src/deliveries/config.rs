@@ -21,22 +21,27 @@ pub const DEFAULT_KEY_TEMPLATE: &str = "{{topic}}/year={{timestamp:unit=yyyy}}/m
 pub const DEFAULT_RECORDS_PER_FILE: u32 = 10_000;
 
 /// Database delivery settings (API names), with the defaults a CDC replica wants.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "DatabaseDeliveryOptions")]
 pub struct JdbcOptions {
     /// insert, upsert or update.
+    #[schemars(with = "InsertMode")]
     pub insert_mode: String,
     /// Deletes (and tombstones) remove rows.
     pub delete_enabled: bool,
     /// Destination table name; `${source.table}` keeps the source's table name.
     pub table_name_format: String,
     /// basic: create missing tables and add missing columns; none: tables must exist.
+    #[schemars(with = "SchemaEvolution")]
     pub schema_evolution: String,
     /// fail (default) or continue.
+    #[schemars(with = "ErrorPolicy")]
     pub error_policy: String,
     pub dead_letter_topic: Option<String>,
     /// ClueCDC's reaction to a breaking schema change (`tables::schema`): warn or pause. Not
     /// a sink key; stored options from before it read as warn.
     #[serde(default = "warn")]
+    #[schemars(with = "SchemaPolicy")]
     pub schema_policy: String,
 }
 
@@ -61,21 +66,26 @@ impl Default for JdbcOptions {
 /// Object-storage delivery settings (API names). Flushing has no per-connector key: objects are
 /// written at each offset commit of the Connect worker (`offset.flush.interval.ms`) or when
 /// `records_per_file` records have gathered for one file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "ObjectStorageDeliveryOptions")]
 pub struct ObjectStorageOptions {
     /// jsonl: one JSON line per record with key, value, offset and timestamp.
+    #[schemars(with = "Format")]
     pub format: String,
     /// gzip (default, `.jsonl.gz`) or none (`.jsonl`).
+    #[schemars(with = "Compression")]
     pub compression: String,
     pub records_per_file: u32,
     pub tasks: u32,
     /// Relative to the connection's prefix, without the extension.
     pub key_template: String,
     /// fail (default) or continue.
+    #[schemars(with = "ErrorPolicy")]
     pub error_policy: String,
     pub dead_letter_topic: Option<String>,
     /// warn or pause, as for database deliveries.
     #[serde(default = "warn")]
+    #[schemars(with = "SchemaPolicy")]
     pub schema_policy: String,
 }
 
@@ -486,6 +496,74 @@ pub fn jdbc(dest: &Connection, topics: &[String], o: &JdbcOptions) -> Config {
     set("schema.evolution", o.schema_evolution.clone());
     set_sink_common(&mut c, &o.error_policy, o.dead_letter_topic.as_deref());
     c
+}
+
+/// How a database delivery writes rows.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum InsertMode {
+    Insert,
+    /// Default: replays are harmless.
+    Upsert,
+    Update,
+}
+
+/// Whether a database delivery creates missing tables and columns.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum SchemaEvolution {
+    /// Create missing tables and add missing columns.
+    Basic,
+    /// Tables must exist.
+    None,
+}
+
+/// What a delivery does at a record it cannot write.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "DeliveryErrorPolicy")]
+pub(crate) enum ErrorPolicy {
+    /// Default: stop at a bad record.
+    Fail,
+    /// Skip it (to `dead_letter_topic` when set).
+    Continue,
+}
+
+/// ClueCDC's reaction to a breaking schema change.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "SchemaChangePolicy")]
+pub(crate) enum SchemaPolicy {
+    /// Default: record and show it.
+    Warn,
+    /// Pause the delivery.
+    Pause,
+}
+
+/// What an object-storage delivery writes.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "ObjectFormat")]
+pub(crate) enum Format {
+    /// JSON Lines: key, value, offset and timestamp per record.
+    Jsonl,
+}
+
+/// How objects are compressed.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "ObjectCompression")]
+pub(crate) enum Compression {
+    /// Default: `.jsonl.gz`.
+    Gzip,
+    /// `.jsonl`.
+    None,
 }
 
 #[cfg(test)]

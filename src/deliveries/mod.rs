@@ -22,7 +22,7 @@ use crate::pipelines::{self, config::table_topic};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct DeliveryInput {
     pub name: Option<String>,
     pub pipeline_id: Option<String>,
@@ -32,12 +32,16 @@ pub struct DeliveryInput {
     /// Defaults to every table topic of the pipeline.
     pub topics: Option<Vec<String>>,
     // Database deliveries.
+    #[schemars(with = "Option<config::InsertMode>")]
     pub insert_mode: Option<String>,
     pub delete_enabled: Option<bool>,
     pub table_name_format: Option<String>,
+    #[schemars(with = "Option<config::SchemaEvolution>")]
     pub schema_evolution: Option<String>,
     // Object-storage deliveries.
+    #[schemars(with = "Option<config::Format>")]
     pub format: Option<String>,
+    #[schemars(with = "Option<config::Compression>")]
     pub compression: Option<String>,
     pub records_per_file: Option<u64>,
     /// Refused with an explanation: the sink has no such key (see `ObjectStorageOptions`).
@@ -45,15 +49,18 @@ pub struct DeliveryInput {
     pub tasks: Option<u64>,
     pub key_template: Option<String>,
     // Both.
+    #[schemars(with = "Option<config::ErrorPolicy>")]
     pub error_policy: Option<String>,
     pub dead_letter_topic: Option<String>,
     /// At a breaking schema change: warn (default) or pause (`tables::schema`).
+    #[schemars(with = "Option<config::SchemaPolicy>")]
     pub schema_policy: Option<String>,
 }
 
 /// What kind of destination a delivery writes to (API name), from its connection's provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[schemars(rename = "DeliveryKind")]
 pub enum Kind {
     Database,
     ObjectStorage,
@@ -104,8 +111,9 @@ impl std::fmt::Display for Kind {
 }
 
 /// A delivery's settings, by kind (stored as the JSON of the inner struct).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
+#[schemars(rename = "DeliveryOptions")]
 pub enum Options {
     Database(JdbcOptions),
     ObjectStorage(ObjectStorageOptions),
@@ -120,7 +128,7 @@ impl Options {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Delivery {
     pub id: String,
     pub name: String,
@@ -129,6 +137,8 @@ pub struct Delivery {
     pub connect_cluster_id: String,
     pub kind: Kind,
     pub topics: Vec<String>,
+    /// The delivery's settings, as stored, by its `kind`.
+    #[schemars(with = "Options")]
     pub options: serde_json::Value,
     pub connector_id: String,
     /// The sink's consumer group: Connect names it after the connector.
@@ -226,7 +236,8 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
 }
 
 /// Everything checked; what would be deployed. Creates nothing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "DeliveryPreview")]
 pub struct Preview {
     pub kind: Kind,
     pub connector_name: String,
@@ -1130,7 +1141,8 @@ pub async fn delete_step(
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "DeliveryDetail")]
 pub struct Detail {
     pub delivery: Delivery,
     pub connector: Option<ConnectorView>,
@@ -1138,6 +1150,7 @@ pub struct Detail {
     /// at the destination itself. None without a heartbeat or before the first arrives.
     pub freshness_secs: Option<f64>,
     /// The source time that newest heartbeat carries (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub current_as_of: Option<String>,
     /// Consumer-group lag per partition: end offset minus the group's committed offset.
     pub lag: Vec<crate::kafka::PartitionLag>,

@@ -13,17 +13,18 @@ use crate::error::{Error, Result};
 use crate::secrets::store::SecretStore;
 use crate::secrets::Secret;
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StoredObject {
     pub key: String,
     pub size: i64,
     /// RFC 3339 UTC with milliseconds.
+    #[schemars(extend("format" = "date-time"))]
     pub last_modified: String,
     #[serde(skip)]
     modified_ms: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ObjectList {
     /// Newest first.
     pub items: Vec<StoredObject>,

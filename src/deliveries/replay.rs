@@ -20,9 +20,10 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::operations::{self, NewOperation};
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ReplayInput {
     /// earliest | latest | timestamp | offsets
+    #[schemars(with = "Option<ReplayFrom>")]
     pub from: Option<String>,
     /// RFC 3339 (a time without a zone is taken as UTC).
     pub timestamp: Option<String>,
@@ -32,7 +33,7 @@ pub struct ReplayInput {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 pub struct OffsetInput {
     pub topic: Option<String>,
     pub partition: Option<i64>,
@@ -40,7 +41,8 @@ pub struct OffsetInput {
 }
 
 /// One partition of the plan.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplayPlanItem")]
 pub struct PlanItem {
     pub topic: String,
     pub partition: i32,
@@ -57,9 +59,12 @@ pub struct PlanItem {
     pub oldest_retained_at: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ReplayPlan {
+    #[schemars(with = "ReplayFrom")]
     pub from: String,
+    /// The time replayed from (RFC 3339), when `from` is `timestamp`.
+    #[schemars(extend("format" = "date-time"))]
     pub timestamp: Option<String>,
     pub items: Vec<PlanItem>,
     pub records: i64,
@@ -308,7 +313,8 @@ fn given_offsets(
     Ok(out)
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplayStarted")]
 pub struct Started {
     pub operation_id: String,
     pub plan: ReplayPlan,
@@ -402,10 +408,13 @@ pub async fn start(
 }
 
 /// One offset change of a delivery: what Connect held before it and after.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "OffsetHistoryEntry")]
 pub struct HistoryEntry {
     pub id: i64,
     pub operation_id: String,
+    /// When the offsets changed (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
     pub actor: String,
     pub reason: String,
@@ -481,6 +490,21 @@ pub async fn restore_input(
             )
         })),
     })
+}
+
+/// Where a delivery's offsets go.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum ReplayFrom {
+    /// The oldest record retention kept.
+    Earliest,
+    /// The end: skip everything not delivered yet.
+    Latest,
+    /// The first record at or after `timestamp`.
+    Timestamp,
+    /// The exact offsets given per partition.
+    Offsets,
 }
 
 #[cfg(test)]

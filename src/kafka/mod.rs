@@ -98,37 +98,51 @@ pub fn check_plain_over_tls(
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// What a Kafka cluster looked like at a health check.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "KafkaHealth")]
 pub struct Health {
     pub reachable: bool,
     pub brokers: Vec<BrokerInfo>,
+    /// How many topics the cluster has.
     pub topics: usize,
+    /// Why the cluster could not be reached (sanitized).
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "KafkaBroker")]
 pub struct BrokerInfo {
     pub id: i32,
     pub host: String,
     pub port: i32,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One partition: its replicas by broker id, and its offsets (metadata only, never records).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "KafkaTopicPartition")]
 pub struct PartitionInfo {
     pub id: i32,
+    /// The leader's broker id (-1 without a leader).
     pub leader: i32,
     pub replicas: Vec<i32>,
+    /// The in-sync replicas' broker ids.
     pub isr: Vec<i32>,
     pub low_watermark: i64,
     pub high_watermark: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A topic's broker metadata (never record payloads).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "KafkaTopic")]
 pub struct TopicInfo {
     pub name: String,
     pub partitions: Vec<PartitionInfo>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// The topic's configs (`cleanup.policy`, `retention.ms`, …); left out where not read.
+    // `default` only so that the document does not list it as required (left out when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub configs: BTreeMap<String, String>,
+    /// Kafka's own topics (`__consumer_offsets`, …).
     pub internal: bool,
 }
 
@@ -501,7 +515,7 @@ pub fn check_topic_name(name: &str) -> Result<(), String> {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PartitionLag {
     pub topic: String,
     pub partition: i32,

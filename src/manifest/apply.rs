@@ -21,7 +21,9 @@ use crate::audit::{self, Entry, Outcome};
 use crate::error::{Error, Result};
 use crate::reconcile::plan::DesiredState;
 
-#[derive(Debug, Serialize)]
+/// The step an apply stopped at, and why.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "FailedStep")]
 pub struct Failed {
     pub step: String,
     pub error: String,
@@ -31,7 +33,10 @@ pub struct Failed {
     pub cause: Option<Error>,
 }
 
-#[derive(Debug, Serialize)]
+/// What an apply did: the plan, the steps done, the step it stopped at (if any) and the steps
+/// left.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ApplyReport")]
 pub struct Report {
     #[serde(flatten)]
     pub plan: Plan,
@@ -42,7 +47,8 @@ pub struct Report {
     pub done: Vec<String>,
     pub failed: Option<Failed>,
     pub left: Vec<String>,
-    /// Config provider tokens issued for Connect clusters created without one, shown this once.
+    /// Config provider tokens issued for Connect clusters created without one, by cluster name;
+    /// shown this once.
     pub provider_tokens: BTreeMap<String, String>,
 }
 

@@ -100,27 +100,53 @@ fn check_rebound(
     refused.is_empty()
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// A resource a plan creates or deletes.
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
+#[schemars(rename = "PlannedResource")]
 pub struct Named {
+    #[schemars(with = "ResourceKind")]
     pub kind: &'static str,
     pub name: String,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// The kinds of resource a configuration document declares (documents the plan's `kind`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ResourceKind {
+    KafkaCluster,
+    ConnectCluster,
+    Connection,
+    Pipeline,
+    Delivery,
+    Webhook,
+    AlertChannel,
+    AlertRule,
+}
+
+/// One field's value before and after (secrets appear as markers, never values).
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct FieldChange {
+    /// The current value (any JSON).
     pub from: Value,
+    /// The declared value (any JSON).
     pub to: Value,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// A resource a plan changes in place, field by field.
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
+#[schemars(rename = "PlannedChange")]
 pub struct Changed {
+    #[schemars(with = "ResourceKind")]
     pub kind: &'static str,
     pub name: String,
     /// Path within the resource (`tables`, `options.insert_mode`, `secrets.password`) → values.
     pub fields: BTreeMap<String, FieldChange>,
 }
 
-#[derive(Debug, Default, Serialize)]
+/// What applying a configuration document changes: resources to create, change and delete
+/// (delete only with `prune=true`), in the order they are applied.
+#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Plan {
     pub create: Vec<Named>,
     pub change: Vec<Changed>,

@@ -7,19 +7,80 @@ use crate::auth::{Principal, Role};
 use crate::error::Result;
 use crate::listing::{self, ListSql, Page, Window};
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// One alert: open (`firing`) from when its rule's condition held for the rule's duration until
+/// the condition goes away (`resolved`); one open alert per kind and subject.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct Alert {
     pub id: i64,
+    /// The rule (or built-in check) that fired.
+    #[schemars(with = "AlertKind")]
     pub kind: String,
+    /// What it is about, e.g. a pipeline, delivery or connector name (`<delivery>/<table>` for
+    /// per-table rules).
     pub subject: String,
+    #[schemars(with = "AlertSeverity")]
     pub severity: String,
     pub message: String,
+    #[schemars(with = "AlertState")]
     pub state: String,
+    /// When it started firing.
+    #[schemars(extend("format" = "date-time"))]
     pub first_seen: String,
+    /// When its condition was last seen to hold.
+    #[schemars(extend("format" = "date-time"))]
     pub last_seen: String,
     pub resolved_at: Option<String>,
     pub acknowledged_by: Option<String>,
     pub acknowledged_at: Option<String>,
+}
+
+/// What fires alerts: the alert rules (`/api/v1/alert-rules`) and the two built-in secret
+/// checks (`secret_leak`, `connect_exposes_task_configs`). Documents `Alert.kind`.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum AlertKind {
+    DeliveryLagRecords,
+    DeliveryLagSeconds,
+    DeliveryFreshnessSeconds,
+    DeliveryStalledSeconds,
+    SlotRetainedWalBytes,
+    SlotInactive,
+    OrphanSlot,
+    ConnectorFailed,
+    ConnectorMissingOrDrifted,
+    ConnectUnreachable,
+    KafkaUnreachable,
+    PipelineNoNewDataSeconds,
+    PipelineSourceUnreachable,
+    BinlogBehindBytes,
+    BinlogPositionLost,
+    ReplicationLagRecords,
+    ReplicationLagSeconds,
+    ReplicationCheckpointAgeSeconds,
+    SnapshotStalled,
+    TableStalled,
+    SchemaChange,
+    SecretLeak,
+    ConnectExposesTaskConfigs,
+}
+
+/// How urgent an alert is (documents `Alert.severity`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum AlertSeverity {
+    Critical,
+    Warning,
+}
+
+/// Documents `Alert.state`.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum AlertState {
+    Firing,
+    Resolved,
 }
 
 /// Opens an alert, or refreshes the open one for the same kind and subject.

@@ -16,12 +16,20 @@ use crate::error::{Error, Result};
 use crate::reconcile::lease::{now_ms, Lease};
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+/// An alert rule: it fires an alert for a subject whose value stays above `threshold` for
+/// `for_secs` seconds (yes/no conditions are 1 or 0, with threshold 0).
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, schemars::JsonSchema)]
+#[schemars(rename = "AlertRule")]
 pub struct Rule {
+    /// The rule, and the `kind` of the alerts it fires (not `secret_leak` or
+    /// `connect_exposes_task_configs`, which are built-in checks without a rule).
+    #[schemars(with = "super::alerts::AlertKind")]
     pub kind: String,
     pub threshold: f64,
+    /// How long the condition must hold before the alert fires.
     pub for_secs: i64,
     pub enabled: bool,
+    /// What the rule watches, for a person.
     pub description: String,
 }
 
@@ -34,9 +42,15 @@ pub async fn rules(pool: &SqlitePool, who: &Principal) -> Result<Vec<Rule>> {
     .await?)
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A change to an alert rule; fields left out (or null) stay as they are.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "AlertRulePatch")]
 pub struct RulePatch {
+    /// A number ≥ 0.
+    #[schemars(range(min = 0))]
     pub threshold: Option<f64>,
+    /// 0 to 86400 seconds.
+    #[schemars(range(min = 0, max = 86_400))]
     pub for_secs: Option<i64>,
     pub enabled: Option<bool>,
 }
@@ -215,6 +229,44 @@ pub const SAMPLED: &[(&str, &str)] = &[
         "How long the oldest record of one table a delivery has not written has waited, from end-offset marks (a lower bound; subject <delivery>/<table>).",
     ),
 ];
+
+/// The kind of a sampled signal, as an input: one of [`SAMPLED`] (anything else is refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleKind(pub &'static str);
+
+impl<'de> Deserialize<'de> for SampleKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let given = String::deserialize(d)?;
+        SAMPLED
+            .iter()
+            .find(|(k, _)| *k == given)
+            .map(|(k, _)| SampleKind(k))
+            .ok_or_else(|| {
+                let kinds: Vec<&str> = SAMPLED.iter().map(|(k, _)| *k).collect();
+                serde::de::Error::custom(format!(
+                    "not a sampled signal; one of {}",
+                    kinds.join(", ")
+                ))
+            })
+    }
+}
+
+/// The document lists [`SAMPLED`] itself, so a new signal appears there with no other change.
+impl schemars::JsonSchema for SampleKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SampleKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let kinds: Vec<&str> = SAMPLED.iter().map(|(k, _)| *k).collect();
+        let described: Vec<String> = SAMPLED.iter().map(|(k, d)| format!("`{k}`: {d}")).collect();
+        schemars::json_schema!({
+            "type": "string",
+            "enum": kinds,
+            "description": format!("A signal kept as history. {}", described.join(" ")),
+        })
+    }
+}
 
 /// One observation against one rule.
 pub(crate) struct Observation {
@@ -1005,9 +1057,11 @@ pub async fn trim_samples(pool: &SqlitePool, before: i64) -> sqlx::Result<u64> {
     Ok(dropped)
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// One measured value of a signal.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct Sample {
     pub value: f64,
+    /// When it was measured, in Unix milliseconds.
     pub at: i64,
 }
 

@@ -27,7 +27,10 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     }
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A URL every alert transition (firing, resolved) is POSTed to as JSON, signed in the
+/// `x-cluecdc-signature` header (`sha256=<hex HMAC-SHA256 of the body>`). The signing secret
+/// is never shown.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct Webhook {
     pub id: String,
     pub url: String,
@@ -38,10 +41,16 @@ pub struct Webhook {
     pub created_at: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A webhook to add.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct WebhookInput {
+    /// An http(s) URL.
     pub url: Option<String>,
+    /// The shared signing secret, at least 16 characters; stored in the secret store, never
+    /// shown again.
+    #[schemars(with = "Option<String>", extend("writeOnly" = true))]
     pub secret: Option<Secret<String>>,
+    /// A private CA (PEM) for an https URL signed by it; empty or absent: the built-in roots.
     pub tls_ca_certificate: Option<String>,
 }
 

@@ -34,10 +34,14 @@ pub const LEASE: &str = "operations";
 /// How often the holder looks for open operations and checks the step each one waits on.
 const TICK: Duration = Duration::from_millis(500);
 
-#[derive(Debug, Clone, Serialize)]
+/// A durable multi-step operation (an offset change, a reset, a delete…) and how far it got.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Operation {
     pub id: String,
+    #[schemars(with = "OperationKind")]
     pub kind: String,
+    /// What the operation acts on: `delivery`, `pipeline`, `replication` or `bulk`.
+    #[schemars(with = "TargetKind")]
     pub target_kind: String,
     pub target_id: String,
     pub target_name: String,
@@ -45,8 +49,11 @@ pub struct Operation {
     pub step: String,
     /// The kind's steps in order, to show how far it got.
     pub steps: Vec<&'static str>,
+    #[schemars(with = "OperationState")]
     pub state: String,
+    /// Why it failed (or why the current step is waiting).
     pub error: Option<String>,
+    /// Who started it (a user's or API token's name).
     pub actor: String,
     pub started_at: String,
     pub finished_at: Option<String>,
@@ -58,12 +65,86 @@ pub struct Operation {
     pub actor_kind: String,
 }
 
-/// The JSON the API answers: the operation's fields, and (API.md's `target`) what it acts on
-/// in one object beside `target_kind`, `target_id` and `target_name`.
+/// What an operation does (documents `Operation.kind`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum OperationKind {
+    /// An offset change of a delivery (replay or restore).
+    Replay,
+    /// A pipeline's reset and re-snapshot.
+    Reset,
+    /// An incremental snapshot of tables added to a pipeline.
+    SnapshotSignal,
+    PipelineDelete,
+    DeliveryDelete,
+    ReplicationDelete,
+    /// A bulk action over many connectors.
+    Bulk,
+}
+
+/// What an operation acts on (documents `Operation.target_kind`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "OperationTargetKind")]
+enum TargetKind {
+    Delivery,
+    Pipeline,
+    Replication,
+    Bulk,
+}
+
+/// Where an operation is (documents `Operation.state`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum OperationState {
+    /// Steps remain; the process holding the operations lease carries it forward.
+    Running,
+    /// Every step ran.
+    Done,
+    /// A step failed; the connector was given back in the state it had before.
+    Failed,
+    /// The target went away meanwhile (deleted): nothing was left to do.
+    Interrupted,
+}
+
+/// What an operation acts on, in one object (API.md's `target`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct OperationTarget {
+    #[schemars(with = "TargetKind")]
+    pub kind: String,
+    pub id: String,
+    pub name: String,
+}
+
+/// An operation as the API answers it: its fields, and what it acts on in one object beside
+/// `target_kind`, `target_id` and `target_name`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Operation")]
+pub struct OperationView {
+    #[serde(flatten)]
+    pub op: Operation,
+    pub target: OperationTarget,
+}
+
+impl From<&Operation> for OperationView {
+    fn from(op: &Operation) -> Self {
+        OperationView {
+            target: OperationTarget {
+                kind: op.target_kind.clone(),
+                id: op.target_id.clone(),
+                name: op.target_name.clone(),
+            },
+            op: op.clone(),
+        }
+    }
+}
+
+/// The JSON the API answers for an operation ([`OperationView`]), for replies built as JSON.
 pub fn to_json(op: &Operation) -> Value {
-    let mut v = json!(op);
-    v["target"] = json!({"kind": op.target_kind, "id": op.target_id, "name": op.target_name});
-    v
+    json!(OperationView::from(op))
 }
 
 impl Operation {

@@ -24,19 +24,30 @@ use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct PipelineInput {
     pub name: Option<String>,
     pub source_connection_id: Option<String>,
     pub kafka_cluster_id: Option<String>,
     pub connect_cluster_id: Option<String>,
+    /// Tables to capture, `schema.table` (PostgreSQL) or `database.table` (MySQL/MariaDB).
     pub tables: Option<Vec<String>>,
+    /// Starts every topic name (letters, digits, `.`, `_`, `-`).
     pub topic_prefix: Option<String>,
     pub partitions: Option<i64>,
     pub replication_factor: Option<i64>,
+    /// Topic retention; -1 keeps forever (default 7 days).
     pub retention_ms: Option<i64>,
+    /// How the connector starts: `initial` (default: snapshot, then stream), `no_data` (stream
+    /// only), `when_needed`, `always` or `initial_only` (Debezium's `snapshot.mode`).
+    #[schemars(with = "Option<SnapshotMode>")]
     pub snapshot_mode: Option<String>,
+    /// PostgreSQL: `filtered` (default: the connector keeps the publication) or `disabled` (a
+    /// table owner creates it; the preview gives the SQL).
+    #[schemars(with = "Option<PublicationMode>")]
     pub publication_mode: Option<String>,
+    /// Further Debezium connector settings (key to value), checked by the plugin; keys ClueCDC
+    /// sets itself and TLS keys are refused.
     pub options: Option<Map<String, Value>>,
     /// Opt in to end-to-end freshness: ClueCDC creates `cluecdc_heartbeat` in the source and
     /// Debezium writes the time into it every second (`FRESHNESS_HEARTBEAT_MS`).
@@ -44,7 +55,8 @@ pub struct PipelineInput {
 }
 
 /// Everything checked and derived, before anything is created.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "PipelinePreview")]
 pub struct Preview {
     pub connector_name: String,
     pub connector_class: String,
@@ -606,7 +618,7 @@ async fn create_topics(
     Ok(())
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Pipeline {
     pub id: String,
     pub name: String,
@@ -618,8 +630,11 @@ pub struct Pipeline {
     pub partitions: i64,
     pub replication_factor: i64,
     pub retention_ms: Option<i64>,
+    #[schemars(with = "SnapshotMode")]
     pub snapshot_mode: String,
+    #[schemars(with = "PublicationMode")]
     pub publication_mode: String,
+    /// Further Debezium connector settings given at creation (key to value).
     pub options: BTreeMap<String, String>,
     pub connector_id: String,
     pub heartbeat: bool,
@@ -1033,7 +1048,8 @@ pub async fn snapshot_signal_step(
 
 /// What a re-snapshot request sent: the signal's id (the row in the source's signal table)
 /// and the tables it names.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "PipelineResnapshot")]
 pub struct Resnapshot {
     pub signal_id: String,
     pub tables: Vec<String>,
@@ -1209,7 +1225,8 @@ pub async fn restart(
     connectors::request_restart(pool, wake, who, &p.connector_id, only_failed).await
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "PipelineDeleted")]
 pub struct Deleted {
     pub connector_removed: bool,
     pub slot_dropped: bool,
@@ -1338,7 +1355,8 @@ pub async fn delete_step(
 }
 
 /// The pipeline page's live facts.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "PipelineDetail")]
 pub struct Detail {
     pub pipeline: Pipeline,
     pub connector: Option<ConnectorView>,
@@ -1365,7 +1383,7 @@ pub struct Detail {
     pub tables: Vec<crate::tables::freshness::TableFreshness>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopicSize {
     pub name: String,
     pub records: i64,
@@ -1564,11 +1582,13 @@ pub async fn detail_with(
     })
 }
 
-/// A replication slot on a source, and the pipeline that owns it (None: an orphan).
-#[derive(Debug, Serialize)]
+/// A replication slot on a source, and the pipeline that owns it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "SourceSlot")]
 pub struct OwnedSlot {
     #[serde(flatten)]
     pub slot: source::SlotInfo,
+    /// The pipeline that owns the slot; null: an orphan (an admin may drop it).
     pub pipeline: Option<String>,
 }
 
@@ -1638,6 +1658,29 @@ pub async fn drop_orphan_slot(
     let dropped = source::drop_slot(store, &c, name).await;
     audit::record_alone(pool, Entry { actor: who.into(), action: "slot.drop", target_kind: "replication_slot", target_id: name, outcome: if dropped.is_ok() { Outcome::Success } else { Outcome::Failure }, summary: json!({"connection": c.name, "retained_wal_bytes": found.slot.retained_wal_bytes}) }).await?;
     dropped.map(|_| ())
+}
+
+/// How a pipeline's connector starts (Debezium's `snapshot.mode`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum SnapshotMode {
+    Initial,
+    NoData,
+    WhenNeeded,
+    Always,
+    InitialOnly,
+}
+
+/// Who keeps a PostgreSQL pipeline's publication.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum PublicationMode {
+    /// The connector creates and updates it.
+    Filtered,
+    /// A table owner creates it (the preview gives the SQL).
+    Disabled,
 }
 
 #[cfg(test)]

@@ -634,7 +634,7 @@ pub async fn signal_incremental_snapshot(
 }
 
 /// A PostgreSQL replication slot as the pipeline page shows it.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, schemars::JsonSchema)]
 pub struct SlotInfo {
     pub name: String,
     pub exists: bool,
@@ -679,7 +679,7 @@ pub struct BinlogFile {
 }
 
 /// Where a MySQL/MariaDB pipeline's connector stands in the server's binary logs.
-#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+#[derive(Debug, Clone, Serialize, Default, PartialEq, schemars::JsonSchema)]
 pub struct BinlogInfo {
     /// The position the connector has committed (from its Connect offsets).
     pub connector_file: Option<String>,
@@ -732,7 +732,7 @@ pub fn binlog_distance(files: &[BinlogFile], position: Option<(&str, i64)>) -> B
 
 /// The binlog position in a MySQL/MariaDB connector's offsets (`file` and `pos`).
 /// Where the connector's committed offset says it is in the source, in the source's own terms.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct SourcePosition {
     /// PostgreSQL: the last LSN whose changes Connect has committed, written as PostgreSQL
     /// writes it (`0/16B3748`, as in `pg_replication_slots`).

@@ -1166,14 +1166,50 @@ fn db_err(e: anyhow::Error) -> ConnectError {
     ConnectError::Decode(format!("ClueCDC database: {e:#}"))
 }
 
-/// What the API shows about the reconciler.
-#[derive(Debug, Serialize)]
+/// What the API shows about the reconciler (`GET /api/v1/reconciler`).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Reconciler")]
 pub struct Status {
+    /// The process holding the reconciler's lease (null when none does).
     pub holder: Option<String>,
-    pub lease_expires_at: Option<i64>,
-    pub this_process: String,
+    /// When the lease expires, in milliseconds since the Unix epoch.
+    pub lease_expires_at_ms: Option<i64>,
+    /// Passes recorded in the database (the last 1000 are kept).
+    pub passes_recorded: i64,
+    /// Passes run by the process that answered, since it started.
     pub passes_in_this_process: u64,
-    pub last_pass: Option<serde_json::Value>,
+    /// The last recorded pass.
+    pub last_pass: Option<PassRecord>,
+}
+
+/// One recorded reconcile pass.
+#[derive(Debug, Serialize, sqlx::FromRow, schemars::JsonSchema)]
+#[schemars(rename = "ReconcilePass")]
+pub struct PassRecord {
+    pub holder: String,
+    pub started_at: String,
+    pub duration_ms: i64,
+    /// Connect clusters visited.
+    pub clusters: i64,
+    /// Changes applied to Connect.
+    pub actions: i64,
+    pub errors: i64,
+}
+
+/// The reconciler's lease holder and last pass, as the API shows them.
+pub async fn status(pool: &SqlitePool, handle: &Handle) -> anyhow::Result<Status> {
+    let lease = lease::Lease::current(pool, lease::RECONCILER).await?;
+    let last_pass: Option<PassRecord> = sqlx::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(pool).await?;
+    let passes_recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
+        .fetch_one(pool)
+        .await?;
+    Ok(Status {
+        holder: lease.as_ref().map(|l| l.0.clone()),
+        lease_expires_at_ms: lease.as_ref().map(|l| l.1),
+        passes_recorded,
+        passes_in_this_process: handle.passes.load(Ordering::Relaxed),
+        last_pass,
+    })
 }
 
 #[cfg(test)]

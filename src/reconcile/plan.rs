@@ -10,7 +10,8 @@ use super::policy::{classify, Failure, Policy};
 
 pub type Config = BTreeMap<String, String>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The state a person (or a pipeline, delivery or replication) wants a connector in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DesiredState {
     Running,
@@ -146,7 +147,9 @@ impl Step {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One config key that differs between the desired, the last applied and the live config
+/// (a value is null where the key is absent; secret values are never shown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct DiffLine {
     pub key: String,
     pub desired: Option<String>,

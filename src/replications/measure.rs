@@ -14,7 +14,9 @@ use crate::clusters::kafka::KafkaCluster;
 use crate::kafka::{self, KafkaAccess};
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// What a replication has copied, measured on both clusters just now.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplicationProgress")]
 pub struct Progress {
     pub partitions: Vec<PartitionProgress>,
     /// Records on the source not on the target yet, over all partitions.
@@ -31,7 +33,9 @@ pub struct Progress {
     pub checkpoints_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// How far one source partition is copied.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplicationPartitionProgress")]
 pub struct PartitionProgress {
     pub topic: String,
     pub partition: i32,
@@ -46,9 +50,11 @@ pub struct PartitionProgress {
     pub synced: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A consumer group's checkpoints: its translated offsets on the target.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct GroupCheckpoints {
     pub group: String,
+    /// When its newest checkpoint was written.
     pub newest_at: Option<String>,
     /// Age of the group's newest checkpoint. MirrorMaker writes one only when the translated
     /// offset moves, so an old checkpoint can still be the best there is.
@@ -62,7 +68,9 @@ pub struct GroupCheckpoints {
     pub partitions: Vec<Checkpoint>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One partition of a consumer group, translated to the target.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "GroupCheckpoint")]
 pub struct Checkpoint {
     /// The topic on the target (MirrorMaker names checkpoints by it).
     pub topic: String,

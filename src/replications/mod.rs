@@ -23,11 +23,17 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A replication to create or preview, or a change to one (`PATCH`: only `topics` or
+/// `pipeline_ids`, `groups` and `sync_group_offsets` can change in place; the others must be
+/// left out or equal).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct ReplicationInput {
     pub name: Option<String>,
+    /// The Kafka cluster (id or name) the topics are copied from.
     pub source_kafka_cluster_id: Option<String>,
+    /// The Kafka cluster (id or name) they are copied to.
     pub target_kafka_cluster_id: Option<String>,
+    /// The Connect cluster (id or name) that runs MirrorMaker's three connectors.
     pub connect_cluster_id: Option<String>,
     /// A regular expression (or a comma-separated list of them) over the source's topics…
     pub topics: Option<String>,
@@ -36,28 +42,57 @@ pub struct ReplicationInput {
     /// Consumer groups whose offsets are checkpointed; default every group (`.*`).
     pub groups: Option<String>,
     /// `default` (topics renamed `<source alias><separator><topic>`) or `identity`.
+    #[schemars(with = "Option<ReplicationPolicy>")]
     pub replication_policy: Option<String>,
+    /// With the default policy: one to three of `.`, `_` or `-` (default `.`).
     pub separator: Option<String>,
     /// `target` (default) or `source`.
+    #[schemars(with = "Option<OffsetSyncsLocation>")]
     pub offset_syncs_location: Option<String>,
+    /// Whether MirrorMaker writes the translated offsets into the target's consumer groups.
     pub sync_group_offsets: Option<bool>,
     /// Create even though the pattern matches no topic now (topics created later are
     /// picked up within 10 s).
     pub confirm_empty: Option<bool>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// How a replication names the copies on the target (documents `replication_policy`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ReplicationPolicy {
+    /// `<source alias><separator><topic>`.
+    Default,
+    /// The same name as on the source.
+    Identity,
+}
+
+/// Which cluster MirrorMaker keeps its offset syncs on (documents `offset_syncs_location`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum OffsetSyncsLocation {
+    Target,
+    Source,
+}
+
+/// A replication: MirrorMaker 2 copying topics from one Kafka cluster to another.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Replication {
     pub id: String,
     pub name: String,
     pub source_kafka_cluster_id: String,
     pub target_kafka_cluster_id: String,
     pub connect_cluster_id: String,
+    /// The topic pattern MirrorMaker gets (from `pipeline_ids` when those are set).
     pub topics: String,
+    /// The pipelines whose topics are copied (empty: `topics` is the user's pattern).
     pub pipeline_ids: Vec<String>,
     pub groups: String,
+    #[schemars(with = "ReplicationPolicy")]
     pub replication_policy: String,
     pub separator: String,
+    #[schemars(with = "OffsetSyncsLocation")]
     pub offset_syncs_location: String,
     pub sync_group_offsets: bool,
     pub source_alias: String,
@@ -135,13 +170,14 @@ fn alias(k: &KafkaCluster) -> String {
 }
 
 /// Everything checked; what would be created.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplicationPreview")]
 pub struct Preview {
     pub name: String,
     /// The pattern as MirrorMaker gets it.
     pub topics: String,
-    /// The source's topics it matches now (internal topics left out), each with the name it
-    /// gets on the target.
+    /// The source's topics it matches now (internal topics left out), each as a pair
+    /// `[source name, name on the target]`.
     pub matched: Vec<(String, String)>,
     /// How many topics the source has (to show a pattern that takes too much).
     pub source_topics: usize,
@@ -152,10 +188,15 @@ pub struct Preview {
     pub internal_topics: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One of the three connectors a replication runs, with the config Connect would get.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplicationPreviewConnector")]
 pub struct PreviewConnector {
     pub name: String,
+    /// The connector class (MirrorSourceConnector, MirrorCheckpointConnector or
+    /// MirrorHeartbeatConnector).
     pub class: String,
+    /// The connector's config as Connect gets it (secrets as config provider references).
     pub config: BTreeMap<String, String>,
 }
 
@@ -954,10 +995,13 @@ pub async fn delete_step(
 }
 
 /// A replication with its connectors and what was measured just now.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplicationDetail")]
 pub struct Detail {
     pub replication: Replication,
+    /// The source cluster's name.
     pub source_cluster: String,
+    /// The target cluster's name.
     pub target_cluster: String,
     pub connectors: Vec<connectors::ConnectorView>,
     pub progress: measure::Progress,
@@ -998,7 +1042,8 @@ pub const CHECKLIST: &[&str] = &[
     "Clients have the target's endpoints ready: bootstrap servers, credentials and CA certificate.",
 ];
 
-#[derive(Debug, Serialize)]
+/// A check a person makes before a failover; ClueCDC cannot verify it (always unchecked).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ChecklistItem {
     pub item: &'static str,
     pub checked: bool,
@@ -1006,9 +1051,12 @@ pub struct ChecklistItem {
 
 /// Failover readiness for one consumer group: per partition where it would resume on the
 /// target and what that resume would replay or miss. ClueCDC performs no cutover.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "FailoverReadiness")]
 pub struct Readiness {
+    /// The replication's name.
     pub replication: String,
+    /// The consumer group.
     pub group: String,
     pub newest_checkpoint_age_secs: Option<f64>,
     pub partitions: Vec<measure::Checkpoint>,

@@ -439,7 +439,7 @@ pub fn filtering_options(options: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// A captured table as the pipeline page and `GET /api/v1/pipelines/{id}` show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TableFreshness {
     pub name: String,
     pub topic: String,
@@ -457,6 +457,7 @@ pub struct TableFreshness {
     pub source_changed_at: Option<String>,
     pub stalled_secs: f64,
     /// `fresh`, `stalled`, `quiet`, `no_counter` or `unobserved` (see [`state`]).
+    #[schemars(with = "FreshnessState")]
     pub state: &'static str,
     /// The stalled table's likely causes as last looked up.
     pub cause: Option<String>,
@@ -572,7 +573,7 @@ pub fn sort_stalest(tables: &mut [TableFreshness]) {
 }
 
 /// A delivered table's lag, as the delivery page and `GET /api/v1/deliveries/{id}` show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeliveryTable {
     pub name: String,
     pub topic: String,
@@ -1078,6 +1079,23 @@ pub(crate) async fn observe(
         "per-table freshness observed"
     );
     Ok(out)
+}
+
+/// A captured table's freshness (see `tables::freshness::state`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum FreshnessState {
+    /// Its topic changed recently enough.
+    Fresh,
+    /// The source changed but its topic did not.
+    Stalled,
+    /// Neither changed.
+    Quiet,
+    /// The source has no per-table change counter.
+    NoCounter,
+    /// Not seen by the monitor yet.
+    Unobserved,
 }
 
 #[cfg(test)]

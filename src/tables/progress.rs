@@ -452,9 +452,12 @@ fn rate(t: &TableRun, rows: i64, now: i64) -> Option<f64> {
 }
 
 /// A snapshot as the page and `GET /api/v1/pipelines/{id}` show it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
+#[schemars(rename = "SnapshotProgress")]
 pub struct Snapshot {
+    #[schemars(with = "SnapshotKind")]
     pub kind: String,
+    #[schemars(with = "SnapshotState")]
     pub state: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -464,13 +467,15 @@ pub struct Snapshot {
     pub rate_rows_per_sec: Option<f64>,
     /// When the snapshot should finish (RFC 3339), from the rows still expected and the rate;
     /// None while a table's expectation is unknown or nothing scans.
+    #[schemars(extend("format" = "date-time"))]
     pub eta: Option<String>,
     pub eta_seconds: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct TableProgress {
     pub name: String,
+    #[schemars(with = "TableScanState")]
     pub state: String,
     pub rows_scanned: i64,
     pub rows_expected: Option<i64>,
@@ -480,6 +485,8 @@ pub struct TableProgress {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub rate_rows_per_sec: Option<f64>,
+    /// When the table's scan should finish (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub eta: Option<String>,
     /// Debezium's completion status (SUCCEEDED, EMPTY, SQL_EXCEPTION…), once completed.
     pub status: Option<String>,
@@ -1154,6 +1161,38 @@ pub(crate) async fn observe(
         message: String::new(),
     });
     out
+}
+
+/// Which snapshot: the initial one (again after a reset) or an incremental one.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum SnapshotKind {
+    Initial,
+    Incremental,
+}
+
+/// Where a snapshot is.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum SnapshotState {
+    Waiting,
+    Running,
+    Paused,
+    Completed,
+    Aborted,
+}
+
+/// Where one table's scan is.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum TableScanState {
+    Waiting,
+    Scanning,
+    Done,
+    Aborted,
 }
 
 #[cfg(test)]

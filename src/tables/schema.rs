@@ -570,7 +570,7 @@ struct VerdictRow {
 }
 
 /// One delivery's verdict on one change of a table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeliveryVerdict {
     pub delivery_id: String,
     pub delivery: String,
@@ -578,11 +578,13 @@ pub struct DeliveryVerdict {
     pub from_version: i64,
     pub to_version: i64,
     /// info | breaking.
+    #[schemars(with = "Severity")]
     pub severity: String,
     pub changes: Vec<String>,
     /// What the sink will do, one sentence per change.
     pub says: Vec<String>,
     /// open (breaking, not dealt with yet) | accepted | superseded.
+    #[schemars(with = "VerdictState")]
     pub state: String,
     /// The guard paused the delivery for it.
     pub paused: bool,
@@ -666,9 +668,12 @@ pub async fn failure_cause(
 }
 
 /// One version of a table, for the timeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "TableVersion")]
 pub struct Version {
     pub version: i64,
+    /// When ClueCDC first saw this version (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub first_seen: String,
     /// None: the table did not exist at this version (dropped).
     pub definition: Option<TableDef>,
@@ -689,7 +694,7 @@ impl Version {
 }
 
 /// A captured table's schema history and what each delivery makes of its newest change.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TableSchema {
     pub table: String,
     /// Oldest first.
@@ -715,7 +720,7 @@ impl TableSchema {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PipelineSchema {
     pub pipeline_id: String,
     pub tables: Vec<TableSchema>,
@@ -921,6 +926,18 @@ pub async fn preview_mismatches(
         }
     }
     Ok(out)
+}
+
+/// Where a delivery's verdict on a schema change is.
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+#[schemars(rename = "SchemaVerdictState")]
+pub(crate) enum VerdictState {
+    /// Breaking, not dealt with yet.
+    Open,
+    Accepted,
+    Superseded,
 }
 
 #[cfg(test)]

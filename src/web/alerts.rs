@@ -5,33 +5,34 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Query};
 use poem::{handler, Request, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
+use super::api::{Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{self, ListQuery, Nav, Window};
+use crate::listing::{self, ListPage, ListQuery, Nav, Window};
 use crate::monitor::alerts::{self, Alert};
-use crate::monitor::signals::{self, RulePatch};
+use crate::monitor::signals::{self, RulePatch, Sample, SampleKind};
 use crate::monitor::webhooks::{self, WebhookInput};
 use poem::web::Path;
 
-#[handler]
+/// Alerts, open ones first, then newest first (`state=firing` for the open ones).
 pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<Serialized<ListPage<Alert>>> {
     let w = q.window(alerts::STATES)?;
+    let (state, who) = (&cx.state, &cx.who);
     let body = listing::cached_json(&state.inner.snapshots, "alerts", &w, || async {
-        Ok(alerts::page(&state.pool, &who, &w).await?.json())
+        Ok(alerts::page(&state.pool, who, &w).await?.json())
     })
     .await?;
-    Ok(super::json_text(&body))
+    Ok(Serialized::new(String::clone(&body)))
 }
 
 #[derive(Template)]
@@ -321,81 +322,67 @@ pub async fn badge(state: Data<&AppState>) -> PageResult<Response> {
 
 // ---- rules, acknowledgement, webhooks, samples, /metrics -------------------------------------
 
-#[handler]
-pub async fn api_rules(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": signals::rules(&state.pool, &who).await?}),
-    ))
+pub async fn api_rules(cx: Ctx) -> ApiResult<Json<ListPage<signals::Rule>>> {
+    Ok(Json(ListPage::all(
+        signals::rules(&cx.state.pool, &cx.who).await?,
+    )))
 }
 
-#[handler]
 pub async fn api_rule_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(kind): Path<String>,
     Json(p): Json<RulePatch>,
 ) -> ApiResult<Json<signals::Rule>> {
-    Ok(Json(signals::set_rule(&state.pool, &who, &kind, &p).await?))
-}
-
-#[handler]
-pub async fn api_ack(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    alerts::acknowledge(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-#[handler]
-pub async fn api_webhooks(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
     Ok(Json(
-        json!({"items": webhooks::list(&state.pool, &who).await?}),
+        signals::set_rule(&cx.state.pool, &cx.who, &kind, &p).await?,
     ))
 }
 
-#[handler]
+pub async fn api_ack(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    alerts::acknowledge(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
+}
+
+pub async fn api_webhooks(cx: Ctx) -> ApiResult<Json<ListPage<webhooks::Webhook>>> {
+    Ok(Json(ListPage::all(
+        webhooks::list(&cx.state.pool, &cx.who).await?,
+    )))
+}
+
 pub async fn api_webhook_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<WebhookInput>,
-) -> ApiResult<Response> {
-    let w = webhooks::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(w).to_string()))
+) -> ApiResult<Created<webhooks::Webhook>> {
+    Ok(Created(
+        webhooks::create(&cx.state.pool, &cx.state.inner.secrets, &cx.who, &input).await?,
+    ))
 }
 
-#[handler]
-pub async fn api_webhook_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    webhooks::delete(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_webhook_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    webhooks::delete(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
-#[derive(Deserialize)]
+/// Which signal's history `GET /api/v1/samples` answers.
+#[derive(Deserialize, JsonSchema)]
 pub struct SampleQuery {
-    #[serde(default)]
-    kind: String,
+    kind: SampleKind,
+    /// The pipeline, delivery, replication or `<delivery>/<table>` the signal is measured for.
     #[serde(default)]
     subject: String,
+    /// The newest this many samples (default 500; clamped to 1..10000).
     limit: Option<i64>,
 }
 
-#[handler]
+/// A signal's recent samples, oldest first.
 pub async fn api_samples(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<SampleQuery>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": signals::history(&state.pool, &who, &q.kind, &q.subject, q.limit.unwrap_or(500).clamp(1, 10_000)).await?}),
-    ))
+) -> ApiResult<Json<ListPage<Sample>>> {
+    let limit = q.limit.unwrap_or(500).clamp(1, 10_000);
+    Ok(Json(ListPage::all(
+        signals::history(&cx.state.pool, &cx.who, q.kind.0, &q.subject, limit).await?,
+    )))
 }
 
 #[handler]

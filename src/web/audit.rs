@@ -5,8 +5,10 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Query};
 use poem::{handler, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::api::{Ctx, Media, OpDoc, Reply, Text};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, Layout};
 use super::paths;
@@ -15,27 +17,84 @@ use crate::audit::{self, Filter, Item};
 use crate::auth::Principal;
 use crate::error::Error;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The audit trail's filters (the page, the list and the export share them); empty means any.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct AuditQuery {
+    /// The actor's name, exactly.
     #[serde(default)]
     actor: String,
+    /// The action's beginning, e.g. `connection.` or `user.set_role`.
     #[serde(default)]
     action: String,
+    /// A target's id or kind, exactly.
     #[serde(default)]
     target: String,
     #[serde(default)]
+    #[schemars(with = "Option<crate::audit::AuditOutcome>")]
     outcome: String,
     /// A request id, or an apply's change set: every row it wrote.
     #[serde(default)]
     request: String,
+    /// Rows at or after this time (RFC 3339).
     #[serde(default)]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     since: String,
+    /// Rows before this time (RFC 3339).
     #[serde(default)]
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     until: String,
+    /// Rows older than this id: the previous page's `next_before_id`.
     before_id: Option<i64>,
+    /// Rows per page (default 100, at most 500; the export: default and at most 100 000).
     limit: Option<u32>,
+}
+
+/// What `GET /api/v1/audit/export` answers.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct ExportFormat {
     #[serde(default)]
-    format: String,
+    format: Option<ExportAs>,
+}
+
+/// `csv` (the default; the summary column holds JSON) or `json` (an array of audit entries).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportAs {
+    #[default]
+    Csv,
+    Json,
+}
+
+/// The export's media types.
+pub struct CsvOrJson;
+
+impl Media for CsvOrJson {
+    const TYPES: &'static [&'static str] = &["text/csv", "application/json"];
+}
+
+/// The export: a [`Text`] reply whose JSON form is described as the audit entries it holds,
+/// not as a string.
+pub struct Export(Text<CsvOrJson>);
+
+impl Reply for Export {
+    fn into_reply(self) -> Response {
+        self.0.into_reply()
+    }
+
+    fn describe(op: &mut OpDoc) {
+        let entries = op
+            .generator()
+            .subschema_for::<Vec<audit::Item>>()
+            .to_value();
+        op.response(
+            StatusCode::OK,
+            "The rows as CSV (`format=csv`, with a header row; the summary column holds JSON) or as a JSON array (`format=json`), as a download",
+            Some(serde_json::json!({
+                "text/csv": {"schema": {"type": "string"}},
+                "application/json": {"schema": entries},
+            })),
+        );
+    }
 }
 
 impl AuditQuery {
@@ -161,15 +220,10 @@ pub async fn page(
     )
 }
 
-#[handler]
-pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Query(q): Query<AuditQuery>,
-) -> ApiResult<Json<audit::Page>> {
+pub async fn api_list(cx: Ctx, Query(q): Query<AuditQuery>) -> ApiResult<Json<audit::Page>> {
     let filter = q.filter(100)?;
     Ok(Json(audit::Page::clone(
-        &*cached_list(&state, &who, &filter).await?,
+        &*cached_list(&cx.state, &cx.who, &filter).await?,
     )))
 }
 
@@ -190,35 +244,31 @@ async fn cached_list(
 }
 
 /// `format=csv` (default) or `format=json`; the newest `limit` rows (up to 100 000) matching the filters.
-#[handler]
 pub async fn api_export(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<AuditQuery>,
-) -> ApiResult<Response> {
+    Query(f): Query<ExportFormat>,
+) -> ApiResult<Export> {
     let filter = q.filter(audit::MAX_EXPORT)?;
-    let format = if q.format.is_empty() {
-        "csv"
-    } else {
-        q.format.as_str()
-    };
-    if format != "csv" && format != "json" {
-        return Err(Error::field("format", "choose csv or json").into());
-    }
-    let found = audit::list(&state.pool, &who, &filter, audit::MAX_EXPORT).await?;
+    let found = audit::list(&cx.state.pool, &cx.who, &filter, audit::MAX_EXPORT).await?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let (body, ctype) = match format {
-        "json" => (
+    let format = f.format.unwrap_or_default();
+    let (body, content_type, ext) = match format {
+        ExportAs::Json => (
             serde_json::to_string_pretty(&found.items).map_err(|e| Error::Unexpected(e.into()))?,
             "application/json",
+            "json",
         ),
-        _ => (audit::to_csv(&found.items), "text/csv; charset=utf-8"),
+        ExportAs::Csv => (
+            audit::to_csv(&found.items),
+            "text/csv; charset=utf-8",
+            "csv",
+        ),
     };
-    Ok(Response::builder()
-        .content_type(ctype)
-        .header(
-            "content-disposition",
-            format!("attachment; filename=\"cluecdc-audit-{stamp}.{format}\""),
-        )
-        .body(body))
+    Ok(Export(Text {
+        content_type,
+        body,
+        filename: Some(format!("cluecdc-audit-{stamp}.{ext}")),
+        media: std::marker::PhantomData,
+    }))
 }

@@ -8,11 +8,12 @@ use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Path};
 use poem::{handler, Body, Request, Response};
 
+use super::api::{Accepted, Ctx, OpDoc, Reply};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, Layout};
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::bulk::{self, Bulk, BulkInput, FilterInput, Kind, Planned, TargetInput};
+use crate::bulk::{self, Bulk, BulkInput, BulkView, FilterInput, Kind, Planned, TargetInput};
 use crate::error::Error;
 use crate::listing::ListQuery;
 
@@ -23,28 +24,30 @@ fn services(state: &AppState) -> bulk::Services {
     }
 }
 
-#[handler]
-pub async fn api_start(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<BulkInput>,
-) -> ApiResult<Response> {
-    let id = bulk::start(&services(&state), &who, &input).await?;
-    let b = bulk::get(&state.pool, &who, &id).await?;
-    Ok(Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .header("Location", format!("/api/v1/bulk/{id}"))
-        .content_type("application/json")
-        .body(b.json().to_string()))
+pub async fn api_start(cx: Ctx, Json(input): Json<BulkInput>) -> ApiResult<AcceptedAt<BulkView>> {
+    let id = bulk::start(&services(&cx.state), &cx.who, &input).await?;
+    let b = bulk::get(&cx.state.pool, &cx.who, &id).await?;
+    Ok(AcceptedAt(format!("/api/v1/bulk/{id}"), Accepted(b.view())))
 }
 
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(bulk::get(&state.pool, &who, &id).await?.json()))
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<BulkView>> {
+    Ok(Json(bulk::get(&cx.state.pool, &cx.who, &id).await?.view()))
+}
+
+/// 202 with a `Location` header naming where to follow the work.
+pub struct AcceptedAt<T>(String, Accepted<T>);
+
+impl<T: serde::Serialize + schemars::JsonSchema + Send> Reply for AcceptedAt<T> {
+    fn into_reply(self) -> Response {
+        let mut res = self.1.into_reply();
+        if let Ok(v) = self.0.parse() {
+            res.headers_mut().insert(poem::http::header::LOCATION, v);
+        }
+        res
+    }
+    fn describe(op: &mut OpDoc) {
+        Accepted::<T>::describe(op);
+    }
 }
 
 /// The selection form of a list page, or the confirmation page's form: `kind`, `action`

@@ -7,15 +7,18 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Path, Query};
 use poem::{handler, Body, Request, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::api::{Created, Ctx, NoContent};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
+use crate::listing;
 use crate::monitor::channels::{self, Attempt, Channel, ChannelInput, TestResult};
 use crate::secrets::Secret;
 
@@ -23,90 +26,69 @@ pub const CHANNELS: &str = "/alerts/channels";
 
 // ---- API ------------------------------------------------------------------------------------
 
-#[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": channels::list(&state.pool, &state.inner.secrets, &who).await?}),
+pub async fn api_list(cx: Ctx) -> ApiResult<Json<listing::ListPage<Channel>>> {
+    let s = &cx.state;
+    Ok(Json(listing::ListPage::all(
+        channels::list(&s.pool, &s.inner.secrets, &cx.who).await?,
+    )))
+}
+
+pub async fn api_create(cx: Ctx, Json(input): Json<ChannelInput>) -> ApiResult<Created<Channel>> {
+    let s = &cx.state;
+    Ok(Created(
+        channels::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<ChannelInput>,
-) -> ApiResult<Response> {
-    let c = channels::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(c).to_string()))
-}
-
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Channel>> {
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Channel>> {
+    let s = &cx.state;
     Ok(Json(
-        channels::get(&state.pool, &state.inner.secrets, &who, &id).await?,
+        channels::get(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
 }
 
-#[handler]
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(input): Json<ChannelInput>,
 ) -> ApiResult<Json<Channel>> {
+    let s = &cx.state;
     Ok(Json(
-        channels::update(&state.pool, &state.inner.secrets, &who, &id, &input).await?,
+        channels::update(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    channels::delete(&state.pool, &state.inner.secrets, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    let s = &cx.state;
+    channels::delete(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
-#[handler]
-pub async fn api_test(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<TestResult>> {
+pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestResult>> {
+    let s = &cx.state;
     Ok(Json(
-        channels::send_test(&state.pool, &state.inner.secrets, &who, &id).await?,
+        channels::send_test(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
 }
 
-#[derive(Deserialize)]
+/// `GET /api/v1/alert-channels/{id}/deliveries?limit=N`.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "AlertChannelDeliveriesQuery")]
 pub struct LogQuery {
+    /// The newest attempts to list: default 50, at most 200 (values outside 1–200 are clamped).
     limit: Option<i64>,
 }
 
-#[handler]
 pub async fn api_deliveries(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<LogQuery>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"items": channels::deliveries(
-        &state.pool,
-        &state.inner.secrets,
-        &who,
-        &id,
-        q.limit.unwrap_or(50)
-    )
-    .await?})))
+) -> ApiResult<Json<listing::ListPage<Attempt>>> {
+    let s = &cx.state;
+    let limit = q.limit.unwrap_or(50);
+    Ok(Json(listing::ListPage::all(
+        channels::deliveries(&s.pool, &s.inner.secrets, &cx.who, &id, limit).await?,
+    )))
 }
 
 // ---- pages ----------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path};
 use poem::{handler, Endpoint, IntoResponse, Middleware, Request, Response};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use super::api::{Created, Ctx, NoContent, NoStore};
 use super::connectors::{clusters_page, set, ClusterForms, ConnectForm, KafkaForm};
 use super::error::{ApiError, ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -17,72 +18,53 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaCluster, KafkaClusterInput};
-use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity};
+use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity, WithToken};
 use crate::error::{Error, FieldErrors};
+use crate::listing::ListPage;
 
-#[handler]
-pub async fn api_list(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": clusters::list(&state.pool, &who).await?}),
-    ))
+pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<ConnectCluster>>> {
+    Ok(Json(ListPage::all(
+        clusters::list(&cx.state.pool, &cx.who).await?,
+    )))
 }
 
-#[handler]
 pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<ConnectClusterInput>,
-) -> ApiResult<Response> {
-    let created = clusters::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .header("cache-control", "no-store")
-        .content_type("application/json")
-        .body(json!(created).to_string()))
+) -> ApiResult<NoStore<Created<WithToken>>> {
+    let s = &cx.state;
+    Ok(NoStore(Created(
+        clusters::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
+    )))
 }
 
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ConnectCluster>> {
-    Ok(Json(clusters::get(&state.pool, &who, &id).await?))
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<ConnectCluster>> {
+    Ok(Json(clusters::get(&cx.state.pool, &cx.who, &id).await?))
 }
 
-#[handler]
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(patch): Json<ConnectClusterInput>,
 ) -> ApiResult<Json<ConnectCluster>> {
+    let s = &cx.state;
     Ok(Json(
-        clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await?,
+        clusters::update(&s.pool, &s.inner.secrets, &cx.who, &id, &patch).await?,
     ))
 }
 
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    clusters::delete(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    clusters::delete(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
-#[handler]
 pub async fn api_provider_token(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let rotated = clusters::rotate_provider_token(&state.pool, &who, &id, None).await?;
-    Ok(Response::builder()
-        .header("cache-control", "no-store")
-        .content_type("application/json")
-        .body(json!(rotated).to_string()))
+) -> ApiResult<NoStore<Json<WithToken>>> {
+    Ok(NoStore(Json(
+        clusters::rotate_provider_token(&cx.state.pool, &cx.who, &id, None).await?,
+    )))
 }
 
 // ---- pages: edit and forget clusters, a new provider token ---------------------------------

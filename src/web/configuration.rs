@@ -7,16 +7,17 @@ use askama::Template;
 use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Query};
-use poem::{handler, Body, Request, Response};
-use serde::Deserialize;
-use serde_json::json;
+use poem::{handler, Request, RequestBody, Response};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::error::{public_message, status_of, ApiError, ApiResult, PageResult};
+use super::api::{Ctx as ApiCtx, Input, Media, OpDoc, Reply, Text};
+use super::error::{public_message, status_of, ApiResult, ErrorDetail, PageResult};
 use super::pages::{page_with_status, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::error::Error;
+use crate::error::{Error, FieldErrors};
 use crate::manifest::apply::{self, Report};
 use crate::manifest::doc::{self, Problem};
 use crate::manifest::plan::{self, Ctx, Plan, Values};
@@ -34,23 +35,95 @@ fn ctx<'a>(state: &'a AppState, who: &'a Principal, values: &'a Values) -> Ctx<'
     }
 }
 
-/// `POST /api/v1/apply`'s JSON body: the document, and values for its secret references keyed
-/// by the variable's name or the file's path as written (never echoed back).
-#[derive(Deserialize)]
+/// `POST /api/v1/apply`'s body as JSON (`Content-Type: application/json`): the document, and
+/// values for its secret references. The YAML document alone is also accepted as the body with
+/// any other content type (`application/yaml`, `text/yaml`, `text/plain`); its references then
+/// have no values.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "ApplyDocument")]
 struct ApplyBody {
+    /// The configuration document (YAML, `apiVersion: cluecdc/v1`), as text.
     document: String,
+    /// Values for the document's `{env: NAME}` and `{file: PATH}` references, keyed by the
+    /// variable's name or the file's path as written; never echoed back.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>", extend("writeOnly" = true))]
     secrets: BTreeMap<String, Secret<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `POST /api/v1/apply`'s body as sent: read here, parsed by the handler once the caller's role
+/// is checked (a viewer is refused, not told what is wrong with the body).
+pub struct ApplyInput {
+    text: String,
+    json: bool,
+}
+
+impl ApplyInput {
+    /// The document and the values of its references, from either body form.
+    fn document(self) -> Result<(String, Values), Error> {
+        if !self.json {
+            return Ok((self.text, Values::Given(BTreeMap::new())));
+        }
+        let b: ApplyBody = serde_json::from_str(&self.text).map_err(|e| {
+            // serde's message names the field, never a value.
+            Error::field(
+                "(body)",
+                format!("send {{\"document\": \"<YAML>\", \"secrets\": {{\"<NAME>\": \"<value>\"}}}}, or the YAML alone: {}", e.to_string().split(" at line").next().unwrap_or_default()),
+            )
+        })?;
+        Ok((b.document, Values::Given(b.secrets)))
+    }
+}
+
+impl Input for ApplyInput {
+    async fn extract(req: &Request, body: &mut RequestBody) -> ApiResult<Self> {
+        let text = body
+            .take()
+            .map_err(|_| Error::field("(document)", "send the document once"))?
+            .into_string()
+            .await
+            .map_err(|_| Error::field("(document)", "send the document as UTF-8 YAML"))?;
+        let json = req
+            .content_type()
+            .is_some_and(|t| t.starts_with("application/json"));
+        Ok(ApplyInput { text, json })
+    }
+
+    fn describe(op: &mut OpDoc) {
+        op.body::<ApplyBody>();
+    }
+}
+
+/// Which form `GET /api/v1/export` answers in.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ExportQuery {
-    /// `cluecdc` (default) or `strimzi`.
+    /// `cluecdc` (the default): the declarative document; `strimzi`: KafkaConnector and
+    /// KafkaTopic resources (then `namespace` and `connect_cluster` are required).
+    #[schemars(with = "Option<ExportFormat>")]
     format: Option<String>,
+    /// The Kubernetes namespace the resources go to (`strimzi`).
     namespace: Option<String>,
+    /// The name of the Strimzi KafkaConnect resource that runs the connectors (`strimzi`).
     connect_cluster: Option<String>,
+    /// The Strimzi Kafka resource the topics belong to (`strimzi`; optional).
     kafka_cluster: Option<String>,
+}
+
+/// Documents `ExportQuery.format`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ExportFormat {
+    Cluecdc,
+    Strimzi,
+}
+
+/// YAML, as exported.
+pub struct Yaml;
+
+impl Media for Yaml {
+    const TYPES: &'static [&'static str] = &["application/yaml"];
 }
 
 /// The export as YAML text, in the format asked for.
@@ -90,19 +163,22 @@ fn yaml(text: String, file_name: Option<&str>) -> Response {
     r.body(text)
 }
 
-#[handler]
-pub async fn api_export(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Query(q): Query<ExportQuery>,
-) -> ApiResult<Response> {
-    who.require(Role::Admin, "export the configuration")?;
-    Ok(yaml(export_text(&state, &who, &q).await?, None))
+pub async fn api_export(cx: ApiCtx, Query(q): Query<ExportQuery>) -> ApiResult<Text<Yaml>> {
+    cx.who.require(Role::Admin, "export the configuration")?;
+    Ok(Text {
+        content_type: "application/yaml; charset=utf-8",
+        body: export_text(&cx.state, &cx.who, &q).await?,
+        filename: None,
+        media: std::marker::PhantomData,
+    })
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// How `POST /api/v1/apply` is asked to act.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ApplyQuery {
+    /// Plan only: answer what would change; change nothing.
     dry_run: Option<bool>,
+    /// Delete what the document leaves out (dependents first).
     prune: Option<bool>,
 }
 
@@ -110,78 +186,109 @@ fn parse(text: &str) -> Result<doc::Loaded, Error> {
     doc::parse(text).map_err(plan::refusal)
 }
 
-/// A report answered as JSON: 200 when every step was applied, else the failed step's status
-/// with the error in the API's shape and what was done and what is left beside it.
-fn report_response(r: &Report) -> Response {
-    let mut body = json!(r);
-    let status = match &r.failed {
-        None => StatusCode::OK,
-        Some(f) => {
-            let (status, message) = match &f.cause {
-                Some(e) => (status_of(e), public_message(e)),
-                None => (StatusCode::INTERNAL_SERVER_ERROR, f.error.clone()),
-            };
-            let fields = match &f.cause {
-                Some(Error::Invalid { fields, .. }) => json!(fields),
-                _ => json!({}),
-            };
-            body["error"] = json!({
-                "code": f.code,
-                "message": format!("apply stopped at {}: {message}; {} step(s) done, {} left", f.step, r.done.len(), r.left.len()),
-                "fields": fields,
-                "request_id": crate::telemetry::current_request_id(),
-            });
-            status
-        }
-    };
-    Response::builder()
-        .status(status)
-        .content_type("application/json")
-        .body(body.to_string())
+/// `POST /api/v1/apply`'s answer on success.
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(rename = "ApplyResult")]
+pub enum Applied {
+    /// `dry_run=true`: the plan; nothing was changed.
+    Planned(Planned),
+    /// Every step of the plan was applied.
+    Done(Box<Report>),
 }
 
-#[handler]
-pub async fn api_apply(
-    req: &Request,
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Query(q): Query<ApplyQuery>,
-    body: Body,
-) -> ApiResult<Response> {
-    who.require(Role::Admin, "apply configuration")?;
-    let text = body.into_string().await.map_err(|_| {
-        ApiError(Error::field(
-            "(document)",
-            "send the document as UTF-8 YAML",
-        ))
-    })?;
-    let json = req
-        .content_type()
-        .is_some_and(|t| t.starts_with("application/json"));
-    let (text, values) = if json {
-        let b: ApplyBody = serde_json::from_str(&text).map_err(|e| {
-            // serde's message names the field, never a value.
-            ApiError(Error::field(
-                "(body)",
-                format!("send {{\"document\": \"<YAML>\", \"secrets\": {{\"<NAME>\": \"<value>\"}}}}, or the YAML alone: {}", e.to_string().split(" at line").next().unwrap_or_default()),
-            ))
-        })?;
-        (b.document, Values::Given(b.secrets))
-    } else {
-        (text, Values::Given(BTreeMap::new()))
+/// The plan of a dry run.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "PlannedApply")]
+pub struct Planned {
+    #[serde(flatten)]
+    plan: Plan,
+    /// Always false: a dry run applies nothing.
+    applied: bool,
+}
+
+/// A failed apply: its report with the error in the API's shape beside it.
+#[derive(Serialize)]
+struct FailedApply<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    error: ErrorDetail,
+}
+
+/// The answer: 200 with [`Applied`], or, when a step failed, that step's error status with
+/// the error object (`ApiError`) and the report of what was done and what is left beside it.
+pub struct ApplyAnswer(Response);
+
+impl Reply for ApplyAnswer {
+    fn into_reply(self) -> Response {
+        self.0
+    }
+
+    fn describe(op: &mut OpDoc) {
+        op.json_response::<Applied>(
+            StatusCode::OK,
+            "The plan (`dry_run=true`) or what was applied",
+        );
+    }
+}
+
+fn json_reply<T: Serialize>(status: StatusCode, body: &T) -> Result<ApplyAnswer, Error> {
+    let text = serde_json::to_string(body).map_err(|e| Error::Unexpected(e.into()))?;
+    Ok(ApplyAnswer(
+        Response::builder()
+            .status(status)
+            .content_type("application/json")
+            .body(text),
+    ))
+}
+
+fn report_response(r: Report) -> Result<ApplyAnswer, Error> {
+    let Some(f) = &r.failed else {
+        return json_reply(StatusCode::OK, &Applied::Done(Box::new(r)));
     };
+    let (status, message) = match &f.cause {
+        Some(e) => (status_of(e), public_message(e)),
+        None => (StatusCode::INTERNAL_SERVER_ERROR, f.error.clone()),
+    };
+    let fields = match &f.cause {
+        Some(Error::Invalid { fields, .. }) => fields.clone(),
+        _ => FieldErrors::new(),
+    };
+    let error = ErrorDetail {
+        code: f.code,
+        message: format!(
+            "apply stopped at {}: {message}; {} step(s) done, {} left",
+            f.step,
+            r.done.len(),
+            r.left.len()
+        ),
+        fields,
+        request_id: crate::telemetry::current_request_id(),
+    };
+    json_reply(status, &FailedApply { report: &r, error })
+}
+
+pub async fn api_apply(
+    cx: ApiCtx,
+    Query(q): Query<ApplyQuery>,
+    input: ApplyInput,
+) -> ApiResult<ApplyAnswer> {
+    cx.who.require(Role::Admin, "apply configuration")?;
+    let (text, values) = input.document()?;
     let loaded = parse(&text)?;
     let prune = q.prune.unwrap_or(false);
-    let c = ctx(&state, &who, &values);
-    let planned = plan::plan(&c, &loaded, prune).await?;
+    let c = ctx(&cx.state, &cx.who, &values);
+    let plan = plan::plan(&c, &loaded, prune).await?;
     if q.dry_run.unwrap_or(false) {
-        let mut body = json!(planned);
-        body["applied"] = json!(false);
-        return Ok(Response::builder()
-            .content_type("application/json")
-            .body(body.to_string()));
+        return Ok(json_reply(
+            StatusCode::OK,
+            &Applied::Planned(Planned {
+                plan,
+                applied: false,
+            }),
+        )?);
     }
-    Ok(report_response(&apply::apply(&c, planned, prune).await))
+    Ok(report_response(apply::apply(&c, plan, prune).await)?)
 }
 
 // ---- the page -------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Body, Request, Response};
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
+use super::api::{Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -18,111 +19,127 @@ use crate::connections::settings::{secret_fields, Settings, TlsMode};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
 use crate::listing::{self, ListQuery, Nav};
+use crate::pipelines::OwnedSlot;
+use schemars::JsonSchema;
 
 // ---- JSON API -------------------------------------------------------------------------------
 
-#[handler]
 pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<Serialized<listing::ListPage<ConnectionView>>> {
+    let (state, who) = (&cx.state, &cx.who);
     let w = q.window(connections::STATES)?;
     let body = listing::cached_json(&state.inner.snapshots, "connections", &w, || async {
         Ok(
-            connections::page(&state.pool, &state.inner.secrets, &who, &w)
+            connections::page(&state.pool, &state.inner.secrets, who, &w)
                 .await?
                 .json(),
         )
     })
     .await?;
-    Ok(super::json_text(&body))
+    Ok(Serialized::new(body.to_string()))
 }
 
-#[handler]
 pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<ConnectionInput>,
-) -> ApiResult<Response> {
-    let created = connections::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(created).to_string()))
-}
-
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ConnectionView>> {
-    Ok(Json(
-        connections::get(&state.pool, &state.inner.secrets, &who, &id).await?,
+) -> ApiResult<Created<ConnectionView>> {
+    let s = &cx.state;
+    Ok(Created(
+        connections::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<ConnectionView>> {
+    let s = &cx.state;
+    Ok(Json(
+        connections::get(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+    ))
+}
+
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(input): Json<ConnectionInput>,
 ) -> ApiResult<Json<ConnectionView>> {
+    let s = &cx.state;
     Ok(Json(
-        connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await?,
+        connections::update(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    connections::delete(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    connections::delete(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
-#[handler]
-pub async fn api_test(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<TestReport>> {
+pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestReport>> {
+    let s = &cx.state;
     Ok(Json(
-        connections::test(&state.pool, &state.inner.secrets, &who, &id).await?,
+        connections::test(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/connections/{id}/rotate`: every secret field of the provider, replacing the
+/// stored ones (a field left out is removed); `secret_ref` stays.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "ConnectionRotateInput")]
 pub struct RotateBody {
     #[serde(default)]
+    #[schemars(with = "connections::settings::SecretsInput")]
     secrets: Map<String, Value>,
 }
 
-#[handler]
 pub async fn api_rotate(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(body): Json<RotateBody>,
 ) -> ApiResult<Json<ConnectionView>> {
+    let s = &cx.state;
     Ok(Json(
-        connections::rotate(&state.pool, &state.inner.secrets, &who, &id, &body.secrets).await?,
+        connections::rotate(&s.pool, &s.inner.secrets, &cx.who, &id, &body.secrets).await?,
     ))
 }
 
-#[handler]
 pub async fn api_tables(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
 ) -> ApiResult<Json<connections::Discovery>> {
+    let s = &cx.state;
     Ok(Json(
-        connections::discover(&state.pool, &state.inner.secrets, &who, &id).await?,
+        connections::discover(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
+}
+
+pub async fn api_slots(
+    cx: Ctx,
+    Path(id): Path<String>,
+) -> ApiResult<Json<listing::ListPage<OwnedSlot>>> {
+    let s = &cx.state;
+    Ok(Json(listing::ListPage::all(
+        crate::pipelines::source_slots(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+    )))
+}
+
+/// `DELETE /api/v1/connections/{id}/slots/{name}?confirm=<name>`.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "SlotDropQuery")]
+pub struct SlotConfirm {
+    /// The slot's name again: a drop is refused without it.
+    #[serde(default)]
+    confirm: String,
+}
+
+pub async fn api_drop_slot(
+    cx: Ctx,
+    Path((id, name)): Path<(String, String)>,
+    Query(q): Query<SlotConfirm>,
+) -> ApiResult<NoContent> {
+    let s = &cx.state;
+    crate::pipelines::drop_orphan_slot(&s.pool, &s.inner.secrets, &cx.who, &id, &name, &q.confirm)
+        .await?;
+    Ok(NoContent)
 }
 
 // ---- pages ----------------------------------------------------------------------------------
@@ -797,42 +814,6 @@ pub async fn page_delete(
     connections::delete(&state.pool, &who, &id).await?;
     set_flash(jar, &format!("Connection {} deleted.", c.name));
     Ok(redirect(req, paths::CONNECTIONS))
-}
-
-#[handler]
-pub async fn api_slots(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": crate::pipelines::source_slots(&state.pool, &state.inner.secrets, &who, &id).await?}),
-    ))
-}
-
-#[derive(Deserialize)]
-pub struct SlotConfirm {
-    #[serde(default)]
-    confirm: String,
-}
-
-#[handler]
-pub async fn api_drop_slot(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path((id, name)): Path<(String, String)>,
-    Query(q): Query<SlotConfirm>,
-) -> ApiResult<StatusCode> {
-    crate::pipelines::drop_orphan_slot(
-        &state.pool,
-        &state.inner.secrets,
-        &who,
-        &id,
-        &name,
-        &q.confirm,
-    )
-    .await?;
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// A PostgreSQL source's replication slots, loaded into its page after it renders (reading

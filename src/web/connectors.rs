@@ -6,9 +6,11 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Request, Response};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use super::api::{Created, Ctx, NoContent, OpDoc, Reply, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -16,68 +18,66 @@ use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaClusterInput, NewTopicInput};
 use crate::connectors::{
-    self, ConnectorInput, ConnectorView, DriftEvent, RestartRecord, Unmanaged,
+    self, ConnectorDetail, ConnectorInput, ConnectorView, DriftEvent, DriftView, RestartRecord,
+    Unmanaged,
 };
 use crate::error::{Error, FieldErrors};
 use crate::kafka::TopicInfo;
-use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
+use crate::listing::{self, ListPage, ListQuery, Nav, Window, CONNECTOR_STATES};
 use crate::reconcile::plan::DesiredState;
 
 // ---- connectors API -------------------------------------------------------------------------
 
-#[handler]
+/// `GET /api/v1/connectors`: a page of connectors (`ConnectorList`'s fields) and every
+/// connector found on a Connect cluster that ClueCDC does not manage. Describes the cached
+/// body the handler answers.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ConnectorListing")]
+#[allow(dead_code)]
+pub struct ConnectorListing {
+    #[serde(flatten)]
+    page: ListPage<ConnectorView>,
+    unmanaged: Vec<Unmanaged>,
+}
+
 pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<Serialized<ConnectorListing>> {
+    let (state, who) = (&cx.state, &cx.who);
     let w = q.window(CONNECTOR_STATES)?;
     let body = listing::cached_json(&state.inner.snapshots, "connectors", &w, || async {
-        let mut body = connectors::page(&state.pool, &who, &w).await?.json();
-        body["unmanaged"] = json!(connectors::unmanaged(&state.pool, &who).await?);
+        let mut body = connectors::page(&state.pool, who, &w).await?.json();
+        body["unmanaged"] = serde_json::json!(connectors::unmanaged(&state.pool, who).await?);
         Ok(body)
     })
     .await?;
-    Ok(super::json_text(&body))
+    Ok(Serialized::new(body.to_string()))
 }
 
-#[handler]
 pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<ConnectorInput>,
-) -> ApiResult<Response> {
-    let c = connectors::create(&state.pool, &state.inner.reconciler, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(c).to_string()))
+) -> ApiResult<Created<ConnectorView>> {
+    let s = &cx.state;
+    Ok(Created(
+        connectors::create(&s.pool, &s.inner.reconciler, &cx.who, &input).await?,
+    ))
 }
 
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(key): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let (c, drift, restarts) = connectors::history(&state.pool, &who, &key).await?;
-    let mut v = json!(c);
-    v["drift_events"] = json!(connectors::drift_json(&drift));
-    v["restarts"] = json!(restarts);
-    Ok(Json(v))
+pub async fn api_get(cx: Ctx, Path(key): Path<String>) -> ApiResult<Json<ConnectorDetail>> {
+    Ok(Json(
+        connectors::detail(&cx.state.pool, &cx.who, &key).await?,
+    ))
 }
 
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(key): Path<String>,
-) -> ApiResult<Json<ConnectorView>> {
+pub async fn api_delete(cx: Ctx, Path(key): Path<String>) -> ApiResult<Json<ConnectorView>> {
+    let s = &cx.state;
     Ok(Json(
         connectors::set_state(
-            &state.pool,
-            &state.inner.reconciler,
-            &who,
+            &s.pool,
+            &s.inner.reconciler,
+            &cx.who,
             &key,
             DesiredState::Deleted,
         )
@@ -132,120 +132,98 @@ connector_actions! {
     api_adopt, page_adopt, "adopt";
 }
 
-#[handler]
-pub async fn api_drift(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult<Json<Value>> {
+pub async fn api_drift(cx: Ctx) -> ApiResult<Json<ListPage<DriftView>>> {
+    let events = connectors::all_drift(&cx.state.pool, &cx.who).await?;
+    Ok(Json(ListPage::all(connectors::drift_views(&events))))
+}
+
+pub async fn api_reconciler(cx: Ctx) -> ApiResult<Json<crate::reconcile::Status>> {
+    cx.who.require(Role::Viewer, "see the reconciler")?;
+    let s = &cx.state;
     Ok(Json(
-        json!({"items": connectors::drift_json(&connectors::all_drift(&state.pool, &who).await?)}),
+        crate::reconcile::status(&s.pool, &s.inner.reconciler)
+            .await
+            .map_err(Error::Unexpected)?,
     ))
 }
 
-#[handler]
-pub async fn api_reconciler(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-) -> ApiResult<Json<Value>> {
-    who.require(Role::Viewer, "see the reconciler")?;
-    let lease =
-        crate::reconcile::lease::Lease::current(&state.pool, crate::reconcile::lease::RECONCILER)
-            .await
-            .map_err(crate::error::Error::Unexpected)?;
-    let last: Option<(String, String, i64, i64, i64, i64)> = sqlx::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(&state.pool).await?;
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
-        .fetch_one(&state.pool)
-        .await?;
-    Ok(Json(json!({
-        "holder": lease.as_ref().map(|l| &l.0),
-        "lease_expires_at_ms": lease.as_ref().map(|l| l.1),
-        "passes_recorded": total,
-        "passes_in_this_process": state.inner.reconciler.passes.load(std::sync::atomic::Ordering::Relaxed),
-        "last_pass": last.map(|(holder, started_at, duration_ms, clusters, actions, errors)| json!({"holder": holder, "started_at": started_at, "duration_ms": duration_ms, "clusters": clusters, "actions": actions, "errors": errors})),
-    })))
+/// "Reconcile now": a pass at once, in whichever process holds the lease.
+pub async fn api_reconcile_now(cx: Ctx) -> ApiResult<AcceptedEmpty> {
+    cx.who.require(Role::Operator, "trigger a reconcile pass")?;
+    crate::reconcile::bump_desired_version(&cx.state.pool)
+        .await
+        .map_err(Error::Unexpected)?;
+    cx.state.inner.reconciler.wake();
+    Ok(AcceptedEmpty)
 }
 
-/// "Reconcile now": a pass at once, in whichever process holds the lease.
-#[handler]
-pub async fn api_reconcile_now(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-) -> ApiResult<StatusCode> {
-    who.require(Role::Operator, "trigger a reconcile pass")?;
-    crate::reconcile::bump_desired_version(&state.pool)
-        .await
-        .map_err(crate::error::Error::Unexpected)?;
-    state.inner.reconciler.wake();
-    Ok(StatusCode::ACCEPTED)
+/// 202 with no body: the work was handed to a background task that reports elsewhere.
+pub struct AcceptedEmpty;
+
+impl Reply for AcceptedEmpty {
+    fn into_reply(self) -> Response {
+        Response::builder().status(StatusCode::ACCEPTED).finish()
+    }
+    fn describe(op: &mut OpDoc) {
+        op.response(StatusCode::ACCEPTED, "Accepted", None);
+    }
 }
 
 // ---- Kafka clusters and topics API ----------------------------------------------------------
 
-#[handler]
-pub async fn api_kafka_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"items": kafka::list(&state.pool, &who).await?}),
+pub async fn api_kafka_list(cx: Ctx) -> ApiResult<Json<ListPage<kafka::KafkaCluster>>> {
+    Ok(Json(ListPage::all(
+        kafka::list(&cx.state.pool, &cx.who).await?,
+    )))
+}
+
+pub async fn api_kafka_create(
+    cx: Ctx,
+    Json(input): Json<KafkaClusterInput>,
+) -> ApiResult<Created<kafka::KafkaCluster>> {
+    let s = &cx.state;
+    Ok(Created(
+        kafka::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_kafka_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<KafkaClusterInput>,
-) -> ApiResult<Response> {
-    let c = kafka::create(&state.pool, &state.inner.secrets, &who, &input).await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(c).to_string()))
-}
-
-#[handler]
 pub async fn api_kafka_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let health = kafka::check_health(&state.pool, &state.inner.secrets, &who, &id).await?;
-    let mut v = json!(kafka::get(&state.pool, &who, &id).await?);
-    v["health"] = json!(health);
-    Ok(Json(v))
+) -> ApiResult<Json<kafka::KafkaClusterDetail>> {
+    let (s, who) = (&cx.state, &cx.who);
+    // Checked first: the check stores the health and its time, which the cluster then shows.
+    let health = kafka::check_health(&s.pool, &s.inner.secrets, who, &id).await?;
+    let cluster = kafka::get(&s.pool, who, &id).await?;
+    Ok(Json(kafka::KafkaClusterDetail::new(cluster, health)))
 }
 
-#[handler]
 pub async fn api_kafka_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(patch): Json<KafkaClusterInput>,
 ) -> ApiResult<Json<kafka::KafkaCluster>> {
+    let s = &cx.state;
     Ok(Json(
-        kafka::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await?,
+        kafka::update(&s.pool, &s.inner.secrets, &cx.who, &id, &patch).await?,
     ))
 }
 
-#[handler]
-pub async fn api_kafka_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    kafka::delete(&state.pool, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_kafka_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    kafka::delete(&cx.state.pool, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
-#[handler]
 pub async fn api_topics(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Serialized<ListPage<TopicInfo>>> {
+    let s = &cx.state;
     let w = q.window(TOPIC_STATES)?;
-    let topics = kafka::topics(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let topics = kafka::topics(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
     let list = listing::InMemory::new(topics, |t| &t.name, topic_state);
-    Ok(Json(list.page(&w).json()))
+    Ok(Serialized::new(list.page(&w).json().to_string()))
 }
 
 /// How old the topics page's broker metadata may be: topics created or deleted outside ClueCDC
@@ -285,81 +263,80 @@ fn topic_state(t: &TopicInfo) -> &'static str {
     }
 }
 
-#[handler]
 pub async fn api_topic_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(input): Json<NewTopicInput>,
-) -> ApiResult<Response> {
-    let t = kafka::create_topic(&state.pool, &state.inner.secrets, &who, &id, &input).await?;
-    forget_topics(&state, &id);
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(t).to_string()))
+) -> ApiResult<Created<TopicInfo>> {
+    let s = &cx.state;
+    let t = kafka::create_topic(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?;
+    forget_topics(s, &id);
+    Ok(Created(t))
 }
 
-#[handler]
 pub async fn api_topic_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path((id, name)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(
-        kafka::topic(&state.pool, &state.inner.secrets, &who, &id, &name).await?
-    )))
+) -> ApiResult<Json<TopicInfo>> {
+    let s = &cx.state;
+    Ok(Json(
+        kafka::topic(&s.pool, &s.inner.secrets, &cx.who, &id, &name).await?,
+    ))
 }
 
-#[derive(Deserialize)]
+/// Deleting a topic asks for its name again.
+#[derive(Deserialize, JsonSchema)]
 pub struct Confirm {
+    /// The topic's name, typed again.
     #[serde(default)]
     confirm: String,
 }
 
-#[handler]
 pub async fn api_topic_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path((id, name)): Path<(String, String)>,
     Query(c): Query<Confirm>,
-) -> ApiResult<StatusCode> {
-    kafka::delete_topic(
-        &state.pool,
-        &state.inner.secrets,
-        &who,
-        &id,
-        &name,
-        &c.confirm,
-    )
-    .await?;
-    forget_topics(&state, &id);
-    Ok(StatusCode::NO_CONTENT)
+) -> ApiResult<NoContent> {
+    let s = &cx.state;
+    kafka::delete_topic(&s.pool, &s.inner.secrets, &cx.who, &id, &name, &c.confirm).await?;
+    forget_topics(s, &id);
+    Ok(NoContent)
 }
 
-#[handler]
+/// A Connect cluster's plugins, version and workers, read live.
+#[derive(Serialize, JsonSchema)]
+pub struct ConnectPlugins {
+    /// The installed connector plugins.
+    items: Vec<crate::connect::PluginInfo>,
+    /// The Connect version.
+    version: Option<String>,
+    /// The workers running this cluster's connectors and tasks.
+    workers: Vec<String>,
+}
+
 pub async fn api_connect_plugins(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let h = crate::clusters::check_health(&state.pool, &state.inner.secrets, &who, &id).await?;
+) -> ApiResult<Json<ConnectPlugins>> {
+    let s = &cx.state;
+    let h = crate::clusters::check_health(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
     if !h.reachable {
-        return Err(crate::error::Error::Unavailable(
-            h.error.unwrap_or_else(|| "Connect is unreachable".into()),
-        )
-        .into());
+        return Err(
+            Error::Unavailable(h.error.unwrap_or_else(|| "Connect is unreachable".into())).into(),
+        );
     }
-    Ok(Json(
-        json!({"items": h.plugins, "version": h.version, "workers": h.workers}),
-    ))
+    Ok(Json(ConnectPlugins {
+        items: h.plugins,
+        version: h.version,
+        workers: h.workers,
+    }))
 }
 
 // ---- pages ----------------------------------------------------------------------------------
 
 #[derive(Template)]
 #[template(path = "connectors/index.html")]
-struct ListPage<'a> {
+struct IndexPage<'a> {
     layout: Layout,
     /// The filter form's view (the list has its own copy).
     nav: Nav,
@@ -421,7 +398,7 @@ pub async fn page_list(
     }
     page_with_status(
         StatusCode::OK,
-        &ListPage {
+        &IndexPage {
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
             bulk: super::bulk::BulkBar::new(&who, crate::bulk::Kind::Connector, &list.nav, &sel),
             nav: list.nav.clone(),

@@ -6,9 +6,11 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Path, Query};
 use poem::{handler, Body, Request, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::api::{Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -20,79 +22,65 @@ use crate::error::{Error, FieldErrors};
 use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 use crate::reconcile::plan::DesiredState;
 
-#[handler]
 pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<Serialized<listing::ListPage<Delivery>>> {
     let w = q.window(CONNECTOR_STATES)?;
-    let body = listing::cached_json(&state.inner.snapshots, "deliveries", &w, || async {
-        Ok(deliveries::page(&state.pool, &who, &w).await?.json())
+    let body = listing::cached_json(&cx.state.inner.snapshots, "deliveries", &w, || async {
+        Ok(deliveries::page(&cx.state.pool, &cx.who, &w).await?.json())
     })
     .await?;
-    Ok(super::json_text(&body))
+    Ok(Serialized::new(body.to_string()))
 }
 
-#[handler]
-pub async fn api_preview(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<DeliveryInput>,
-) -> ApiResult<Json<deliveries::Preview>> {
+pub async fn api_preview(cx: Ctx, Json(input): Json<DeliveryInput>) -> ApiResult<Json<Preview>> {
+    let s = &cx.state;
     Ok(Json(
-        deliveries::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+        deliveries::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<DeliveryInput>,
-) -> ApiResult<Response> {
-    let d = deliveries::create(
-        &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
-        &who,
-        &input,
-    )
-    .await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(d).to_string()))
-}
-
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Detail>> {
-    Ok(Json(
-        deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+pub async fn api_create(cx: Ctx, Json(input): Json<DeliveryInput>) -> ApiResult<Created<Delivery>> {
+    let s = &cx.state;
+    Ok(Created(
+        deliveries::create(
+            &s.pool,
+            &s.inner.secrets,
+            &s.inner.reconciler,
+            &cx.who,
+            &input,
+        )
+        .await?,
     ))
 }
 
-#[derive(serde::Deserialize)]
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
+    let s = &cx.state;
+    Ok(Json(
+        deliveries::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+    ))
+}
+
+/// `GET /api/v1/deliveries/{id}/objects` options.
+#[derive(Deserialize, JsonSchema)]
 pub struct ObjectsQuery {
+    /// How many of the newest objects to list (default 20).
+    #[schemars(range(min = 1, max = 1000))]
     limit: Option<usize>,
 }
 
-#[handler]
 pub async fn api_objects(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<ObjectsQuery>,
 ) -> ApiResult<Json<deliveries::objects::ObjectList>> {
+    let s = &cx.state;
     Ok(Json(
         deliveries::objects(
-            &state.pool,
-            &state.inner.secrets,
-            &who,
+            &s.pool,
+            &s.inner.secrets,
+            &cx.who,
             &id,
             q.limit.unwrap_or(20),
         )
@@ -100,19 +88,18 @@ pub async fn api_objects(
     ))
 }
 
-#[handler]
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(patch): Json<DeliveryInput>,
-) -> ApiResult<Json<deliveries::Delivery>> {
+) -> ApiResult<Json<Delivery>> {
+    let s = &cx.state;
     Ok(Json(
         deliveries::update(
-            &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
-            &who,
+            &s.pool,
+            &s.inner.secrets,
+            &s.inner.reconciler,
+            &cx.who,
             &id,
             &patch,
         )
@@ -120,14 +107,9 @@ pub async fn api_patch(
     ))
 }
 
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    deliveries::delete(&state.pool, &state.inner.reconciler, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    deliveries::delete(&cx.state.pool, &cx.state.inner.reconciler, &cx.who, &id).await?;
+    Ok(NoContent)
 }
 
 async fn act(
@@ -1175,6 +1157,7 @@ pub async fn page_delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn posted(body: &str) -> Form {
         Form::parse(body.as_bytes())

@@ -9,9 +9,9 @@
 /// through its connector: each module supplies `act(state, who, id, action)`.
 macro_rules! connector_actions {
     ($page_prefix:literal; $($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        #[handler]
-        pub async fn $api(state: Data<&AppState>, who: Data<&Principal>, Path(id): Path<String>) -> ApiResult<Json<crate::connectors::ConnectorView>> {
-            Ok(Json(act(&state, &who, &id, $action).await?))
+        /// A typed API operation (`op(` in the route table): answers the connector after the action.
+        pub async fn $api(cx: $crate::web::api::Ctx, Path(id): Path<String>) -> ApiResult<Json<$crate::connectors::ConnectorView>> {
+            Ok(Json(act(&cx.state, &cx.who, &id, $action).await?))
         }
         #[handler]
         pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
@@ -313,49 +313,49 @@ pub fn route_table() -> Vec<RouteSpec> {
             "an alert channel's delivery log fragment",
             channels::log_fragment,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels",
             Admin,
             "alert channels (Slack, Teams, PagerDuty, e-mail); secrets shown as set/not set",
             channels::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alert-channels",
             Admin,
             "add an alert channel (name, kind, settings, secrets, rules, severities, group_wait_secs, tls_ca_certificate)",
             channels::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels/:id",
             Admin,
             "one alert channel",
             channels::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/alert-channels/:id",
             Admin,
             "change an alert channel (a new host, port, login or endpoint needs its secret again)",
             channels::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/alert-channels/:id",
             Admin,
             "remove an alert channel",
             channels::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alert-channels/:id/test",
             Admin,
             "send a test now and answer what the channel said",
             channels::api_test,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-channels/:id/deliveries",
             Admin,
@@ -436,14 +436,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "apply a pasted document",
             configuration::apply_form,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/export",
             Admin,
             "the setup as YAML (apiVersion cluecdc/v1, or ?format=strimzi&namespace=&connect_cluster=)",
             configuration::api_export,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/apply",
             Admin,
@@ -1039,112 +1039,112 @@ pub fn route_table() -> Vec<RouteSpec> {
             "revoke an API token",
             tokens::api_revoke,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections",
             Viewer,
             "list connections",
             connections::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections",
             Admin,
             "create a connection",
             connections::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id",
             Viewer,
             "a connection (secret fields are never returned)",
             connections::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/connections/:id",
             Admin,
             "change a connection (settings merged key by key)",
             connections::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connections/:id",
             Admin,
             "delete an unused connection",
             connections::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections/:id/test",
             Operator,
             "test a connection",
             connections::api_test,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connections/:id/rotate",
             Admin,
             "replace every secret field, keeping secret_ref",
             connections::api_rotate,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id/tables",
             Operator,
             "discover a source's tables",
             connections::api_tables,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connections/:id/slots",
             Viewer,
             "a PostgreSQL source's logical slots and the pipelines owning them",
             connections::api_slots,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connections/:id/slots/:name",
             Admin,
             "drop an orphan slot (?confirm=<name>)",
             connections::api_drop_slot,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters",
             Viewer,
             "list Connect clusters",
             clusters::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connect-clusters",
             Admin,
             "register a Connect cluster (url, basic auth, tls_ca_certificate for a private CA; returns its provider token once)",
             clusters::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters/:id",
             Viewer,
             "a Connect cluster",
             clusters::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/connect-clusters/:id",
             Admin,
             "change a Connect cluster's settings (an empty tls_ca_certificate removes it)",
             clusters::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connect-clusters/:id",
             Admin,
             "forget a Connect cluster",
             clusters::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connect-clusters/:id/provider-token",
             Admin,
@@ -1158,378 +1158,378 @@ pub fn route_table() -> Vec<RouteSpec> {
             "resolve ${cluecdc:ref:field} for a Connect worker",
             clusters::resolve,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connect-clusters/:id/plugins",
             Viewer,
             "a Connect cluster's plugins, version and workers (live)",
             connectors::api_connect_plugins,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters",
             Viewer,
             "list Kafka clusters",
             connectors::api_kafka_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/kafka-clusters",
             Admin,
             "register a Kafka cluster",
             connectors::api_kafka_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id",
             Viewer,
             "a Kafka cluster with live health",
             connectors::api_kafka_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "change a Kafka cluster's settings",
             connectors::api_kafka_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "forget a Kafka cluster",
             connectors::api_kafka_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id/topics",
             Viewer,
             "topics with partitions and watermarks",
             connectors::api_topics,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/kafka-clusters/:id/topics",
             Operator,
             "create a topic with explicit settings",
             connectors::api_topic_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/kafka-clusters/:id/topics/:name",
             Viewer,
             "a topic with partitions, watermarks and configs",
             connectors::api_topic_get,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/kafka-clusters/:id/topics/:name",
             Admin,
             "delete a topic (?confirm=<name>)",
             connectors::api_topic_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connectors",
             Viewer,
             "connectors, desired and observed, plus unmanaged ones",
             connectors::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors",
             Admin,
             "add a desired connector by hand",
             connectors::api_create,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/connectors/:name",
             Viewer,
             "a connector with drift and restart history (by id or name)",
             connectors::api_get,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/connectors/:name",
             Admin,
             "delete a connector (the reconciler removes it from Connect)",
             connectors::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/pause",
             Operator,
             "pause",
             connectors::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/resume",
             Operator,
             "resume",
             connectors::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/stop",
             Operator,
             "stop",
             connectors::api_stop,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/restart",
             Operator,
             "restart the connector and its tasks",
             connectors::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/connectors/:name/adopt",
             Admin,
             "adopt Connect's live config as desired",
             connectors::api_adopt,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/drift",
             Viewer,
             "drift events across clusters",
             connectors::api_drift,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/reconciler",
             Viewer,
             "the reconciler: lease holder and last pass",
             connectors::api_reconciler,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/reconciler/pass",
             Operator,
             "reconcile now (in whichever process holds the lease)",
             connectors::api_reconcile_now,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines",
             Viewer,
             "list pipelines",
             pipelines::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines",
             Operator,
             "create a pipeline (validated by the plugin first)",
             pipelines::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/preview",
             Operator,
             "the exact connector config, topics and plugin verdict; creates nothing",
             pipelines::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines/:id",
             Viewer,
             "a pipeline with connector, topics, slot and snapshot state",
             pipelines::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/pipelines/:id",
             Operator,
             "change the captured tables (added ones get an incremental snapshot)",
             pipelines::api_patch,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/pipelines/:id",
             Operator,
             "delete a pipeline (?drop_slot=true also drops the replication slot)",
             pipelines::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/pause",
             Operator,
             "pause",
             pipelines::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/resume",
             Operator,
             "resume",
             pipelines::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/restart",
             Operator,
             "restart",
             pipelines::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/resnapshot",
             Operator,
             "incremental re-snapshot of some of the pipeline's tables (body {tables})",
             pipelines::api_resnapshot,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/pipelines/:id/reset",
             Operator,
             "reset and re-snapshot: source offsets removed, a full snapshot again (body {confirm})",
             pipelines::api_reset,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/pipelines/:id/schema",
             Viewer,
             "per captured table: schema versions, the newest change, and each delivery's verdict on it",
             pipelines::api_schema,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries",
             Viewer,
             "list deliveries",
             deliveries::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries",
             Operator,
             "create a delivery (destination and plugin checked first)",
             deliveries::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/preview",
             Operator,
             "the exact sink config and the plugin's verdict; creates nothing",
             deliveries::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id",
             Viewer,
             "a delivery with connector state and lag per partition",
             deliveries::api_get,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/deliveries/:id",
             Operator,
             "change a delivery's topics or settings (database or object storage)",
             deliveries::api_patch,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/replay",
             Operator,
             "replay or skip a delivery's records (?dry_run=true: the plan only)",
             replay::api_replay,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id/offset-history",
             Viewer,
             "a delivery's offset changes, before and after",
             replay::api_history,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/offset-history/:entry/restore",
             Operator,
             "restore the offsets saved before a change (?dry_run=true: the plan only)",
             replay::api_restore,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications",
             Viewer,
             "list replications",
             replications::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications",
             Operator,
             "create a replication (pattern checked against the source's topics, connectors validated)",
             replications::api_create,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/preview",
             Operator,
             "what a replication would copy and its three connector configs; creates nothing",
             replications::api_preview,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications/:id",
             Viewer,
             "a replication with its connectors, lag per partition, checkpoints and heartbeat age",
             replications::api_get,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/replications/:id/readiness",
             Viewer,
             "failover readiness of a consumer group (?group=G): translated offsets, replay and miss",
             replications::api_readiness,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/replications/:id",
             Operator,
             "delete a replication's connectors (the copied topics stay)",
             replications::api_delete,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/replications/:id",
             Operator,
             "change a replication's topics (or pipelines), groups or group-offset sync in place",
             replications::api_patch,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/restart",
             Operator,
             "restart the three connectors and their tasks",
             replications::api_restart,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/pause",
             Operator,
             "pause",
             replications::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/replications/:id/resume",
             Operator,
             "resume",
             replications::api_resume,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/operations",
             Viewer,
             "a target's operations, newest first (?target=ID)",
             replay::api_operations,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/operations/:id",
             Viewer,
@@ -1538,14 +1538,14 @@ pub fn route_table() -> Vec<RouteSpec> {
         ),
         // Bulk actions (issue 30): one change set over many pipelines, deliveries,
         // replications or connectors, through the single actions' own services.
-        r(
+        op(
             M::POST,
             "/api/v1/bulk",
             Operator,
             "pause, resume, restart (only_failed) or delete many items: {action, targets: [{kind, id}]} or {action, filter: {kind, q, state, cluster}}; 202 with the operation and its items",
             bulk::api_start,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/bulk/:id",
             Viewer,
@@ -1573,91 +1573,91 @@ pub fn route_table() -> Vec<RouteSpec> {
             "a bulk action's progress page (refreshes itself)",
             bulk::page_progress,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/deliveries/:id/objects",
             Viewer,
             "an object-storage delivery's newest objects (key, size, time; never contents)",
             deliveries::api_objects,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/deliveries/:id",
             Operator,
             "delete a delivery's connector",
             deliveries::api_delete,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/pause",
             Operator,
             "pause",
             deliveries::api_pause,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/resume",
             Operator,
             "resume",
             deliveries::api_resume,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/deliveries/:id/restart",
             Operator,
             "restart",
             deliveries::api_restart,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alerts",
             Viewer,
             "alerts (state=firing for open ones)",
             alerts::api_list,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/alerts/:id/ack",
             Operator,
             "acknowledge a firing alert",
             alerts::api_ack,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/alert-rules",
             Viewer,
             "alert rules: thresholds and durations",
             alerts::api_rules,
         ),
-        r(
+        op(
             M::PATCH,
             "/api/v1/alert-rules/:kind",
             Admin,
             "change a rule's threshold, duration or enabled flag",
             alerts::api_rule_patch,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/webhooks",
             Admin,
             "webhooks notified of alert transitions",
             alerts::api_webhooks,
         ),
-        r(
+        op(
             M::POST,
             "/api/v1/webhooks",
             Admin,
             "add a webhook (url, signing secret, tls_ca_certificate for a private CA)",
             alerts::api_webhook_create,
         ),
-        r(
+        op(
             M::DELETE,
             "/api/v1/webhooks/:id",
             Admin,
             "remove a webhook",
             alerts::api_webhook_delete,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/samples",
             Viewer,
@@ -1671,14 +1671,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "Prometheus metrics (bearer token)",
             alerts::metrics,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/audit",
             Viewer,
             "audit rows, newest first, filtered and paged",
             audit::api_list,
         ),
-        r(
+        op(
             M::GET,
             "/api/v1/audit/export",
             Viewer,

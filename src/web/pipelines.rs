@@ -5,9 +5,11 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Json, Path, Query};
 use poem::{handler, Body, Request, Response};
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
+use super::api::{Accepted, Created, Ctx, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -18,89 +20,86 @@ use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
 use crate::reconcile::plan::DesiredState;
 
-#[handler]
 pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<Serialized<listing::ListPage<Pipeline>>> {
     let w = q.window(CONNECTOR_STATES)?;
-    let body = listing::cached_json(&state.inner.snapshots, "pipelines", &w, || async {
-        Ok(pipelines::page(&state.pool, &who, &w).await?.json())
+    let body = listing::cached_json(&cx.state.inner.snapshots, "pipelines", &w, || async {
+        Ok(pipelines::page(&cx.state.pool, &cx.who, &w).await?.json())
     })
     .await?;
-    Ok(super::json_text(&body))
+    Ok(Serialized::new(body.to_string()))
 }
 
-#[handler]
-pub async fn api_preview(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<PipelineInput>,
-) -> ApiResult<Json<Preview>> {
+pub async fn api_preview(cx: Ctx, Json(input): Json<PipelineInput>) -> ApiResult<Json<Preview>> {
+    let s = &cx.state;
     Ok(Json(
-        pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+        pipelines::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
-pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<PipelineInput>,
-) -> ApiResult<Response> {
-    let p = pipelines::create(
-        &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
-        &who,
-        &input,
-    )
-    .await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(p).to_string()))
+pub async fn api_create(cx: Ctx, Json(input): Json<PipelineInput>) -> ApiResult<Created<Pipeline>> {
+    let s = &cx.state;
+    Ok(Created(
+        pipelines::create(
+            &s.pool,
+            &s.inner.secrets,
+            &s.inner.reconciler,
+            &cx.who,
+            &input,
+        )
+        .await?,
+    ))
 }
 
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Detail>> {
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
+    let s = &cx.state;
     Ok(Json(
-        pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
+        pipelines::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
 }
 
 /// `GET /api/v1/pipelines/{id}/schema`: per captured table its schema versions, the newest
 /// change and each delivery's verdict on it (`tables::schema`).
-#[handler]
 pub async fn api_schema(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
 ) -> ApiResult<Json<crate::tables::schema::PipelineSchema>> {
     Ok(Json(
-        crate::tables::schema::pipeline_schema(&state.pool, &who, &id).await?,
+        crate::tables::schema::pipeline_schema(&cx.state.pool, &cx.who, &id).await?,
     ))
 }
 
-#[derive(Deserialize)]
+/// What `PATCH /api/v1/pipelines/{id}` may change on a running pipeline: its tables only
+/// (create a new pipeline for other settings; any other key is refused naming it).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "PipelinePatch", extend("additionalProperties" = false))]
 pub struct Patch {
+    /// The full list of tables to capture (`schema.table`); tables added are snapshotted
+    /// incrementally while the others keep streaming.
+    #[schemars(required, with = "Vec<String>")]
     tables: Option<Vec<String>>,
     #[serde(flatten)]
+    #[schemars(skip)]
     rest: Map<String, Value>,
 }
 
-#[handler]
+/// The pipeline after a change of its tables.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "PipelineTablesChanged")]
+pub struct TablesChanged {
+    pub pipeline: Pipeline,
+    /// Tables added by the change, which the connector snapshots incrementally.
+    pub incremental_snapshot: Vec<String>,
+}
+
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(patch): Json<Patch>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TablesChanged>> {
+    let (s, who) = (&cx.state, &cx.who);
     who.require(Role::Operator, "change pipelines")?;
     if let Some(key) = patch.rest.keys().next() {
         return Err(Error::field(key, "only tables can change on a running pipeline; create a new pipeline for other settings").into());
@@ -108,64 +107,73 @@ pub async fn api_patch(
     let tables = patch
         .tables
         .ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
-    let (p, added) = pipelines::set_tables(
-        &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
-        &who,
+    let (pipeline, incremental_snapshot) = pipelines::set_tables(
+        &s.pool,
+        &s.inner.secrets,
+        &s.inner.reconciler,
+        who,
         &id,
         tables,
     )
     .await?;
-    Ok(Json(json!({"pipeline": p, "incremental_snapshot": added})))
+    Ok(Json(TablesChanged {
+        pipeline,
+        incremental_snapshot,
+    }))
 }
 
-#[derive(Deserialize)]
+/// Which tables to read again (`POST /api/v1/pipelines/{id}/resnapshot`).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "PipelineResnapshotInput")]
 pub struct ResnapshotInput {
+    /// Captured tables (`schema.table`) to snapshot again; empty or left out: all of them.
     #[serde(default)]
     tables: Vec<String>,
 }
 
-#[handler]
 pub async fn api_resnapshot(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(input): Json<ResnapshotInput>,
-) -> ApiResult<Response> {
-    let sent =
-        pipelines::resnapshot(&state.pool, &state.inner.secrets, &who, &id, input.tables).await?;
-    Ok(Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .content_type("application/json")
-        .body(json!(sent).to_string()))
+) -> ApiResult<Accepted<pipelines::Resnapshot>> {
+    let s = &cx.state;
+    Ok(Accepted(
+        pipelines::resnapshot(&s.pool, &s.inner.secrets, &cx.who, &id, input.tables).await?,
+    ))
 }
 
-#[derive(Deserialize, Default)]
+/// The typed confirmation of a pipeline reset (`POST /api/v1/pipelines/{id}/reset`).
+#[derive(Deserialize, Default, JsonSchema)]
+#[schemars(rename = "PipelineResetInput")]
 pub struct ResetInput {
+    /// The pipeline's name, typed to confirm: a reset discards the connector's offsets and
+    /// its slot, and snapshots every table again.
     #[serde(default)]
     confirm: Option<String>,
 }
 
-#[handler]
+/// A started operation: follow it at `GET /api/v1/operations/{operation_id}`.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "PipelineResetStarted")]
+pub struct ResetStarted {
+    pub operation_id: String,
+}
+
 pub async fn api_reset(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(input): Json<ResetInput>,
-) -> ApiResult<Response> {
-    let op = pipelines::reset(
-        &state.pool,
-        &state.inner.reconciler,
-        &who,
+) -> ApiResult<Accepted<ResetStarted>> {
+    let s = &cx.state;
+    let operation_id = pipelines::reset(
+        &s.pool,
+        &s.inner.reconciler,
+        &cx.who,
         &id,
         input.confirm.as_deref(),
     )
     .await?;
-    Ok(Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .content_type("application/json")
-        .body(json!({ "operation_id": op }).to_string()))
+    Ok(Accepted(ResetStarted { operation_id }))
 }
 
 #[derive(Template)]
@@ -238,21 +246,22 @@ pub async fn page_reset(
     page_with_status(status, &page)
 }
 
-#[derive(Deserialize)]
+/// `DELETE /api/v1/pipelines/{id}` options.
+#[derive(Deserialize, JsonSchema)]
 pub struct DeleteQuery {
+    /// Also drop the source's replication slot (PostgreSQL): the stream's position is lost.
     #[serde(default)]
     drop_slot: bool,
 }
 
-#[handler]
 pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<DeleteQuery>,
 ) -> ApiResult<Json<pipelines::Deleted>> {
+    let s = &cx.state;
     Ok(Json(
-        pipelines::delete(&state.pool, &state.inner.reconciler, &who, &id, q.drop_slot).await?,
+        pipelines::delete(&s.pool, &s.inner.reconciler, &cx.who, &id, q.drop_slot).await?,
     ))
 }
 

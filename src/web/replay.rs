@@ -7,93 +7,119 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Request, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
+use super::api::{Accepted, Ctx, OpDoc, Reply};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::deliveries::replay::{self, OffsetInput, ReplayInput, ReplayPlan};
+use crate::deliveries::replay::{self, HistoryEntry, OffsetInput, ReplayInput, ReplayPlan};
 use crate::error::{Error, FieldErrors};
-use crate::operations::{self, Operation};
+use crate::listing::ListPage;
+use crate::operations::{self, Operation, OperationView};
 
-#[derive(Deserialize)]
+/// `?dry_run=true` previews instead of starting.
+#[derive(Deserialize, JsonSchema)]
 pub struct DryRun {
+    /// Answer the plan (200) and change nothing, instead of starting the operation (202).
     #[serde(default)]
     dry_run: bool,
 }
 
-/// `?dry_run=true`: the plan, nothing changed; otherwise 202 with the operation's id.
+/// An offset change's reply: with `?dry_run=true` the plan (200), nothing changed; otherwise the
+/// started operation (202) with its plan.
+pub enum PlanOrStarted {
+    Plan(ReplayPlan),
+    Started(replay::Started),
+}
+
+impl Reply for PlanOrStarted {
+    fn into_reply(self) -> Response {
+        match self {
+            PlanOrStarted::Plan(plan) => Json(plan).into_reply(),
+            PlanOrStarted::Started(started) => Accepted(started).into_reply(),
+        }
+    }
+    fn describe(op: &mut OpDoc) {
+        <Json<ReplayPlan> as Reply>::describe(op);
+        <Accepted<replay::Started> as Reply>::describe(op);
+    }
+}
+
 async fn plan_or_start(
-    state: &AppState,
-    who: &Principal,
+    cx: &Ctx,
     id: &str,
     input: &ReplayInput,
     dry_run: bool,
-) -> ApiResult<Response> {
+) -> ApiResult<PlanOrStarted> {
+    let (s, who) = (&cx.state, &cx.who);
     if dry_run {
-        let (_, plan) = replay::plan(&state.pool, &state.inner.secrets, who, id, input).await?;
-        return Ok(Response::builder()
-            .content_type("application/json")
-            .body(json!(plan).to_string()));
+        let (_, plan) = replay::plan(&s.pool, &s.inner.secrets, who, id, input).await?;
+        return Ok(PlanOrStarted::Plan(plan));
     }
     let started = replay::start(
-        &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
+        &s.pool,
+        &s.inner.secrets,
+        &s.inner.reconciler,
         who,
         id,
         input,
     )
     .await?;
-    Ok(Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .content_type("application/json")
-        .body(json!(started).to_string()))
+    Ok(PlanOrStarted::Started(started))
 }
 
-#[handler]
 pub async fn api_replay(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<DryRun>,
     Json(input): Json<ReplayInput>,
-) -> ApiResult<Response> {
-    plan_or_start(&state, &who, &id, &input, q.dry_run).await
+) -> ApiResult<PlanOrStarted> {
+    plan_or_start(&cx, &id, &input, q.dry_run).await
 }
 
-#[handler]
 pub async fn api_history(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    let items = replay::history(&state.pool, &who, &id).await?;
-    Ok(Json(json!({ "items": items })))
+) -> ApiResult<Json<ListPage<HistoryEntry>>> {
+    Ok(Json(ListPage::all(
+        replay::history(&cx.state.pool, &cx.who, &id).await?,
+    )))
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The typed confirmation of a restore (`POST …/offset-history/{entry}/restore`): the
+/// offsets Connect held before that change are set again.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(rename = "OffsetRestoreInput")]
 pub struct RestoreInput {
+    /// The delivery's name, typed.
     confirm: Option<String>,
+    /// Why, for the history and the audit log.
     reason: Option<String>,
 }
 
-#[handler]
 pub async fn api_restore(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path((id, entry)): Path<(String, String)>,
     Query(q): Query<DryRun>,
     Json(body): Json<RestoreInput>,
-) -> ApiResult<Response> {
-    who.require(Role::Operator, "restore a delivery's offsets")?;
+) -> ApiResult<PlanOrStarted> {
+    cx.who
+        .require(Role::Operator, "restore a delivery's offsets")?;
     let entry = entry_number(&entry)?;
-    let input =
-        replay::restore_input(&state.pool, &who, &id, entry, body.confirm, body.reason).await?;
-    plan_or_start(&state, &who, &id, &input, q.dry_run).await
+    let input = replay::restore_input(
+        &cx.state.pool,
+        &cx.who,
+        &id,
+        entry,
+        body.confirm,
+        body.reason,
+    )
+    .await?;
+    plan_or_start(&cx, &id, &input, q.dry_run).await
 }
 
 fn entry_number(s: &str) -> Result<i64, Error> {
@@ -101,35 +127,29 @@ fn entry_number(s: &str) -> Result<i64, Error> {
         .map_err(|_| Error::NotFound(format!("offset history entry {s}")))
 }
 
-#[handler]
-pub async fn api_operation(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(operations::to_json(
-        &operations::get(&state.pool, &who, &id).await?,
+pub async fn api_operation(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<OperationView>> {
+    Ok(Json(OperationView::from(
+        &operations::get(&cx.state.pool, &cx.who, &id).await?,
     )))
 }
 
-#[derive(Deserialize)]
+/// `GET /api/v1/operations?target=`: the operations of one pipeline, delivery or replication.
+#[derive(Deserialize, JsonSchema)]
 pub struct OperationsQuery {
+    /// The id of what the operations act on.
     target: String,
 }
 
-#[handler]
+/// The newest 50 operations of a target, newest first.
 pub async fn api_operations(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Query(q): Query<OperationsQuery>,
-) -> ApiResult<Json<serde_json::Value>> {
-    who.require(Role::Viewer, "see operations")?;
-    let items: Vec<serde_json::Value> = operations::of_target(&state.pool, &q.target, 50)
-        .await?
-        .iter()
-        .map(operations::to_json)
-        .collect();
-    Ok(Json(json!({ "items": items })))
+) -> ApiResult<Json<ListPage<OperationView>>> {
+    cx.who.require(Role::Viewer, "see operations")?;
+    let ops = operations::of_target(&cx.state.pool, &q.target, 50).await?;
+    Ok(Json(ListPage::all(
+        ops.iter().map(OperationView::from).collect(),
+    )))
 }
 
 /// The replay form: what to go back (or forward) to, then the plan and the typed name.

@@ -6,128 +6,91 @@ use poem::http::StatusCode;
 use poem::web::cookie::CookieJar;
 use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Request, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
+use super::api::{Created, Ctx, NoContent};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors};
+use crate::listing::ListPage;
 use crate::reconcile::plan::DesiredState;
 use crate::replications::{self, Detail, Preview, Replication, ReplicationInput};
 
-#[handler]
-pub async fn api_list(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-) -> ApiResult<Json<serde_json::Value>> {
-    let items = replications::list(&state.pool, &who).await?;
-    Ok(Json(json!({ "items": items })))
+pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<Replication>>> {
+    Ok(Json(ListPage::all(
+        replications::list(&cx.state.pool, &cx.who).await?,
+    )))
 }
 
-#[handler]
-pub async fn api_preview(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Json(input): Json<ReplicationInput>,
-) -> ApiResult<Json<Preview>> {
+pub async fn api_preview(cx: Ctx, Json(input): Json<ReplicationInput>) -> ApiResult<Json<Preview>> {
+    let s = &cx.state;
     Ok(Json(
-        replications::preview(&state.pool, &state.inner.secrets, &who, &input).await?,
+        replications::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
     ))
 }
 
-#[handler]
 pub async fn api_create(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Json(input): Json<ReplicationInput>,
-) -> ApiResult<Response> {
-    let r = replications::create(
-        &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
-        &who,
-        &input,
-    )
-    .await?;
-    Ok(Response::builder()
-        .status(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(json!(r).to_string()))
-}
-
-#[handler]
-pub async fn api_get(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Detail>> {
-    Ok(Json(
-        replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?,
-    ))
-}
-
-#[handler]
-pub async fn api_delete(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    replications::delete(&state.pool, &state.inner.reconciler, &who, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-#[handler]
-pub async fn api_pause(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Replication>> {
-    Ok(Json(
-        replications::set_state(
-            &state.pool,
-            &state.inner.reconciler,
-            &who,
-            &id,
-            DesiredState::Paused,
+) -> ApiResult<Created<Replication>> {
+    let s = &cx.state;
+    Ok(Created(
+        replications::create(
+            &s.pool,
+            &s.inner.secrets,
+            &s.inner.reconciler,
+            &cx.who,
+            &input,
         )
         .await?,
     ))
 }
 
-#[handler]
-pub async fn api_resume(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Replication>> {
+pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
+    let s = &cx.state;
     Ok(Json(
-        replications::set_state(
-            &state.pool,
-            &state.inner.reconciler,
-            &who,
-            &id,
-            DesiredState::Running,
-        )
-        .await?,
+        replications::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
     ))
 }
 
-#[handler]
+pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
+    let s = &cx.state;
+    replications::delete(&s.pool, &s.inner.reconciler, &cx.who, &id).await?;
+    Ok(NoContent)
+}
+
+/// Pause or resume: the three connectors' desired state.
+async fn set_state(cx: Ctx, id: &str, to: DesiredState) -> ApiResult<Json<Replication>> {
+    let s = &cx.state;
+    Ok(Json(
+        replications::set_state(&s.pool, &s.inner.reconciler, &cx.who, id, to).await?,
+    ))
+}
+
+pub async fn api_pause(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
+    set_state(cx, &id, DesiredState::Paused).await
+}
+
+pub async fn api_resume(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
+    set_state(cx, &id, DesiredState::Running).await
+}
+
 pub async fn api_patch(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Json(patch): Json<ReplicationInput>,
 ) -> ApiResult<Json<Replication>> {
+    let s = &cx.state;
     Ok(Json(
         replications::update(
-            &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
-            &who,
+            &s.pool,
+            &s.inner.secrets,
+            &s.inner.reconciler,
+            &cx.who,
             &id,
             &patch,
         )
@@ -135,20 +98,16 @@ pub async fn api_patch(
     ))
 }
 
-#[handler]
-pub async fn api_restart(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Replication>> {
+pub async fn api_restart(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
+    let s = &cx.state;
     Ok(Json(
-        replications::restart(&state.pool, &state.inner.reconciler, &who, &id, false).await?,
+        replications::restart(&s.pool, &s.inner.reconciler, &cx.who, &id, false).await?,
     ))
 }
 
 #[derive(Template)]
 #[template(path = "replications/index.html")]
-struct ListPage {
+struct IndexPage {
     layout: Layout,
     items: Vec<(Replication, String, String)>,
     can_create: bool,
@@ -191,7 +150,7 @@ pub async fn page_list(
         .collect::<Vec<_>>();
     page_with_status(
         StatusCode::OK,
-        &ListPage {
+        &IndexPage {
             layout: Layout::new("Replications", paths::REPLICATIONS, &who, jar),
             bulk: super::bulk::BulkBar::plain(
                 &who,
@@ -485,21 +444,22 @@ pub async fn page_act(
     Ok(redirect(req, &format!("/replications/{id}")))
 }
 
-#[derive(Deserialize)]
+/// Which consumer group's failover readiness to answer.
+#[derive(Deserialize, JsonSchema)]
 pub struct GroupQuery {
+    /// The consumer group (one with checkpoints: see the detail's `progress.checkpoints`).
     #[serde(default)]
     group: String,
 }
 
-#[handler]
 pub async fn api_readiness(
-    state: Data<&AppState>,
-    who: Data<&Principal>,
+    cx: Ctx,
     Path(id): Path<String>,
     Query(q): Query<GroupQuery>,
 ) -> ApiResult<Json<replications::Readiness>> {
+    let s = &cx.state;
     Ok(Json(
-        replications::readiness(&state.pool, &state.inner.secrets, &who, &id, &q.group).await?,
+        replications::readiness(&s.pool, &s.inner.secrets, &cx.who, &id, &q.group).await?,
     ))
 }
 

@@ -30,6 +30,27 @@ pub use send::*;
 pub const KINDS: &[&str] = &["slack", "teams", "pagerduty", "email"];
 /// The severities alerts carry.
 pub const SEVERITIES: &[&str] = &["critical", "warning"];
+
+/// Where a channel sends: a Slack incoming webhook, a Microsoft Teams workflow webhook,
+/// PagerDuty's Events API v2, or e-mail over SMTP (the same values as `KINDS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "AlertChannelKind")]
+pub enum Kind {
+    Slack,
+    Teams,
+    Pagerduty,
+    Email,
+}
+
+/// An alert's severity (the same values as `SEVERITIES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "AlertSeverity")]
+pub enum Severity {
+    Critical,
+    Warning,
+}
 pub const PAGERDUTY_ENDPOINT: &str = "https://events.pagerduty.com/v2/enqueue";
 pub const DEFAULT_GROUP_WAIT_SECS: i64 = 10;
 /// Attempts per message (1 s, 2 s, 4 s, 8 s apart).
@@ -72,16 +93,25 @@ fn secret_name(kind: &str) -> &'static str {
     bindings(kind).first().map_or("secret", |b| b.secret)
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// An alert channel; its secret is never returned, only whether it is set.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AlertChannel")]
 pub struct Channel {
     pub id: String,
     pub name: String,
+    #[schemars(with = "Kind")]
     pub kind: String,
+    /// The kind's non-secret settings as stored: PagerDuty `endpoint`; e-mail `host`, `port`,
+    /// `tls`, `username`, `from`, `to` (comma-separated).
     pub settings: BTreeMap<String, String>,
     /// Alert rules (kinds) sent to this channel; empty: every rule.
     pub rules: Vec<String>,
+    /// The severities sent to this channel.
+    #[schemars(with = "Vec<Severity>")]
     pub severities: Vec<String>,
+    /// Alerts within this many seconds of the first go as one message.
     pub group_wait_secs: i64,
+    /// A private CA (PEM) trusted for this channel's endpoint.
     pub tls_ca_certificate: Option<String>,
     pub enabled: bool,
     /// Secret field → whether it holds a value (never the value).
@@ -168,19 +198,73 @@ async fn view(store: &SecretStore, r: Row) -> Result<Channel> {
     })
 }
 
-/// A channel to create, or a change to one (absent fields stay as they are).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A channel to create (`name`, `kind`, the kind's settings and secret required), or a change
+/// to one (`PATCH`: absent fields stay as they are; the kind cannot change).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "AlertChannelInput")]
 pub struct ChannelInput {
+    /// 1 to 100 characters.
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::wire::enum_string::<_, Kind>")]
+    #[schemars(with = "Option<Kind>")]
     pub kind: Option<String>,
     /// Strings, or numbers for `port`; `to` is a comma-separated list (or a JSON list).
+    #[schemars(with = "Option<SettingsInput>")]
     pub settings: Option<BTreeMap<String, Value>>,
+    #[schemars(with = "Option<SecretsInput>")]
     pub secrets: Option<BTreeMap<String, Secret<String>>>,
+    /// Alert rule kinds (as `GET /api/v1/alerts` names them) to send; empty: every rule.
     pub rules: Option<Vec<String>>,
+    /// Default both.
+    #[serde(default, deserialize_with = "crate::wire::enum_strings::<_, Severity>")]
+    #[schemars(with = "Option<Vec<Severity>>", length(min = 1))]
     pub severities: Option<Vec<String>>,
+    /// Default 10.
+    #[schemars(range(min = 0, max = 600))]
     pub group_wait_secs: Option<i64>,
+    /// PEM of a private CA for the endpoint; an empty value removes it.
     pub tls_ca_certificate: Option<String>,
+    /// Default true.
     pub enabled: Option<bool>,
+}
+
+/// The settings of a channel (documents `AlertChannelInput.settings`): only the kind's own
+/// keys are accepted. Values are read as text (numbers and lists too).
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "AlertChannelSettingsInput", deny_unknown_fields)]
+#[allow(dead_code)]
+struct SettingsInput {
+    /// PagerDuty: the Events API endpoint (https; default the public one).
+    endpoint: Option<Value>,
+    /// E-mail: the SMTP server's host name.
+    host: Option<Value>,
+    /// E-mail: 1–65535 (default 587 with starttls, 465 with implicit).
+    port: Option<Value>,
+    /// E-mail: `starttls` (default) or `implicit`.
+    tls: Option<Value>,
+    /// E-mail: the SMTP login.
+    username: Option<Value>,
+    /// E-mail: the sender's address.
+    from: Option<Value>,
+    /// E-mail: 1 to 20 recipients, comma-separated or a list.
+    to: Option<Value>,
+}
+
+/// A channel's secret, write-only (stored encrypted, never returned): Slack and Teams
+/// `webhook_url`, PagerDuty `routing_key`, e-mail `password`.
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "AlertChannelSecretsInput", deny_unknown_fields)]
+#[allow(dead_code)]
+struct SecretsInput {
+    /// Slack incoming-webhook or Teams workflow URL (https).
+    #[schemars(extend("writeOnly" = true))]
+    webhook_url: Option<String>,
+    /// PagerDuty Events API v2 routing (integration) key: 32 letters and digits.
+    #[schemars(extend("writeOnly" = true))]
+    routing_key: Option<String>,
+    /// The SMTP password.
+    #[schemars(extend("writeOnly" = true))]
+    password: Option<String>,
 }
 
 /// What a valid input becomes; nothing stored yet.
@@ -800,9 +884,12 @@ pub async fn delete(
 
 // ---- the delivery log ------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// One delivery attempt of a channel.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
+#[schemars(rename = "AlertChannelAttempt")]
 pub struct Attempt {
     pub id: i64,
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
     /// What was sent: `test`, `firing: 3 alerts`, `pagerduty resolve …`.
     pub event: String,
@@ -1053,7 +1140,18 @@ mod tests {
 
     #[test]
     fn name_kind_rules_severities_wait_and_ca_are_checked() {
-        let e = check(&input(json!({"name": "", "kind": "fax", "rules": ["nope"], "severities": ["loud"], "group_wait_secs": 601, "tls_ca_certificate": "x"})), None, &rules(), &[]).unwrap_err();
+        // The JSON API refuses an unknown kind or severity as it reads the body (`crate::wire`);
+        // forms and manifests build the input from text, and `check` refuses them there.
+        let mut bad = input(
+            json!({"name": "", "rules": ["nope"], "group_wait_secs": 601, "tls_ca_certificate": "x"}),
+        );
+        bad.kind = Some("fax".into());
+        bad.severities = Some(vec!["loud".into()]);
+        for field in ["kind", "severities"] {
+            let err = serde_json::from_value::<ChannelInput>(json!({field: ["fax"]})).unwrap_err();
+            assert!(err.to_string().contains("expected"), "{field}: {err}");
+        }
+        let e = check(&bad, None, &rules(), &[]).unwrap_err();
         for f in [
             "name",
             "kind",

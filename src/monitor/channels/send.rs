@@ -281,7 +281,8 @@ pub async fn deliver(
 }
 
 /// What a test send answered.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "AlertChannelTestResult")]
 pub struct TestResult {
     pub ok: bool,
     pub status_code: Option<u16>,

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// One column as the catalog describes it. `data_type` is the engine's own spelling with
 /// length, precision and scale (`character varying(50)`, `numeric(10,2)`, `int unsigned`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "TableColumn")]
 pub struct Column {
     pub name: String,
     pub data_type: String,
@@ -17,7 +18,7 @@ pub struct Column {
 }
 
 /// A table's definition: its columns in their catalog order and its primary key in key order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TableDef {
     pub columns: Vec<Column>,
     #[serde(default)]

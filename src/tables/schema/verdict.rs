@@ -24,8 +24,10 @@ use serde::Serialize;
 
 use super::classify::{fits, Change, Column, TableDef};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// How a schema change affects a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[schemars(rename = "SchemaChangeSeverity")]
 pub enum Severity {
     Info,
     Breaking,

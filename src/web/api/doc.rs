@@ -38,7 +38,7 @@ impl OpDoc<'_> {
     /// Each property of `T` (a struct read from the query string) as one query parameter.
     pub fn query<T: JsonSchema>(&mut self) {
         let mut schema = T::json_schema(self.gen);
-        TimestampFormats.transform(&mut schema);
+        PropertyConventions.transform(&mut schema);
         let schema = schema.to_value();
         let required: Vec<&str> = schema["required"]
             .as_array()
@@ -112,12 +112,13 @@ impl OpDoc<'_> {
     }
 }
 
-/// Properties named `*_at` are RFC 3339 UTC timestamps everywhere (`crate::time`): the
-/// document says so once here instead of on each field.
+/// Conventions of the whole API, said once here instead of on each field: properties named
+/// `*_at` are RFC 3339 UTC timestamps (`crate::time`); an empty default is left out where ""
+/// is not a value of the property.
 #[derive(Clone)]
-struct TimestampFormats;
+struct PropertyConventions;
 
-impl Transform for TimestampFormats {
+impl Transform for PropertyConventions {
     fn transform(&mut self, schema: &mut Schema) {
         if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
             for (name, prop) in props.iter_mut() {
@@ -128,6 +129,18 @@ impl Transform for TimestampFormats {
                 };
                 if name.ends_with("_at") && is_string {
                     prop["format"] = json!("date-time");
+                }
+                // `#[serde(default)]` on a text field documented as an enum or a number (the
+                // server reads it as text to name the field in its own error) means "may be
+                // left out", not that "" is a value: the schema's type has no room for "".
+                let allows_empty = is_string
+                    && prop.get("enum").is_none()
+                    && prop.get("pattern").is_none()
+                    && prop.get("minLength").is_none();
+                if prop.get("default") == Some(&json!("")) && !allows_empty {
+                    if let Some(p) = prop.as_object_mut() {
+                        p.remove("default");
+                    }
                 }
             }
         }
@@ -141,7 +154,7 @@ fn generator() -> SchemaGenerator {
             s.definitions_path = "/components/schemas".into();
             s.meta_schema = None;
         })
-        .with_transform(TimestampFormats)
+        .with_transform(PropertyConventions)
         .into_generator()
 }
 
@@ -323,10 +336,29 @@ mod tests {
         }
         let mut gen = generator();
         let mut s = Row::json_schema(&mut gen);
-        TimestampFormats.transform(&mut s);
+        PropertyConventions.transform(&mut s);
         let s = s.to_value();
         assert_eq!(s["properties"]["created_at"]["format"], "date-time");
         assert_eq!(s["properties"]["done_at"]["format"], "date-time");
         assert!(s["properties"]["name"].get("format").is_none());
+    }
+
+    #[test]
+    fn an_empty_default_is_dropped_where_the_schema_has_no_room_for_it() {
+        #[derive(schemars::JsonSchema, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Q {
+            #[serde(default)]
+            #[schemars(with = "Option<u32>")]
+            limit: String,
+            #[serde(default)]
+            q: String,
+        }
+        let mut gen = generator();
+        let mut s = Q::json_schema(&mut gen);
+        PropertyConventions.transform(&mut s);
+        let s = s.to_value();
+        assert!(s["properties"]["limit"].get("default").is_none(), "{s}");
+        assert_eq!(s["properties"]["q"]["default"], "");
     }
 }

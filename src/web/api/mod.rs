@@ -112,18 +112,63 @@ impl<T: DeserializeOwned + JsonSchema + Send> Input for Json<T> {
     }
 }
 
-/// A deserialization error as a field error: the field is the path serde was at.
+/// A deserialization error as a field error: the field is the path serde was at, or the field
+/// serde found missing.
 fn invalid_input<E: std::fmt::Display>(e: serde_path_to_error::Error<E>, root: &str) -> ApiError {
     let path = e.path().to_string();
-    let field = match (path.as_str(), root) {
-        (".", "") => "body".to_string(),
-        (".", r) => r.to_string(),
-        (p, _) => p.to_string(),
-    };
     // serde's messages name the type ("invalid type: string, expected u32"); keep them short.
     let why = e.inner().to_string();
     let why = why.split(" at line ").next().unwrap_or(&why).to_string();
+    let missing = why
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let field = match (path.as_str(), missing) {
+        (".", Some(name)) => name.to_string(),
+        (p, Some(name)) => format!("{p}.{name}"),
+        (".", None) if root.is_empty() => "body".to_string(),
+        (".", None) => root.to_string(),
+        (p, None) => p.to_string(),
+    };
     ApiError(Error::field(&field, why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        limits: Limits,
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Limits {
+        rows: u32,
+    }
+
+    fn field_of(json: &str) -> String {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let e = serde_path_to_error::deserialize::<_, Body>(&mut de).unwrap_err();
+        match invalid_input(e, "").0 {
+            Error::Invalid { fields, .. } => fields.keys().next().unwrap().clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_body_error_names_the_field_that_is_wrong_or_missing() {
+        assert_eq!(field_of(r#"{"name": 1, "limits": {"rows": 1}}"#), "name");
+        assert_eq!(field_of(r#"{"limits": {"rows": 1}}"#), "name");
+        assert_eq!(
+            field_of(r#"{"name": "a", "limits": {"rows": "x"}}"#),
+            "limits.rows"
+        );
+        assert_eq!(field_of(r#"{"name": "a", "limits": {}}"#), "limits.rows");
+        assert_eq!(field_of(r#""text""#), "body");
+    }
 }
 
 /// What an operation answers on success, and how the document describes it.
