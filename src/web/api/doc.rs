@@ -94,9 +94,17 @@ impl OpDoc<'_> {
 
     /// A response whose body has another media type (CSV, YAML, text), described as a string.
     pub fn text_response(&mut self, status: StatusCode, description: &str, media: &[&str]) {
+        // A JSON body is a JSON value, not a string; its shape is the text form's, as JSON.
         let content: Map<String, Value> = media
             .iter()
-            .map(|m| (m.to_string(), json!({"schema": {"type": "string"}})))
+            .map(|m| {
+                let schema = if m.ends_with("json") {
+                    json!({"type": "object"})
+                } else {
+                    json!({"type": "string"})
+                };
+                (m.to_string(), json!({ "schema": schema }))
+            })
             .collect();
         self.response(status, description, Some(Value::Object(content)));
     }
@@ -120,6 +128,7 @@ struct PropertyConventions;
 
 impl Transform for PropertyConventions {
     fn transform(&mut self, schema: &mut Schema) {
+        collapse_documented_enum(schema);
         if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
             for (name, prop) in props.iter_mut() {
                 let is_string = match prop.get("type") {
@@ -133,11 +142,7 @@ impl Transform for PropertyConventions {
                 // `#[serde(default)]` on a text field documented as an enum or a number (the
                 // server reads it as text to name the field in its own error) means "may be
                 // left out", not that "" is a value: the schema's type has no room for "".
-                let allows_empty = is_string
-                    && prop.get("enum").is_none()
-                    && prop.get("pattern").is_none()
-                    && prop.get("minLength").is_none();
-                if prop.get("default") == Some(&json!("")) && !allows_empty {
+                if prop.get("default") == Some(&json!("")) && !allows_empty(prop) {
                     if let Some(p) = prop.as_object_mut() {
                         p.remove("default");
                     }
@@ -148,7 +153,81 @@ impl Transform for PropertyConventions {
     }
 }
 
-fn generator() -> SchemaGenerator {
+/// Whether "" is a value of a property's schema: plain text only (no enum, reference, format,
+/// pattern or minimum length). Where it is not, an empty default is left out of the document and
+/// an empty query parameter is refused (`Input for Query`).
+pub(crate) fn allows_empty(prop: &Value) -> bool {
+    let is_string = match prop.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    is_string
+        && ["enum", "$ref", "format", "pattern", "minLength", "const"]
+            .iter()
+            .all(|k| prop.get(*k).is_none())
+}
+
+/// The query parameters of `T` where "" is not a value (see [`allows_empty`]).
+pub(crate) fn not_empty_params<T: JsonSchema>() -> std::collections::BTreeSet<String> {
+    let mut gen = generator();
+    let schema = T::json_schema(&mut gen).to_value();
+    schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .filter(|(_, p)| !allows_empty(p))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// schemars writes an enum whose variants have doc comments as `oneOf` one `const` each (to keep
+/// each description); client generators read that as a union of types they cannot build. The
+/// same enum as `{type: string, enum: [...]}`, the descriptions listed in its own description.
+fn collapse_documented_enum(schema: &mut Schema) {
+    let Some(variants) = schema.get("oneOf").and_then(Value::as_array) else {
+        return;
+    };
+    let mut values = Vec::new();
+    let mut notes = Vec::new();
+    for v in variants {
+        let (Some(c), Some(obj)) = (v.get("const").and_then(Value::as_str), v.as_object()) else {
+            return;
+        };
+        if obj
+            .keys()
+            .any(|k| !matches!(k.as_str(), "const" | "type" | "description"))
+        {
+            return;
+        }
+        values.push(json!(c));
+        if let Some(d) = v.get("description").and_then(Value::as_str) {
+            notes.push(format!("- `{c}`: {}", d.replace('\n', " ")));
+        }
+    }
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    obj.remove("oneOf");
+    obj.insert("type".into(), json!("string"));
+    obj.insert("enum".into(), Value::Array(values));
+    if !notes.is_empty() {
+        let lead = obj
+            .get("description")
+            .and_then(Value::as_str)
+            .map(|d| format!("{d}\n\n"))
+            .unwrap_or_default();
+        obj.insert(
+            "description".into(),
+            json!(format!("{lead}{}", notes.join("\n"))),
+        );
+    }
+}
+
+pub(crate) fn generator() -> SchemaGenerator {
     SchemaSettings::draft2020_12()
         .with(|s| {
             s.definitions_path = "/components/schemas".into();
@@ -341,6 +420,30 @@ mod tests {
         assert_eq!(s["properties"]["created_at"]["format"], "date-time");
         assert_eq!(s["properties"]["done_at"]["format"], "date-time");
         assert!(s["properties"]["name"].get("format").is_none());
+    }
+
+    #[test]
+    fn an_enum_with_documented_variants_is_one_string_enum() {
+        /// Colours.
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        enum Colour {
+            /// Like blood.
+            Red,
+            /// Like the sea.
+            Blue,
+        }
+        let mut gen = generator();
+        let _ = gen.subschema_for::<Colour>();
+        let defs = gen.take_definitions(true);
+        let c = &defs["Colour"];
+        assert_eq!(c["type"], "string");
+        assert_eq!(c["enum"], json!(["Red", "Blue"]));
+        assert!(c.get("oneOf").is_none());
+        assert_eq!(
+            c["description"],
+            "Colours.\n\n- `Red`: Like blood.\n- `Blue`: Like the sea."
+        );
     }
 
     #[test]

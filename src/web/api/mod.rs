@@ -12,8 +12,11 @@
 
 pub mod doc;
 
+use std::any::TypeId;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::{Mutex, OnceLock};
 
 use poem::error::ResponseError;
 use poem::http::StatusCode;
@@ -73,10 +76,23 @@ impl<T: DeserializeOwned + Send> Input for Path<T> {
     }
 }
 
-/// Query parameters: each property of `T`'s schema is one parameter.
-impl<T: DeserializeOwned + JsonSchema + Send> Input for Query<T> {
+/// Query parameters: each property of `T`'s schema is one parameter. An empty value is refused
+/// where "" is not a value of the parameter's schema (a number, an enum, a timestamp), so the
+/// API answers what its document says; the pages, which send empty filter fields, read their
+/// queries with poem's own extractor.
+impl<T: DeserializeOwned + JsonSchema + Send + 'static> Input for Query<T> {
     async fn extract(req: &Request, _body: &mut RequestBody) -> ApiResult<Self> {
         let raw = req.uri().query().unwrap_or_default();
+        let strict = not_empty_params::<T>();
+        if let Some((name, _)) = form_urlencoded::parse(raw.as_bytes())
+            .find(|(name, value)| value.is_empty() && strict.contains(name.as_ref()))
+        {
+            return Err(Error::field(
+                &name,
+                "give a value, or leave the parameter out for the default",
+            )
+            .into());
+        }
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
         serde_path_to_error::deserialize(de)
             .map(Query)
@@ -86,6 +102,17 @@ impl<T: DeserializeOwned + JsonSchema + Send> Input for Query<T> {
     fn describe(op: &mut OpDoc) {
         op.query::<T>();
     }
+}
+
+/// The parameters of `T` that may not be empty, worked out once per type.
+fn not_empty_params<T: JsonSchema + 'static>() -> std::sync::Arc<BTreeSet<String>> {
+    type Cache = Mutex<HashMap<TypeId, std::sync::Arc<BTreeSet<String>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(TypeId::of::<T>())
+        .or_insert_with(|| std::sync::Arc::new(doc::not_empty_params::<T>()))
+        .clone()
 }
 
 /// A JSON request body. A missing, malformed or mistyped body is a 422 naming the field.
@@ -100,10 +127,16 @@ impl<T: DeserializeOwned + JsonSchema + Send> Input for Json<T> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(Error::field("body", "send a JSON object (the body is empty)").into());
         }
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| invalid_input(e, ""))?;
-        de.end()
-            .map_err(|_| Error::field("body", "send one JSON value and nothing after it"))?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            let why = e.to_string();
+            let why = why.split(" at line ").next().unwrap_or(&why).to_string();
+            Error::field("body", format!("send one JSON value ({why})"))
+        })?;
+        // serde reads a struct from an array of its fields in order; the API takes objects.
+        if value.is_array() && !std::any::type_name::<T>().starts_with("alloc::vec::Vec<") {
+            return Err(Error::field("body", "send a JSON object, not an array").into());
+        }
+        let value = serde_path_to_error::deserialize(value).map_err(|e| invalid_input(e, ""))?;
         Ok(Json(value))
     }
 
