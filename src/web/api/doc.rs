@@ -94,12 +94,15 @@ impl OpDoc<'_> {
 
     /// A response whose body has another media type (CSV, YAML, text), described as a string.
     pub fn text_response(&mut self, status: StatusCode, description: &str, media: &[&str]) {
-        // A JSON body is a JSON value, not a string; its shape is the text form's, as JSON.
+        // A JSON body is a JSON value, not a string; a YAML body is read by YAML-aware clients
+        // into whatever it holds (its shape is documented with the operation).
         let content: Map<String, Value> = media
             .iter()
             .map(|m| {
                 let schema = if m.ends_with("json") {
                     json!({"type": "object"})
+                } else if m.ends_with("yaml") {
+                    json!({"description": "YAML text"})
                 } else {
                     json!({"type": "string"})
                 };
@@ -269,10 +272,10 @@ fn error_statuses(access: Access, method: &Method, op: &OpDoc) -> Vec<(StatusCod
     if op.has_path_params {
         out.push((StatusCode::NOT_FOUND, "No such resource"));
     }
-    if method != Method::GET {
+    if method != Method::GET || op.has_path_params {
         out.push((
             StatusCode::CONFLICT,
-            "A name is taken or the resource is in use",
+            "A name is taken, the resource is in use, or it is not of the kind this needs",
         ));
     }
     if op.takes_input {
