@@ -8,7 +8,7 @@ use poem::{handler, Request, Response};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::api::{Created, Ctx, NoContent, Serialized};
+use super::api::{paged, Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -26,13 +26,11 @@ pub async fn api_list(
     cx: Ctx,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Serialized<ListPage<Alert>>> {
-    let w = q.window(alerts::STATES)?;
-    let (state, who) = (&cx.state, &cx.who);
-    let body = listing::cached_json(&state.inner.snapshots, "alerts", &w, || async {
-        Ok(alerts::page(&state.pool, who, &w).await?.json())
+    let cx = &cx;
+    paged(cx, "alerts", &q, alerts::STATES, |w| async move {
+        Ok(alerts::page(&cx.state.pool, &cx.who, &w).await?.json())
     })
-    .await?;
-    Ok(Serialized::new(String::clone(&body)))
+    .await
 }
 
 #[derive(Template)]

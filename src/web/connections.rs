@@ -9,7 +9,7 @@ use poem::{handler, Body, Request, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::api::{Created, Ctx, NoContent, Serialized};
+use super::api::{paged, Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -28,17 +28,13 @@ pub async fn api_list(
     cx: Ctx,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Serialized<listing::ListPage<ConnectionView>>> {
-    let (state, who) = (&cx.state, &cx.who);
-    let w = q.window(connections::STATES)?;
-    let body = listing::cached_json(&state.inner.snapshots, "connections", &w, || async {
-        Ok(
-            connections::page(&state.pool, &state.inner.secrets, who, &w)
-                .await?
-                .json(),
-        )
+    let (cx, s) = (&cx, &cx.state);
+    paged(cx, "connections", &q, connections::STATES, |w| async move {
+        Ok(connections::page(&s.pool, &s.inner.secrets, &cx.who, &w)
+            .await?
+            .json())
     })
-    .await?;
-    Ok(Serialized::new(body.to_string()))
+    .await
 }
 
 pub async fn api_create(

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::{Created, Ctx, NoContent, OpDoc, Reply, Serialized};
+use super::api::{paged, Created, Ctx, NoContent, OpDoc, Reply, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -44,15 +44,13 @@ pub async fn api_list(
     cx: Ctx,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Serialized<ConnectorListing>> {
-    let (state, who) = (&cx.state, &cx.who);
-    let w = q.window(CONNECTOR_STATES)?;
-    let body = listing::cached_json(&state.inner.snapshots, "connectors", &w, || async {
-        let mut body = connectors::page(&state.pool, who, &w).await?.json();
-        body["unmanaged"] = serde_json::json!(connectors::unmanaged(&state.pool, who).await?);
+    let (pool, who) = (&cx.state.pool, &cx.who);
+    paged(&cx, "connectors", &q, CONNECTOR_STATES, |w| async move {
+        let mut body = connectors::page(pool, who, &w).await?.json();
+        body["unmanaged"] = serde_json::json!(connectors::unmanaged(pool, who).await?);
         Ok(body)
     })
-    .await?;
-    Ok(Serialized::new(body.to_string()))
+    .await
 }
 
 pub async fn api_create(

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{Created, Ctx, NoContent, Serialized};
+use super::api::{paged, Created, Ctx, NoContent, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -26,12 +26,11 @@ pub async fn api_list(
     cx: Ctx,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Serialized<listing::ListPage<Delivery>>> {
-    let w = q.window(CONNECTOR_STATES)?;
-    let body = listing::cached_json(&cx.state.inner.snapshots, "deliveries", &w, || async {
+    let cx = &cx;
+    paged(cx, "deliveries", &q, CONNECTOR_STATES, |w| async move {
         Ok(deliveries::page(&cx.state.pool, &cx.who, &w).await?.json())
     })
-    .await?;
-    Ok(Serialized::new(body.to_string()))
+    .await
 }
 
 pub async fn api_preview(cx: Ctx, Json(input): Json<DeliveryInput>) -> ApiResult<Json<Preview>> {

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::api::{Accepted, Created, Ctx, Serialized};
+use super::api::{paged, Accepted, Created, Ctx, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -24,12 +24,11 @@ pub async fn api_list(
     cx: Ctx,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Serialized<listing::ListPage<Pipeline>>> {
-    let w = q.window(CONNECTOR_STATES)?;
-    let body = listing::cached_json(&cx.state.inner.snapshots, "pipelines", &w, || async {
+    let cx = &cx;
+    paged(cx, "pipelines", &q, CONNECTOR_STATES, |w| async move {
         Ok(pipelines::page(&cx.state.pool, &cx.who, &w).await?.json())
     })
-    .await?;
-    Ok(Serialized::new(body.to_string()))
+    .await
 }
 
 pub async fn api_preview(cx: Ctx, Json(input): Json<PipelineInput>) -> ApiResult<Json<Preview>> {

@@ -32,6 +32,7 @@ use super::error::{ApiError, ApiResult};
 use crate::app::AppState;
 use crate::auth::Principal;
 use crate::error::Error;
+use crate::listing::{self, ListQuery, Window};
 
 /// The application state and the caller, for every operation behind sign-in.
 pub struct Ctx {
@@ -324,6 +325,26 @@ impl<M: Media> Reply for Text<M> {
     fn describe(op: &mut OpDoc) {
         op.text_response(StatusCode::OK, "OK", M::TYPES);
     }
+}
+
+/// A filtered, paged list (`ListQuery`), answered from the list snapshot cache: the one way every
+/// `/api/v1` list with filters and paging answers. `load` gives the page as JSON (a
+/// `listing::Page::json`, plus whatever else the list answers beside it).
+pub async fn paged<T, F, Fut>(
+    cx: &Ctx,
+    list: &str,
+    q: &ListQuery,
+    states: &[&str],
+    load: F,
+) -> ApiResult<Serialized<T>>
+where
+    F: FnOnce(Window) -> Fut,
+    Fut: Future<Output = crate::error::Result<serde_json::Value>>,
+{
+    let w = q.window(states)?;
+    let body =
+        listing::cached_json(&cx.state.inner.snapshots, list, &w, || load(w.clone())).await?;
+    Ok(Serialized::new(body.to_string()))
 }
 
 fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
