@@ -579,6 +579,10 @@ pub async fn topic(
     name: &str,
 ) -> Result<TopicInfo> {
     let c = get(pool, who, id).await?;
+    if check_topic_name(name).is_err() {
+        // Kafka refuses such a name outright (TOPIC_EXCEPTION); no such topic can exist.
+        return Err(Error::NotFound(format!("topic {name}")));
+    }
     let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string()))
         .await
         .map_err(|e| {
@@ -743,6 +747,9 @@ pub async fn delete_topic(
         ));
     }
     let c = get(pool, who, id).await?;
+    if check_topic_name(name).is_err() {
+        return Err(Error::NotFound(format!("topic {name}")));
+    }
     let result = kafka::delete_topic(&access(store, &c).await?, name).await;
     audit::record_alone(
         pool,
