@@ -110,6 +110,55 @@ impl Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
+        // A safety net: deleting a row that another still references is the caller's conflict,
+        // not a server bug (each delete checks its users first and names them; this catches a
+        // reference that check does not know about yet).
+        if let sqlx::Error::Database(db) = &e {
+            if db.is_foreign_key_violation() {
+                return Error::Conflict(
+                    "this is still in use by another resource (a foreign key refers to it); \
+                     delete or change what uses it first"
+                        .into(),
+                );
+            }
+        }
         Error::Unexpected(anyhow::Error::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn foreign_key_violation_is_a_conflict() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        for sql in [
+            "PRAGMA foreign_keys = ON",
+            "CREATE TABLE parent (id TEXT PRIMARY KEY)",
+            "CREATE TABLE child (id TEXT PRIMARY KEY, parent_id TEXT NOT NULL REFERENCES parent(id))",
+            "INSERT INTO parent VALUES ('p')",
+            "INSERT INTO child VALUES ('c', 'p')",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        let e: Error = sqlx::query("DELETE FROM parent WHERE id = 'p'")
+            .execute(&pool)
+            .await
+            .unwrap_err()
+            .into();
+        assert_eq!(e.code(), ErrorCode::Conflict, "{e:?}");
+        assert!(e.to_string().contains("still in use"), "{e}");
+        // Any other database error stays a server bug.
+        let e: Error = sqlx::query("SELECT * FROM missing_table")
+            .execute(&pool)
+            .await
+            .unwrap_err()
+            .into();
+        assert_eq!(e.code(), ErrorCode::Internal, "{e:?}");
     }
 }

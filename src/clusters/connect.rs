@@ -472,6 +472,20 @@ pub async fn rotate_provider_token(
     })
 }
 
+/// The pipelines, deliveries and replications that run on a Connect cluster; deleting it is
+/// refused while this is not empty (their rows reference it even when no connector is left).
+pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
+    let users: Vec<String> = sqlx::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE connect_cluster_id = ?1 \
+         UNION ALL SELECT 'delivery ' || name FROM deliveries WHERE connect_cluster_id = ?1 \
+         UNION ALL SELECT 'replication ' || name FROM replications WHERE connect_cluster_id = ?1",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    Ok(users)
+}
+
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
@@ -491,6 +505,14 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
             "Connect cluster {} is used by ClueCDC's {what} {}; delete {them} first",
             cluster.name,
             used.join(", ")
+        )));
+    }
+    let users = used_by(pool, id).await?;
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!(
+            "Connect cluster {} is used by {}; delete or move those first",
+            cluster.name,
+            users.join(", ")
         )));
     }
     let mut tx = pool.begin().await?;

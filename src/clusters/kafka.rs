@@ -462,6 +462,20 @@ pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<KafkaCl
         .ok_or_else(|| Error::NotFound(format!("Kafka cluster {id}")))
 }
 
+/// The pipelines and replications whose topics live on a Kafka cluster; deleting it is refused
+/// while this is not empty.
+pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
+    let users: Vec<String> = sqlx::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE kafka_cluster_id = ?1 \
+         UNION ALL SELECT 'replication ' || name FROM replications \
+         WHERE source_kafka_cluster_id = ?1 OR target_kafka_cluster_id = ?1",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    Ok(users)
+}
+
 pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let c = get(pool, who, id).await?;
@@ -477,6 +491,14 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
             if users.len() == 1 { "" } else { "s" },
             users.join(", "),
             if users.len() == 1 { "it" } else { "them" }
+        )));
+    }
+    let users = used_by(pool, id).await?;
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!(
+            "Kafka cluster {} is used by {}; delete or move those first",
+            c.name,
+            users.join(", ")
         )));
     }
     let mut tx = pool.begin().await?;
@@ -557,6 +579,10 @@ pub async fn topic(
     name: &str,
 ) -> Result<TopicInfo> {
     let c = get(pool, who, id).await?;
+    if check_topic_name(name).is_err() {
+        // Kafka refuses such a name outright (TOPIC_EXCEPTION); no such topic can exist.
+        return Err(Error::NotFound(format!("topic {name}")));
+    }
     let mut found = kafka::topics(&access(store, &c).await?, Some(name.to_string()))
         .await
         .map_err(|e| {
@@ -721,6 +747,9 @@ pub async fn delete_topic(
         ));
     }
     let c = get(pool, who, id).await?;
+    if check_topic_name(name).is_err() {
+        return Err(Error::NotFound(format!("topic {name}")));
+    }
     let result = kafka::delete_topic(&access(store, &c).await?, name).await;
     audit::record_alone(
         pool,
@@ -756,6 +785,48 @@ fn unknown_topic(e: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pipeline whose connector is already gone still references both clusters: deleting
+    /// either answers a conflict naming the pipeline (it was a 500 from the foreign key).
+    #[tokio::test]
+    async fn deleting_a_cluster_a_pipeline_still_references_is_a_conflict_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        for sql in [
+            "INSERT INTO kafka_clusters (id, name, bootstrap_servers, secret_ref, created_at, updated_at) VALUES ('kc', 'k', 'k:9092', 'sec_k', ?1, ?1)",
+            "INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', ?1, ?1)",
+            "INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, created_at, updated_at) VALUES ('cn', 'src', 'POSTGRESQL', '[\"SOURCE\"]', '{}', 'sec_cn', ?1, ?1)",
+            "INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at) VALUES ('pl', 'orders', 'cn', 'kc', 'cc', '[]', 'orders', 1, 1, 'initial', 'filtered', '{}', 'gone', ?1, ?1)",
+        ] {
+            sqlx::query(sql)
+                .bind(crate::time::now())
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        let who = Principal::cli();
+        match crate::clusters::connect::delete(&pool, &who, "cc").await {
+            Err(Error::Conflict(m)) => {
+                assert!(m.contains("pipeline orders") && m.contains("first"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match delete(&pool, &who, "kc").await {
+            Err(Error::Conflict(m)) => {
+                assert!(m.contains("pipeline orders") && m.contains("first"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        sqlx::query("DELETE FROM pipelines")
+            .execute(&pool)
+            .await
+            .unwrap();
+        crate::clusters::connect::delete(&pool, &who, "cc")
+            .await
+            .unwrap();
+        delete(&pool, &who, "kc").await.unwrap();
+    }
 
     fn cluster(protocol: &str, mechanism: Option<&str>, ca: bool) -> KafkaCluster {
         KafkaCluster {

@@ -37,10 +37,21 @@ pub async fn api_list(
     .await
 }
 
+/// `null` in a JSON body's settings or secrets means "not given": a client generated from the
+/// OpenAPI document sends every optional field, `null` when unset (the other provider's keys
+/// included). On `PATCH`, `null` in `settings` keeps its meaning "remove this setting".
+fn drop_nulls(map: &mut Option<Map<String, Value>>) {
+    if let Some(m) = map {
+        m.retain(|_, v| !v.is_null());
+    }
+}
+
 pub async fn api_create(
     cx: Ctx,
-    Json(input): Json<ConnectionInput>,
+    Json(mut input): Json<ConnectionInput>,
 ) -> ApiResult<Created<ConnectionView>> {
+    drop_nulls(&mut input.settings);
+    drop_nulls(&mut input.secrets);
     let s = &cx.state;
     Ok(Created(
         connections::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
@@ -57,8 +68,9 @@ pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Connecti
 pub async fn api_patch(
     cx: Ctx,
     Path(id): Path<String>,
-    Json(input): Json<ConnectionInput>,
+    Json(mut input): Json<ConnectionInput>,
 ) -> ApiResult<Json<ConnectionView>> {
+    drop_nulls(&mut input.secrets);
     let s = &cx.state;
     Ok(Json(
         connections::update(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?,
@@ -92,9 +104,12 @@ pub async fn api_rotate(
     Path(id): Path<String>,
     Json(body): Json<RotateBody>,
 ) -> ApiResult<Json<ConnectionView>> {
+    let mut secrets = Some(body.secrets);
+    drop_nulls(&mut secrets);
+    let secrets = secrets.unwrap_or_default();
     let s = &cx.state;
     Ok(Json(
-        connections::rotate(&s.pool, &s.inner.secrets, &cx.who, &id, &body.secrets).await?,
+        connections::rotate(&s.pool, &s.inner.secrets, &cx.who, &id, &secrets).await?,
     ))
 }
 

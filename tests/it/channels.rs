@@ -689,3 +689,30 @@ async fn channels_are_exported_without_their_secrets_and_applied_to_a_fresh_inst
         "{out}{err}"
     );
 }
+
+/// A client generated from the OpenAPI document sends every optional field, `null` when unset:
+/// another kind's settings and secrets given as `null` are not given (they were refused), on
+/// create and on PATCH (where a null secret keeps the stored one).
+#[tokio::test]
+async fn null_settings_and_secrets_of_other_kinds_are_not_given() {
+    let api = admin_api();
+    let (status, c) = api
+        .post("/api/v1/alert-channels", json!({"name": "mail-nulls", "kind": "email",
+            "settings": {"host": "127.0.0.1", "port": 18587, "username": "u", "from": "a@example.com", "to": "b@example.com", "endpoint": null},
+            "secrets": {"password": "pw-1", "routing_key": null, "webhook_url": null}}))
+        .await;
+    assert_eq!(status, 201, "{c}");
+    assert!(c["settings"].get("endpoint").is_none(), "{c}");
+    let id = c["id"].as_str().unwrap();
+    let (status, p) = api
+        .patch(
+            &format!("/api/v1/alert-channels/{id}"),
+            json!({"settings": {"endpoint": null}, "secrets": {"password": null, "routing_key": null}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    assert!(p["settings"].get("endpoint").is_none(), "{p}");
+    assert_eq!(p["settings"]["username"], "u");
+    assert_eq!(p["settings"]["host"], "127.0.0.1");
+    assert_eq!(p["secrets"]["password"], true, "{p}");
+}

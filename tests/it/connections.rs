@@ -883,3 +883,75 @@ async fn the_connection_form_offers_verify_full_verify_ca_or_disable_and_asks_fo
     let (_, list) = api.get("/api/v1/connections").await;
     assert_eq!(list["total"], 0, "nothing stored: {list}");
 }
+
+/// A client generated from the OpenAPI document sends every optional field, `null` when unset,
+/// the other provider's keys included: `null` in settings and secrets means "not given" on
+/// create, patch and rotate (it was a 422 "unknown setting"), and nothing of it is stored.
+#[tokio::test]
+async fn null_settings_and_secrets_from_a_generated_client_are_not_given() {
+    let api = admin_api();
+    let (status, c) = api
+        .post(
+            "/api/v1/connections",
+            json!({"name": "nulls", "provider": "POSTGRESQL", "capabilities": ["SOURCE"],
+                "settings": {"host": "db.example", "port": 5432, "database": "app", "user": "cdc",
+                    "tls_mode": "disable", "bucket": null, "endpoint": null, "region": null,
+                    "prefix": null},
+                "secrets": {"password": "pw", "access_key_id": null,
+                    "secret_access_key": null, "session_token": null}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let id = c["id"].as_str().unwrap();
+    assert_eq!(c["secret_fields_set"], json!(["password"]), "{c}");
+    let db = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}",
+        api.app.data_dir().join("cluecdc.db").display()
+    ))
+    .await
+    .unwrap();
+    let stored: String = sqlx::query_scalar("SELECT settings FROM connections WHERE id = ?")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    for key in ["bucket", "endpoint", "region", "prefix"] {
+        assert!(stored.get(key).is_none(), "{key} stored: {stored}");
+        assert!(c["settings"].get(key).is_none(), "{key} answered: {c}");
+    }
+    assert_eq!(stored["host"], "db.example");
+
+    // PATCH: a null secret keeps the stored one; a null setting of the other provider is a no-op.
+    let (status, p) = api
+        .patch(
+            &format!("/api/v1/connections/{id}"),
+            json!({"settings": {"bucket": null}, "secrets": {"password": null, "access_key_id": null}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    assert_eq!(p["secret_fields_set"], json!(["password"]), "{p}");
+    assert_eq!(p["settings"]["host"], "db.example");
+
+    // Rotate: null secrets are left out.
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/connections/{id}/rotate"),
+            json!({"secrets": {"password": "pw2", "access_key_id": null, "session_token": null}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["secret_fields_set"], json!(["password"]), "{r}");
+
+    // A key no provider knows is still refused, null or not.
+    let (status, e) = api
+        .post(
+            "/api/v1/connections",
+            json!({"name": "nulls2", "provider": "POSTGRESQL",
+                "settings": {"host": "db.example", "database": "app", "user": "cdc",
+                    "tls_mode": "disable", "sslmode": "x"},
+                "secrets": {"password": "pw"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+}

@@ -791,6 +791,18 @@ async fn kafka_clusters_report_health_and_topics_are_created_explicitly_and_dele
         .iter()
         .any(|i| i["name"] == topic.as_str()));
 
+    // A name Kafka refuses outright names no topic: 404, not a 502 from Kafka's TOPIC_EXCEPTION.
+    let (status, err) = api
+        .get(&format!("/api/v1/kafka-clusters/{id}/topics/read%20back"))
+        .await;
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(err["error"]["code"], "not_found", "{err}");
+    let (status, err) = api
+        .delete(&format!(
+            "/api/v1/kafka-clusters/{id}/topics/read%20back?confirm=read%20back"
+        ))
+        .await;
+    assert_eq!(status, 404, "{err}");
     let (status, err) = api
         .delete(&format!("/api/v1/kafka-clusters/{id}/topics/{topic}"))
         .await;

@@ -211,6 +211,7 @@ pub struct ChannelInput {
     /// Strings, or numbers for `port`; `to` is a comma-separated list (or a JSON list).
     #[schemars(with = "Option<SettingsInput>")]
     pub settings: Option<BTreeMap<String, Value>>,
+    #[serde(default, deserialize_with = "secrets_without_nulls")]
     #[schemars(with = "Option<SecretsInput>")]
     pub secrets: Option<BTreeMap<String, Secret<String>>>,
     /// Alert rule kinds (as `GET /api/v1/alerts` names them) to send; empty: every rule.
@@ -278,6 +279,15 @@ pub struct Checked {
     pub group_wait_secs: i64,
     pub tls_ca_certificate: Option<String>,
     pub enabled: bool,
+}
+
+/// `null` in a secrets object means "not given", as a client generated from the OpenAPI
+/// document sends every optional field.
+fn secrets_without_nulls<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<BTreeMap<String, Secret<String>>>, D::Error> {
+    let m: Option<BTreeMap<String, Option<Secret<String>>>> = serde::Deserialize::deserialize(d)?;
+    Ok(m.map(|m| m.into_iter().filter_map(|(k, v)| Some((k, v?))).collect()))
 }
 
 fn text(v: &Value) -> String {
@@ -383,7 +393,8 @@ pub fn check(
                 }
                 settings.insert(k.clone(), v);
             }
-            None if !kind.is_empty() => {
+            // `null` for another kind's setting is "not given" (a generated client sends it).
+            None if !kind.is_empty() && !v.is_null() => {
                 errors.insert(
                     format!("settings.{k}"),
                     if allowed.is_empty() {
