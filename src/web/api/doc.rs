@@ -197,18 +197,28 @@ fn collapse_documented_enum(schema: &mut Schema) {
     let mut values = Vec::new();
     let mut notes = Vec::new();
     for v in variants {
-        let (Some(c), Some(obj)) = (v.get("const").and_then(Value::as_str), v.as_object()) else {
+        let Some(obj) = v.as_object() else {
             return;
         };
         if obj
             .keys()
-            .any(|k| !matches!(k.as_str(), "const" | "type" | "description"))
+            .any(|k| !matches!(k.as_str(), "const" | "enum" | "type" | "description"))
+            || obj.get("type").is_some_and(|t| t != "string")
         {
             return;
         }
-        values.push(json!(c));
-        if let Some(d) = v.get("description").and_then(Value::as_str) {
-            notes.push(format!("- `{c}`: {}", d.replace('\n', " ")));
+        // Undocumented variants come grouped as one `enum`, documented ones one `const` each.
+        match (obj.get("const"), obj.get("enum").and_then(Value::as_array)) {
+            (Some(Value::String(c)), None) => {
+                values.push(json!(c));
+                if let Some(d) = v.get("description").and_then(Value::as_str) {
+                    notes.push(format!("- `{c}`: {}", d.replace('\n', " ")));
+                }
+            }
+            (None, Some(list)) if list.iter().all(Value::is_string) => {
+                values.extend(list.iter().cloned());
+            }
+            _ => return,
         }
     }
     let Some(obj) = schema.as_object_mut() else {
@@ -435,13 +445,15 @@ mod tests {
             Red,
             /// Like the sea.
             Blue,
+            Green,
+            Grey,
         }
         let mut gen = generator();
         let _ = gen.subschema_for::<Colour>();
         let defs = gen.take_definitions(true);
         let c = &defs["Colour"];
         assert_eq!(c["type"], "string");
-        assert_eq!(c["enum"], json!(["Red", "Blue"]));
+        assert_eq!(c["enum"], json!(["Green", "Grey", "Red", "Blue"]));
         assert!(c.get("oneOf").is_none());
         assert_eq!(
             c["description"],
