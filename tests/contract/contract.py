@@ -338,7 +338,8 @@ class Contract:
         for method, path in excluded:
             cmd += ["--exclude-name", f"{method} {path}"]  # the operation's label, exactly
         env = {**os.environ, "CLUECDC_FUZZ_TOKEN": self.api.token, "SCHEMATHESIS_HOOKS": "contract_hooks", "PYTHONPATH": HERE,
-               "CONTRACT_PROTECTED_IDS": " ".join(self.protected)}
+               "CONTRACT_PROTECTED_IDS": " ".join(self.protected),
+               "CONTRACT_FIXTURE_IDS": " ".join(self.ids.values())}
         t = time.monotonic()
         # In the temporary directory: schemathesis keeps a cache (.schemathesis/) in its cwd.
         proc = subprocess.run(cmd, env=env, cwd=self.work, capture_output=True, text=True, check=False, timeout=self.a.max_time + 300)

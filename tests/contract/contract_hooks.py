@@ -12,6 +12,12 @@ that is not Kafka, makes every later read of that cluster a 502 — a provider f
 reported as one, but about the fuzzer's choice of address rather than the API. Values of the
 wrong type or outside the enum are left alone, so the server's refusal of them is still fuzzed.
 
+The populated fixtures (the ids in CONTRACT_FIXTURE_IDS: the Kafka and Connect cluster records,
+the two connections, the pipeline and the delivery) are read by every GET the fuzzer makes, so a
+change to them is swapped for an id that does not exist (404) the same way: a fuzzed password on
+the source connection would otherwise turn every later table or slot listing into a true 502
+(PostgreSQL refusing the password). Changes still run against everything the fuzzer creates.
+
 Its own credentials (the ids in CONTRACT_PROTECTED_IDS: its user and its API token, which it
 learns from GET /api/v1/users and /api/v1/tokens) are swapped for an id that does not exist in
 any path, so that a PATCH disabling the user or a DELETE revoking the token cannot turn the rest
@@ -29,17 +35,20 @@ VALID_PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
 
 
 PROTECTED = set(os.environ.get("CONTRACT_PROTECTED_IDS", "").split())
+FIXTURES = set(os.environ.get("CONTRACT_FIXTURE_IDS", "").split())
 
 
 @schemathesis.hook
 def before_call(context, case, kwargs):
     params = case.path_parameters or {}
+    changes = case.method.upper() != "GET"
     for k, v in list(params.items()):
-        if isinstance(v, str) and v in PROTECTED:
+        if isinstance(v, str) and (v in PROTECTED or (changes and v in FIXTURES)):
             params[k] = "protected-by-contract-hooks"
     body = case.body
     if (case.method.upper(), case.operation.path) in KAFKA_CLUSTER and isinstance(body, dict):
-        if body.get("security_protocol") in VALID_PROTOCOLS:
+        protocol = body.get("security_protocol")
+        if isinstance(protocol, str) and protocol in VALID_PROTOCOLS:
             body["security_protocol"] = "PLAINTEXT"
         if isinstance(body.get("bootstrap_servers"), str) and body["bootstrap_servers"].strip():
             body["bootstrap_servers"] = os.environ["KAFKA_BOOTSTRAP"]
