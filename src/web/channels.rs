@@ -11,7 +11,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{Created, Ctx, NoContent};
+use super::api::resource;
+use super::api::Ctx;
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -26,42 +27,52 @@ pub const CHANNELS: &str = "/alerts/channels";
 
 // ---- API ------------------------------------------------------------------------------------
 
-pub async fn api_list(cx: Ctx) -> ApiResult<Json<listing::ListPage<Channel>>> {
-    let s = &cx.state;
-    Ok(Json(listing::ListPage::all(
-        channels::list(&s.pool, &s.inner.secrets, &cx.who).await?,
-    )))
+/// `/api/v1/alert-channels`: the standard operations (see [`resource`]).
+pub struct Channels;
+
+impl resource::Resource for Channels {
+    type Item = Channel;
+    type Input = ChannelInput;
 }
 
-pub async fn api_create(cx: Ctx, Json(input): Json<ChannelInput>) -> ApiResult<Created<Channel>> {
-    let s = &cx.state;
-    Ok(Created(
-        channels::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
+impl resource::List for Channels {
+    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<Channel>> {
+        channels::list(&s.pool, &s.inner.secrets, who).await
+    }
 }
 
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Channel>> {
-    let s = &cx.state;
-    Ok(Json(
-        channels::get(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
-    ))
+impl resource::Get for Channels {
+    type Detail = Channel;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<Channel> {
+        channels::get(&s.pool, &s.inner.secrets, who, id).await
+    }
 }
 
-pub async fn api_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(input): Json<ChannelInput>,
-) -> ApiResult<Json<Channel>> {
-    let s = &cx.state;
-    Ok(Json(
-        channels::update(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?,
-    ))
+impl resource::Create for Channels {
+    async fn create(
+        s: &AppState,
+        who: &Principal,
+        input: ChannelInput,
+    ) -> crate::error::Result<Channel> {
+        channels::create(&s.pool, &s.inner.secrets, who, &input).await
+    }
 }
 
-pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    let s = &cx.state;
-    channels::delete(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
-    Ok(NoContent)
+impl resource::Update for Channels {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        patch: ChannelInput,
+    ) -> crate::error::Result<Channel> {
+        channels::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+    }
+}
+
+impl resource::Delete for Channels {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
+        channels::delete(&s.pool, &s.inner.secrets, who, id).await
+    }
 }
 
 pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestResult>> {

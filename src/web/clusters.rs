@@ -10,7 +10,8 @@ use poem::{handler, Endpoint, IntoResponse, Middleware, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{Created, Ctx, NoContent, NoStore};
+use super::api::resource;
+use super::api::{Created, Ctx, NoStore};
 use super::connectors::{clusters_page, set, ClusterForms, ConnectForm, KafkaForm};
 use super::error::{ApiError, ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -20,14 +21,47 @@ use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaCluster, KafkaClusterInput};
 use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity, WithToken};
 use crate::error::{Error, FieldErrors};
-use crate::listing::ListPage;
 
-pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<ConnectCluster>>> {
-    Ok(Json(ListPage::all(
-        clusters::list(&cx.state.pool, &cx.who).await?,
-    )))
+/// Connect clusters (`/api/v1/connect-clusters`): the standard operations but create, which
+/// answers the provider token once ([`api_create`]); see [`resource`].
+pub struct Clusters;
+
+impl resource::Resource for Clusters {
+    type Item = ConnectCluster;
+    type Input = ConnectClusterInput;
 }
 
+impl resource::List for Clusters {
+    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<ConnectCluster>> {
+        clusters::list(&s.pool, who).await
+    }
+}
+
+impl resource::Get for Clusters {
+    type Detail = ConnectCluster;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<ConnectCluster> {
+        clusters::get(&s.pool, who, id).await
+    }
+}
+
+impl resource::Update for Clusters {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        patch: ConnectClusterInput,
+    ) -> crate::error::Result<ConnectCluster> {
+        clusters::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+    }
+}
+
+impl resource::Delete for Clusters {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
+        clusters::delete(&s.pool, who, id).await
+    }
+}
+
+/// 201 with the new cluster and its provider token, shown this once (`no-store`).
 pub async fn api_create(
     cx: Ctx,
     Json(input): Json<ConnectClusterInput>,
@@ -38,24 +72,61 @@ pub async fn api_create(
     )))
 }
 
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<ConnectCluster>> {
-    Ok(Json(clusters::get(&cx.state.pool, &cx.who, &id).await?))
+/// `/api/v1/kafka-clusters`: the standard operations (see [`resource`]); the topics are in
+/// `web::connectors`.
+pub struct KafkaClusters;
+
+impl resource::Resource for KafkaClusters {
+    type Item = KafkaCluster;
+    type Input = KafkaClusterInput;
 }
 
-pub async fn api_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(patch): Json<ConnectClusterInput>,
-) -> ApiResult<Json<ConnectCluster>> {
-    let s = &cx.state;
-    Ok(Json(
-        clusters::update(&s.pool, &s.inner.secrets, &cx.who, &id, &patch).await?,
-    ))
+impl resource::List for KafkaClusters {
+    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<KafkaCluster>> {
+        kafka::list(&s.pool, who).await
+    }
 }
 
-pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    clusters::delete(&cx.state.pool, &cx.who, &id).await?;
-    Ok(NoContent)
+/// The cluster with its health, checked now: the check stores the health and its time, which
+/// the cluster then shows, so it runs first.
+impl resource::Get for KafkaClusters {
+    type Detail = kafka::KafkaClusterDetail;
+    async fn get(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+    ) -> crate::error::Result<kafka::KafkaClusterDetail> {
+        let health = kafka::check_health(&s.pool, &s.inner.secrets, who, id).await?;
+        let cluster = kafka::get(&s.pool, who, id).await?;
+        Ok(kafka::KafkaClusterDetail::new(cluster, health))
+    }
+}
+
+impl resource::Create for KafkaClusters {
+    async fn create(
+        s: &AppState,
+        who: &Principal,
+        input: KafkaClusterInput,
+    ) -> crate::error::Result<KafkaCluster> {
+        kafka::create(&s.pool, &s.inner.secrets, who, &input).await
+    }
+}
+
+impl resource::Update for KafkaClusters {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        patch: KafkaClusterInput,
+    ) -> crate::error::Result<KafkaCluster> {
+        kafka::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+    }
+}
+
+impl resource::Delete for KafkaClusters {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
+        kafka::delete(&s.pool, who, id).await
+    }
 }
 
 pub async fn api_provider_token(

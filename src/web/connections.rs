@@ -9,7 +9,8 @@ use poem::{handler, Body, Request, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::api::{paged, Created, Ctx, NoContent, Serialized};
+use super::api::resource;
+use super::api::{Ctx, NoContent};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
@@ -18,23 +19,65 @@ use crate::auth::{Principal, Role};
 use crate::connections::settings::{secret_fields, Settings, TlsMode};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{self, ListQuery, Nav};
+use crate::listing::{self, ListQuery, Nav, Window};
 use crate::pipelines::OwnedSlot;
 use schemars::JsonSchema;
 
 // ---- JSON API -------------------------------------------------------------------------------
 
-pub async fn api_list(
-    cx: Ctx,
-    Query(q): Query<ListQuery>,
-) -> ApiResult<Serialized<listing::ListPage<ConnectionView>>> {
-    let (cx, s) = (&cx, &cx.state);
-    paged(cx, "connections", &q, connections::STATES, |w| async move {
-        Ok(connections::page(&s.pool, &s.inner.secrets, &cx.who, &w)
+/// `/api/v1/connections`: the standard operations (see [`resource`]).
+pub struct Connections;
+
+impl resource::Resource for Connections {
+    type Item = ConnectionView;
+    type Input = ConnectionInput;
+}
+
+impl resource::Paged for Connections {
+    const LIST: &'static str = "connections";
+    const STATES: &'static [&'static str] = connections::STATES;
+    async fn page(s: &AppState, who: &Principal, w: &Window) -> crate::error::Result<Value> {
+        Ok(connections::page(&s.pool, &s.inner.secrets, who, w)
             .await?
             .json())
-    })
-    .await
+    }
+}
+
+impl resource::Get for Connections {
+    type Detail = ConnectionView;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<ConnectionView> {
+        connections::get(&s.pool, &s.inner.secrets, who, id).await
+    }
+}
+
+impl resource::Create for Connections {
+    async fn create(
+        s: &AppState,
+        who: &Principal,
+        mut input: ConnectionInput,
+    ) -> crate::error::Result<ConnectionView> {
+        drop_nulls(&mut input.settings);
+        drop_nulls(&mut input.secrets);
+        connections::create(&s.pool, &s.inner.secrets, who, &input).await
+    }
+}
+
+impl resource::Update for Connections {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        mut patch: ConnectionInput,
+    ) -> crate::error::Result<ConnectionView> {
+        drop_nulls(&mut patch.secrets);
+        connections::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+    }
+}
+
+impl resource::Delete for Connections {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
+        connections::delete(&s.pool, who, id).await
+    }
 }
 
 /// `null` in a JSON body's settings or secrets means "not given": a client generated from the
@@ -44,42 +87,6 @@ fn drop_nulls(map: &mut Option<Map<String, Value>>) {
     if let Some(m) = map {
         m.retain(|_, v| !v.is_null());
     }
-}
-
-pub async fn api_create(
-    cx: Ctx,
-    Json(mut input): Json<ConnectionInput>,
-) -> ApiResult<Created<ConnectionView>> {
-    drop_nulls(&mut input.settings);
-    drop_nulls(&mut input.secrets);
-    let s = &cx.state;
-    Ok(Created(
-        connections::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
-}
-
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<ConnectionView>> {
-    let s = &cx.state;
-    Ok(Json(
-        connections::get(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
-    ))
-}
-
-pub async fn api_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(mut input): Json<ConnectionInput>,
-) -> ApiResult<Json<ConnectionView>> {
-    drop_nulls(&mut input.secrets);
-    let s = &cx.state;
-    Ok(Json(
-        connections::update(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?,
-    ))
-}
-
-pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    connections::delete(&cx.state.pool, &cx.who, &id).await?;
-    Ok(NoContent)
 }
 
 pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestReport>> {

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::api::resource::{self, Action};
 use super::api::{paged, Created, Ctx, NoContent, OpDoc, Reply, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -53,81 +54,75 @@ pub async fn api_list(
     .await
 }
 
-pub async fn api_create(
-    cx: Ctx,
-    Json(input): Json<ConnectorInput>,
-) -> ApiResult<Created<ConnectorView>> {
-    let s = &cx.state;
-    Ok(Created(
-        connectors::create(&s.pool, &s.inner.reconciler, &cx.who, &input).await?,
-    ))
+/// `/api/v1/connectors`: the standard create, get and actions (see [`resource`]); the list
+/// (with the unmanaged connectors) and delete (which answers the connector) are its own.
+pub struct Connectors;
+
+impl resource::Resource for Connectors {
+    type Item = ConnectorView;
+    type Input = ConnectorInput;
 }
 
-pub async fn api_get(cx: Ctx, Path(key): Path<String>) -> ApiResult<Json<ConnectorDetail>> {
-    Ok(Json(
-        connectors::detail(&cx.state.pool, &cx.who, &key).await?,
-    ))
+impl resource::Create for Connectors {
+    async fn create(
+        s: &AppState,
+        who: &Principal,
+        input: ConnectorInput,
+    ) -> crate::error::Result<ConnectorView> {
+        connectors::create(&s.pool, &s.inner.reconciler, who, &input).await
+    }
 }
 
+impl resource::Get for Connectors {
+    type Detail = ConnectorDetail;
+    async fn get(
+        s: &AppState,
+        who: &Principal,
+        key: &str,
+    ) -> crate::error::Result<ConnectorDetail> {
+        connectors::detail(&s.pool, who, key).await
+    }
+}
+
+impl resource::Control for Connectors {
+    type Controlled = ConnectorView;
+    async fn act(
+        s: &AppState,
+        who: &Principal,
+        key: &str,
+        action: Action,
+    ) -> crate::error::Result<ConnectorView> {
+        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        match (action, action.desired_state()) {
+            (Action::Restart, _) => {
+                connectors::request_restart(pool, reconciler, who, key, false).await
+            }
+            (Action::Adopt, _) => {
+                connectors::adopt_live(pool, &s.inner.secrets, reconciler, who, key).await
+            }
+            (_, Some(to)) => connectors::set_state(pool, reconciler, who, key, to).await,
+            (_, None) => Err(Error::NotFound(format!("action {}", action.as_str()))),
+        }
+    }
+}
+
+/// Deleting a connector is asking for its desired state `DELETED`: the answer is the connector
+/// until the reconciler has removed it.
 pub async fn api_delete(cx: Ctx, Path(key): Path<String>) -> ApiResult<Json<ConnectorView>> {
     let s = &cx.state;
+    let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
     Ok(Json(
-        connectors::set_state(
-            &s.pool,
-            &s.inner.reconciler,
-            &cx.who,
-            &key,
-            DesiredState::Deleted,
-        )
-        .await?,
+        connectors::set_state(pool, reconciler, &cx.who, &key, DesiredState::Deleted).await?,
     ))
-}
-
-fn action_state(action: &str) -> Option<DesiredState> {
-    match action {
-        "pause" => Some(DesiredState::Paused),
-        "resume" => Some(DesiredState::Running),
-        "stop" => Some(DesiredState::Stopped),
-        _ => None,
-    }
-}
-
-async fn act(
-    state: &AppState,
-    who: &Principal,
-    key: &str,
-    action: &str,
-) -> crate::error::Result<ConnectorView> {
-    match action {
-        "restart" => {
-            connectors::request_restart(&state.pool, &state.inner.reconciler, who, key, false).await
-        }
-        "adopt" => {
-            connectors::adopt_live(
-                &state.pool,
-                &state.inner.secrets,
-                &state.inner.reconciler,
-                who,
-                key,
-            )
-            .await
-        }
-        other => match action_state(other) {
-            Some(s) => {
-                connectors::set_state(&state.pool, &state.inner.reconciler, who, key, s).await
-            }
-            None => Err(crate::error::Error::NotFound(format!("action {other}"))),
-        },
-    }
 }
 
 connector_actions! {
-    "/connectors";
-    api_pause, page_pause, "pause";
-    api_resume, page_resume, "resume";
-    api_stop, page_stop, "stop";
-    api_restart, page_restart, "restart";
-    api_adopt, page_adopt, "adopt";
+    "/connectors", Connectors;
+    page_pause, Pause;
+    page_resume, Resume;
+    page_stop, Stop;
+    page_restart, Restart;
+    page_adopt, Adopt;
 }
 
 pub async fn api_drift(cx: Ctx) -> ApiResult<Json<ListPage<DriftView>>> {
@@ -168,49 +163,6 @@ impl Reply for AcceptedEmpty {
 }
 
 // ---- Kafka clusters and topics API ----------------------------------------------------------
-
-pub async fn api_kafka_list(cx: Ctx) -> ApiResult<Json<ListPage<kafka::KafkaCluster>>> {
-    Ok(Json(ListPage::all(
-        kafka::list(&cx.state.pool, &cx.who).await?,
-    )))
-}
-
-pub async fn api_kafka_create(
-    cx: Ctx,
-    Json(input): Json<KafkaClusterInput>,
-) -> ApiResult<Created<kafka::KafkaCluster>> {
-    let s = &cx.state;
-    Ok(Created(
-        kafka::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
-}
-
-pub async fn api_kafka_get(
-    cx: Ctx,
-    Path(id): Path<String>,
-) -> ApiResult<Json<kafka::KafkaClusterDetail>> {
-    let (s, who) = (&cx.state, &cx.who);
-    // Checked first: the check stores the health and its time, which the cluster then shows.
-    let health = kafka::check_health(&s.pool, &s.inner.secrets, who, &id).await?;
-    let cluster = kafka::get(&s.pool, who, &id).await?;
-    Ok(Json(kafka::KafkaClusterDetail::new(cluster, health)))
-}
-
-pub async fn api_kafka_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(patch): Json<KafkaClusterInput>,
-) -> ApiResult<Json<kafka::KafkaCluster>> {
-    let s = &cx.state;
-    Ok(Json(
-        kafka::update(&s.pool, &s.inner.secrets, &cx.who, &id, &patch).await?,
-    ))
-}
-
-pub async fn api_kafka_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    kafka::delete(&cx.state.pool, &cx.who, &id).await?;
-    Ok(NoContent)
-}
 
 pub async fn api_topics(
     cx: Ctx,

@@ -10,55 +10,86 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{paged, Created, Ctx, NoContent, Serialized};
+use super::api::resource::{self, Action};
+use super::api::Ctx;
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
+use crate::connectors::ConnectorView;
 use crate::deliveries::config::{JdbcOptions, ObjectStorageOptions};
 use crate::deliveries::{self, Delivery, DeliveryInput, Detail, Kind, Preview};
-use crate::error::{Error, FieldErrors};
-use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
-use crate::reconcile::plan::DesiredState;
+use crate::error::{Error, FieldErrors, Result};
+use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
 
-pub async fn api_list(
-    cx: Ctx,
-    Query(q): Query<ListQuery>,
-) -> ApiResult<Serialized<listing::ListPage<Delivery>>> {
-    let cx = &cx;
-    paged(cx, "deliveries", &q, CONNECTOR_STATES, |w| async move {
-        Ok(deliveries::page(&cx.state.pool, &cx.who, &w).await?.json())
-    })
-    .await
+/// `/api/v1/deliveries`: the standard operations (see [`resource`]).
+pub struct Deliveries;
+
+impl resource::Resource for Deliveries {
+    type Item = Delivery;
+    type Input = DeliveryInput;
 }
 
-pub async fn api_preview(cx: Ctx, Json(input): Json<DeliveryInput>) -> ApiResult<Json<Preview>> {
-    let s = &cx.state;
-    Ok(Json(
-        deliveries::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
+impl resource::Paged for Deliveries {
+    const LIST: &'static str = "deliveries";
+    const STATES: &'static [&'static str] = CONNECTOR_STATES;
+    async fn page(s: &AppState, who: &Principal, w: &Window) -> Result<Value> {
+        Ok(deliveries::page(&s.pool, who, w).await?.json())
+    }
 }
 
-pub async fn api_create(cx: Ctx, Json(input): Json<DeliveryInput>) -> ApiResult<Created<Delivery>> {
-    let s = &cx.state;
-    Ok(Created(
-        deliveries::create(
-            &s.pool,
-            &s.inner.secrets,
-            &s.inner.reconciler,
-            &cx.who,
-            &input,
-        )
-        .await?,
-    ))
+impl resource::Get for Deliveries {
+    type Detail = Detail;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
+        deliveries::detail(&s.pool, &s.inner.secrets, who, id).await
+    }
 }
 
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
-    let s = &cx.state;
-    Ok(Json(
-        deliveries::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
-    ))
+impl resource::Preview for Deliveries {
+    type Preview = Preview;
+    async fn preview(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Preview> {
+        deliveries::preview(&s.pool, &s.inner.secrets, who, &input).await
+    }
+}
+
+impl resource::Create for Deliveries {
+    async fn create(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Delivery> {
+        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        deliveries::create(&s.pool, secrets, reconciler, who, &input).await
+    }
+}
+
+impl resource::Update for Deliveries {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        patch: DeliveryInput,
+    ) -> Result<Delivery> {
+        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        deliveries::update(&s.pool, secrets, reconciler, who, id, &patch).await
+    }
+}
+
+impl resource::Delete for Deliveries {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
+        deliveries::delete(&s.pool, &s.inner.reconciler, who, id).await
+    }
+}
+
+impl resource::Control for Deliveries {
+    type Controlled = ConnectorView;
+    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        match (action, action.desired_state()) {
+            (Action::Restart, _) => deliveries::restart(pool, reconciler, who, id, false).await,
+            (Action::Pause | Action::Resume, Some(to)) => {
+                deliveries::set_state(pool, reconciler, who, id, to).await
+            }
+            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
+        }
+    }
 }
 
 /// `GET /api/v1/deliveries/{id}/objects` options.
@@ -87,66 +118,11 @@ pub async fn api_objects(
     ))
 }
 
-pub async fn api_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(patch): Json<DeliveryInput>,
-) -> ApiResult<Json<Delivery>> {
-    let s = &cx.state;
-    Ok(Json(
-        deliveries::update(
-            &s.pool,
-            &s.inner.secrets,
-            &s.inner.reconciler,
-            &cx.who,
-            &id,
-            &patch,
-        )
-        .await?,
-    ))
-}
-
-pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    deliveries::delete(&cx.state.pool, &cx.state.inner.reconciler, &cx.who, &id).await?;
-    Ok(NoContent)
-}
-
-async fn act(
-    state: &AppState,
-    who: &Principal,
-    id: &str,
-    action: &str,
-) -> crate::error::Result<crate::connectors::ConnectorView> {
-    match action {
-        "pause" => {
-            deliveries::set_state(
-                &state.pool,
-                &state.inner.reconciler,
-                who,
-                id,
-                DesiredState::Paused,
-            )
-            .await
-        }
-        "resume" => {
-            deliveries::set_state(
-                &state.pool,
-                &state.inner.reconciler,
-                who,
-                id,
-                DesiredState::Running,
-            )
-            .await
-        }
-        _ => deliveries::restart(&state.pool, &state.inner.reconciler, who, id, false).await,
-    }
-}
-
 connector_actions! {
-    "/deliveries";
-    api_pause, page_pause, "pause";
-    api_resume, page_resume, "resume";
-    api_restart, page_restart, "restart";
+    "/deliveries", Deliveries;
+    page_pause, Pause;
+    page_resume, Resume;
+    page_restart, Restart;
 }
 
 // ---- pages ----------------------------------------------------------------------------------

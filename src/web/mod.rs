@@ -5,18 +5,17 @@
 //! access tests walk it. Each route declares who may call it; the guard enforces sign-in and
 //! CSRF, the service layer enforces the role.
 
-/// Pause / resume / stop / restart / adopt handlers, as API and page, for anything that acts
-/// through its connector: each module supplies `act(state, who, id, action)`.
+/// The pages' connector actions (`POST /<collection>/{id}/<action>`) of a collection that
+/// implements [`api::resource::Control`]: each asks through `Control::act`, as the API's
+/// generic action operations do, and returns to the member's page with a note.
 macro_rules! connector_actions {
-    ($page_prefix:literal; $($api:ident, $page:ident, $action:literal);* $(;)?) => {$(
-        /// A typed API operation (`op(` in the route table): answers the connector after the action.
-        pub async fn $api(cx: $crate::web::api::Ctx, Path(id): Path<String>) -> ApiResult<Json<$crate::connectors::ConnectorView>> {
-            Ok(Json(act(&cx.state, &cx.who, &id, $action).await?))
-        }
+    ($page_prefix:literal, $resource:ty; $($page:ident, $action:ident);* $(;)?) => {$(
         #[handler]
         pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
-            act(&state, &who, &id, $action).await?;
-            set_flash(jar, concat!($action, " requested; the reconciler applies it within seconds."));
+            use $crate::web::api::resource::{Action, Control};
+            <$resource as Control>::act(&state, &who, &id, Action::$action).await?;
+            let note = format!("{} requested; the reconciler applies it within seconds.", Action::$action.as_str());
+            set_flash(jar, &note);
             Ok(redirect(req, &format!(concat!($page_prefix, "/{}"), id)))
         }
     )*};
@@ -319,35 +318,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/alert-channels",
             Admin,
             "alert channels (Slack, Teams, PagerDuty, e-mail); secrets shown as set/not set",
-            channels::api_list,
+            api::resource::list::<channels::Channels>,
         ),
         op(
             M::POST,
             "/api/v1/alert-channels",
             Admin,
             "add an alert channel (name, kind, settings, secrets, rules, severities, group_wait_secs, tls_ca_certificate)",
-            channels::api_create,
+            api::resource::create::<channels::Channels>,
         ),
         op(
             M::GET,
             "/api/v1/alert-channels/:id",
             Admin,
             "one alert channel",
-            channels::api_get,
+            api::resource::get::<channels::Channels>,
         ),
         op(
             M::PATCH,
             "/api/v1/alert-channels/:id",
             Admin,
             "change an alert channel (a new host, port, login or endpoint needs its secret again)",
-            channels::api_patch,
+            api::resource::patch::<channels::Channels>,
         ),
         op(
             M::DELETE,
             "/api/v1/alert-channels/:id",
             Admin,
             "remove an alert channel",
-            channels::api_delete,
+            api::resource::delete::<channels::Channels>,
         ),
         op(
             M::POST,
@@ -1045,35 +1044,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/connections",
             Viewer,
             "list connections",
-            connections::api_list,
+            api::resource::paged::list::<connections::Connections>,
         ),
         op(
             M::POST,
             "/api/v1/connections",
             Admin,
             "create a connection",
-            connections::api_create,
+            api::resource::create::<connections::Connections>,
         ),
         op(
             M::GET,
             "/api/v1/connections/:id",
             Viewer,
             "a connection (secret fields are never returned)",
-            connections::api_get,
+            api::resource::get::<connections::Connections>,
         ),
         op(
             M::PATCH,
             "/api/v1/connections/:id",
             Admin,
             "change a connection (settings merged key by key)",
-            connections::api_patch,
+            api::resource::patch::<connections::Connections>,
         ),
         op(
             M::DELETE,
             "/api/v1/connections/:id",
             Admin,
             "delete an unused connection",
-            connections::api_delete,
+            api::resource::delete::<connections::Connections>,
         ),
         op(
             M::POST,
@@ -1115,7 +1114,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/connect-clusters",
             Viewer,
             "list Connect clusters",
-            clusters::api_list,
+            api::resource::list::<clusters::Clusters>,
         ),
         op(
             M::POST,
@@ -1129,21 +1128,21 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/connect-clusters/:id",
             Viewer,
             "a Connect cluster",
-            clusters::api_get,
+            api::resource::get::<clusters::Clusters>,
         ),
         op(
             M::PATCH,
             "/api/v1/connect-clusters/:id",
             Admin,
             "change a Connect cluster's settings (an empty tls_ca_certificate removes it)",
-            clusters::api_patch,
+            api::resource::patch::<clusters::Clusters>,
         ),
         op(
             M::DELETE,
             "/api/v1/connect-clusters/:id",
             Admin,
             "forget a Connect cluster",
-            clusters::api_delete,
+            api::resource::delete::<clusters::Clusters>,
         ),
         op(
             M::POST,
@@ -1171,35 +1170,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/kafka-clusters",
             Viewer,
             "list Kafka clusters",
-            connectors::api_kafka_list,
+            api::resource::list::<clusters::KafkaClusters>,
         ),
         op(
             M::POST,
             "/api/v1/kafka-clusters",
             Admin,
             "register a Kafka cluster",
-            connectors::api_kafka_create,
+            api::resource::create::<clusters::KafkaClusters>,
         ),
         op(
             M::GET,
             "/api/v1/kafka-clusters/:id",
             Viewer,
             "a Kafka cluster with live health",
-            connectors::api_kafka_get,
+            api::resource::get::<clusters::KafkaClusters>,
         ),
         op(
             M::PATCH,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "change a Kafka cluster's settings",
-            connectors::api_kafka_patch,
+            api::resource::patch::<clusters::KafkaClusters>,
         ),
         op(
             M::DELETE,
             "/api/v1/kafka-clusters/:id",
             Admin,
             "forget a Kafka cluster",
-            connectors::api_kafka_delete,
+            api::resource::delete::<clusters::KafkaClusters>,
         ),
         op(
             M::GET,
@@ -1241,14 +1240,14 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/connectors",
             Admin,
             "add a desired connector by hand",
-            connectors::api_create,
+            api::resource::create::<connectors::Connectors>,
         ),
         op(
             M::GET,
             "/api/v1/connectors/:name",
             Viewer,
             "a connector with drift and restart history (by id or name)",
-            connectors::api_get,
+            api::resource::get::<connectors::Connectors>,
         ),
         op(
             M::DELETE,
@@ -1262,35 +1261,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/connectors/:name/pause",
             Operator,
             "pause",
-            connectors::api_pause,
+            api::resource::pause::<connectors::Connectors>,
         ),
         op(
             M::POST,
             "/api/v1/connectors/:name/resume",
             Operator,
             "resume",
-            connectors::api_resume,
+            api::resource::resume::<connectors::Connectors>,
         ),
         op(
             M::POST,
             "/api/v1/connectors/:name/stop",
             Operator,
             "stop",
-            connectors::api_stop,
+            api::resource::stop::<connectors::Connectors>,
         ),
         op(
             M::POST,
             "/api/v1/connectors/:name/restart",
             Operator,
             "restart the connector and its tasks",
-            connectors::api_restart,
+            api::resource::restart::<connectors::Connectors>,
         ),
         op(
             M::POST,
             "/api/v1/connectors/:name/adopt",
             Admin,
             "adopt Connect's live config as desired",
-            connectors::api_adopt,
+            api::resource::adopt::<connectors::Connectors>,
         ),
         op(
             M::GET,
@@ -1318,28 +1317,28 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/pipelines",
             Viewer,
             "list pipelines",
-            pipelines::api_list,
+            api::resource::paged::list::<pipelines::Pipelines>,
         ),
         op(
             M::POST,
             "/api/v1/pipelines",
             Operator,
             "create a pipeline (validated by the plugin first)",
-            pipelines::api_create,
+            api::resource::create::<pipelines::Pipelines>,
         ),
         op(
             M::POST,
             "/api/v1/pipelines/preview",
             Operator,
             "the exact connector config, topics and plugin verdict; creates nothing",
-            pipelines::api_preview,
+            api::resource::preview::<pipelines::Pipelines>,
         ),
         op(
             M::GET,
             "/api/v1/pipelines/:id",
             Viewer,
             "a pipeline with connector, topics, slot and snapshot state",
-            pipelines::api_get,
+            api::resource::get::<pipelines::Pipelines>,
         ),
         op(
             M::PATCH,
@@ -1360,21 +1359,21 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/pipelines/:id/pause",
             Operator,
             "pause",
-            pipelines::api_pause,
+            api::resource::pause::<pipelines::Pipelines>,
         ),
         op(
             M::POST,
             "/api/v1/pipelines/:id/resume",
             Operator,
             "resume",
-            pipelines::api_resume,
+            api::resource::resume::<pipelines::Pipelines>,
         ),
         op(
             M::POST,
             "/api/v1/pipelines/:id/restart",
             Operator,
             "restart",
-            pipelines::api_restart,
+            api::resource::restart::<pipelines::Pipelines>,
         ),
         op(
             M::POST,
@@ -1402,35 +1401,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/deliveries",
             Viewer,
             "list deliveries",
-            deliveries::api_list,
+            api::resource::paged::list::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
             "/api/v1/deliveries",
             Operator,
             "create a delivery (destination and plugin checked first)",
-            deliveries::api_create,
+            api::resource::create::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
             "/api/v1/deliveries/preview",
             Operator,
             "the exact sink config and the plugin's verdict; creates nothing",
-            deliveries::api_preview,
+            api::resource::preview::<deliveries::Deliveries>,
         ),
         op(
             M::GET,
             "/api/v1/deliveries/:id",
             Viewer,
             "a delivery with connector state and lag per partition",
-            deliveries::api_get,
+            api::resource::get::<deliveries::Deliveries>,
         ),
         op(
             M::PATCH,
             "/api/v1/deliveries/:id",
             Operator,
             "change a delivery's topics or settings (database or object storage)",
-            deliveries::api_patch,
+            api::resource::patch::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
@@ -1458,28 +1457,28 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/replications",
             Viewer,
             "list replications",
-            replications::api_list,
+            api::resource::list::<replications::Replications>,
         ),
         op(
             M::POST,
             "/api/v1/replications",
             Operator,
             "create a replication (pattern checked against the source's topics, connectors validated)",
-            replications::api_create,
+            api::resource::create::<replications::Replications>,
         ),
         op(
             M::POST,
             "/api/v1/replications/preview",
             Operator,
             "what a replication would copy and its three connector configs; creates nothing",
-            replications::api_preview,
+            api::resource::preview::<replications::Replications>,
         ),
         op(
             M::GET,
             "/api/v1/replications/:id",
             Viewer,
             "a replication with its connectors, lag per partition, checkpoints and heartbeat age",
-            replications::api_get,
+            api::resource::get::<replications::Replications>,
         ),
         op(
             M::GET,
@@ -1493,35 +1492,35 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/replications/:id",
             Operator,
             "delete a replication's connectors (the copied topics stay)",
-            replications::api_delete,
+            api::resource::delete::<replications::Replications>,
         ),
         op(
             M::PATCH,
             "/api/v1/replications/:id",
             Operator,
             "change a replication's topics (or pipelines), groups or group-offset sync in place",
-            replications::api_patch,
+            api::resource::patch::<replications::Replications>,
         ),
         op(
             M::POST,
             "/api/v1/replications/:id/restart",
             Operator,
             "restart the three connectors and their tasks",
-            replications::api_restart,
+            api::resource::restart::<replications::Replications>,
         ),
         op(
             M::POST,
             "/api/v1/replications/:id/pause",
             Operator,
             "pause",
-            replications::api_pause,
+            api::resource::pause::<replications::Replications>,
         ),
         op(
             M::POST,
             "/api/v1/replications/:id/resume",
             Operator,
             "resume",
-            replications::api_resume,
+            api::resource::resume::<replications::Replications>,
         ),
         op(
             M::GET,
@@ -1586,28 +1585,28 @@ pub fn route_table() -> Vec<RouteSpec> {
             "/api/v1/deliveries/:id",
             Operator,
             "delete a delivery's connector",
-            deliveries::api_delete,
+            api::resource::delete::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
             "/api/v1/deliveries/:id/pause",
             Operator,
             "pause",
-            deliveries::api_pause,
+            api::resource::pause::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
             "/api/v1/deliveries/:id/resume",
             Operator,
             "resume",
-            deliveries::api_resume,
+            api::resource::resume::<deliveries::Deliveries>,
         ),
         op(
             M::POST,
             "/api/v1/deliveries/:id/restart",
             Operator,
             "restart",
-            deliveries::api_restart,
+            api::resource::restart::<deliveries::Deliveries>,
         ),
         op(
             M::GET,

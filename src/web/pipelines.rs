@@ -9,54 +9,67 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::api::{paged, Accepted, Created, Ctx, Serialized};
+use super::api::resource::{self, Action};
+use super::api::{Accepted, Ctx};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::error::{Error, FieldErrors};
-use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
+use crate::connectors::ConnectorView;
+use crate::error::{Error, FieldErrors, Result};
+use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
-use crate::reconcile::plan::DesiredState;
 
-pub async fn api_list(
-    cx: Ctx,
-    Query(q): Query<ListQuery>,
-) -> ApiResult<Serialized<listing::ListPage<Pipeline>>> {
-    let cx = &cx;
-    paged(cx, "pipelines", &q, CONNECTOR_STATES, |w| async move {
-        Ok(pipelines::page(&cx.state.pool, &cx.who, &w).await?.json())
-    })
-    .await
+/// `/api/v1/pipelines`: the standard operations (see [`resource`]).
+pub struct Pipelines;
+
+impl resource::Resource for Pipelines {
+    type Item = Pipeline;
+    type Input = PipelineInput;
 }
 
-pub async fn api_preview(cx: Ctx, Json(input): Json<PipelineInput>) -> ApiResult<Json<Preview>> {
-    let s = &cx.state;
-    Ok(Json(
-        pipelines::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
+impl resource::Paged for Pipelines {
+    const LIST: &'static str = "pipelines";
+    const STATES: &'static [&'static str] = CONNECTOR_STATES;
+    async fn page(s: &AppState, who: &Principal, w: &Window) -> Result<Value> {
+        Ok(pipelines::page(&s.pool, who, w).await?.json())
+    }
 }
 
-pub async fn api_create(cx: Ctx, Json(input): Json<PipelineInput>) -> ApiResult<Created<Pipeline>> {
-    let s = &cx.state;
-    Ok(Created(
-        pipelines::create(
-            &s.pool,
-            &s.inner.secrets,
-            &s.inner.reconciler,
-            &cx.who,
-            &input,
-        )
-        .await?,
-    ))
+impl resource::Get for Pipelines {
+    type Detail = Detail;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
+        pipelines::detail(&s.pool, &s.inner.secrets, who, id).await
+    }
 }
 
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
-    let s = &cx.state;
-    Ok(Json(
-        pipelines::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
-    ))
+impl resource::Preview for Pipelines {
+    type Preview = Preview;
+    async fn preview(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Preview> {
+        pipelines::preview(&s.pool, &s.inner.secrets, who, &input).await
+    }
+}
+
+impl resource::Create for Pipelines {
+    async fn create(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Pipeline> {
+        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        pipelines::create(&s.pool, secrets, reconciler, who, &input).await
+    }
+}
+
+impl resource::Control for Pipelines {
+    type Controlled = ConnectorView;
+    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        match (action, action.desired_state()) {
+            (Action::Restart, _) => pipelines::restart(pool, reconciler, who, id, false).await,
+            (Action::Pause | Action::Resume, Some(to)) => {
+                pipelines::set_state(pool, reconciler, who, id, to).await
+            }
+            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
+        }
+    }
 }
 
 /// `GET /api/v1/pipelines/{id}/schema`: per captured table its schema versions, the newest
@@ -264,42 +277,11 @@ pub async fn api_delete(
     ))
 }
 
-async fn act(
-    state: &AppState,
-    who: &Principal,
-    id: &str,
-    action: &str,
-) -> crate::error::Result<crate::connectors::ConnectorView> {
-    match action {
-        "pause" => {
-            pipelines::set_state(
-                &state.pool,
-                &state.inner.reconciler,
-                who,
-                id,
-                DesiredState::Paused,
-            )
-            .await
-        }
-        "resume" => {
-            pipelines::set_state(
-                &state.pool,
-                &state.inner.reconciler,
-                who,
-                id,
-                DesiredState::Running,
-            )
-            .await
-        }
-        _ => pipelines::restart(&state.pool, &state.inner.reconciler, who, id, false).await,
-    }
-}
-
 connector_actions! {
-    "/pipelines";
-    api_pause, page_pause, "pause";
-    api_resume, page_resume, "resume";
-    api_restart, page_restart, "restart";
+    "/pipelines", Pipelines;
+    page_pause, Pause;
+    page_resume, Resume;
+    page_restart, Restart;
 }
 
 // ---- pages ----------------------------------------------------------------------------------

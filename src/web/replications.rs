@@ -9,100 +9,82 @@ use poem::{handler, Request, Response};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::api::{Created, Ctx, NoContent};
+use super::api::resource::{self, Action, Control};
+use super::api::Ctx;
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
 use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
-use crate::error::{Error, FieldErrors};
-use crate::listing::ListPage;
-use crate::reconcile::plan::DesiredState;
+use crate::error::{Error, FieldErrors, Result};
 use crate::replications::{self, Detail, Preview, Replication, ReplicationInput};
 
-pub async fn api_list(cx: Ctx) -> ApiResult<Json<ListPage<Replication>>> {
-    Ok(Json(ListPage::all(
-        replications::list(&cx.state.pool, &cx.who).await?,
-    )))
+/// `/api/v1/replications`: the standard operations (see [`resource`]).
+pub struct Replications;
+
+impl resource::Resource for Replications {
+    type Item = Replication;
+    type Input = ReplicationInput;
 }
 
-pub async fn api_preview(cx: Ctx, Json(input): Json<ReplicationInput>) -> ApiResult<Json<Preview>> {
-    let s = &cx.state;
-    Ok(Json(
-        replications::preview(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
-    ))
+impl resource::List for Replications {
+    async fn list(s: &AppState, who: &Principal) -> Result<Vec<Replication>> {
+        replications::list(&s.pool, who).await
+    }
 }
 
-pub async fn api_create(
-    cx: Ctx,
-    Json(input): Json<ReplicationInput>,
-) -> ApiResult<Created<Replication>> {
-    let s = &cx.state;
-    Ok(Created(
-        replications::create(
-            &s.pool,
-            &s.inner.secrets,
-            &s.inner.reconciler,
-            &cx.who,
-            &input,
-        )
-        .await?,
-    ))
+impl resource::Get for Replications {
+    type Detail = Detail;
+    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
+        replications::detail(&s.pool, &s.inner.secrets, who, id).await
+    }
 }
 
-pub async fn api_get(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Detail>> {
-    let s = &cx.state;
-    Ok(Json(
-        replications::detail(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
-    ))
+impl resource::Preview for Replications {
+    type Preview = Preview;
+    async fn preview(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Preview> {
+        replications::preview(&s.pool, &s.inner.secrets, who, &input).await
+    }
 }
 
-pub async fn api_delete(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    let s = &cx.state;
-    replications::delete(&s.pool, &s.inner.reconciler, &cx.who, &id).await?;
-    Ok(NoContent)
+impl resource::Create for Replications {
+    async fn create(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Replication> {
+        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        replications::create(&s.pool, secrets, reconciler, who, &input).await
+    }
 }
 
-/// Pause or resume: the three connectors' desired state.
-async fn set_state(cx: Ctx, id: &str, to: DesiredState) -> ApiResult<Json<Replication>> {
-    let s = &cx.state;
-    Ok(Json(
-        replications::set_state(&s.pool, &s.inner.reconciler, &cx.who, id, to).await?,
-    ))
+impl resource::Update for Replications {
+    async fn update(
+        s: &AppState,
+        who: &Principal,
+        id: &str,
+        patch: ReplicationInput,
+    ) -> Result<Replication> {
+        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        replications::update(&s.pool, secrets, reconciler, who, id, &patch).await
+    }
 }
 
-pub async fn api_pause(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
-    set_state(cx, &id, DesiredState::Paused).await
+impl resource::Delete for Replications {
+    async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
+        replications::delete(&s.pool, &s.inner.reconciler, who, id).await
+    }
 }
 
-pub async fn api_resume(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
-    set_state(cx, &id, DesiredState::Running).await
-}
-
-pub async fn api_patch(
-    cx: Ctx,
-    Path(id): Path<String>,
-    Json(patch): Json<ReplicationInput>,
-) -> ApiResult<Json<Replication>> {
-    let s = &cx.state;
-    Ok(Json(
-        replications::update(
-            &s.pool,
-            &s.inner.secrets,
-            &s.inner.reconciler,
-            &cx.who,
-            &id,
-            &patch,
-        )
-        .await?,
-    ))
-}
-
-pub async fn api_restart(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<Replication>> {
-    let s = &cx.state;
-    Ok(Json(
-        replications::restart(&s.pool, &s.inner.reconciler, &cx.who, &id, false).await?,
-    ))
+/// The three connectors of a replication act together.
+impl resource::Control for Replications {
+    type Controlled = Replication;
+    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<Replication> {
+        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        match (action, action.desired_state()) {
+            (Action::Restart, _) => replications::restart(pool, reconciler, who, id, false).await,
+            (Action::Pause | Action::Resume, Some(to)) => {
+                replications::set_state(pool, reconciler, who, id, to).await
+            }
+            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -419,13 +401,13 @@ pub async fn page_act(
     let wake = &state.inner.reconciler;
     match action.as_str() {
         "pause" => {
-            replications::set_state(&state.pool, wake, &who, &id, DesiredState::Paused).await?;
+            Replications::act(&state, &who, &id, Action::Pause).await?;
         }
         "resume" => {
-            replications::set_state(&state.pool, wake, &who, &id, DesiredState::Running).await?;
+            Replications::act(&state, &who, &id, Action::Resume).await?;
         }
         "restart" => {
-            replications::restart(&state.pool, wake, &who, &id, false).await?;
+            Replications::act(&state, &who, &id, Action::Restart).await?;
             set_flash(
                 jar,
                 "Restart requested: the reconciler restarts the three connectors and their tasks.",

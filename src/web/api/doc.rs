@@ -250,13 +250,32 @@ pub(crate) fn generator() -> SchemaGenerator {
         .into_generator()
 }
 
-/// `cluecdc::web::pipelines::api_get` → `pipelines_get`: unique per route (a unit test says so),
-/// and stable, so generated clients keep their method names.
+/// `cluecdc::web::pipelines::api_get` → `pipelines_get`; a generic operation of
+/// [`super::resource`] is named by its marker type (`resource::get<…::KafkaClusters>` →
+/// `kafka_clusters_get`). Unique per route (a unit test says so), and stable, so generated
+/// clients keep their method names.
 fn operation_id(handler: &str) -> String {
+    if let Some((op, marker)) = handler.strip_suffix('>').and_then(|h| h.split_once('<')) {
+        let op = op.rsplit("::").next().unwrap_or(op);
+        let marker = marker.rsplit("::").next().unwrap_or(marker);
+        return format!("{}_{op}", snake_case(marker));
+    }
     let mut parts = handler.rsplit("::");
     let name = parts.next().unwrap_or(handler);
     let module = parts.next().unwrap_or("api");
     format!("{module}_{}", name.strip_prefix("api_").unwrap_or(name))
+}
+
+/// `KafkaClusters` → `kafka_clusters`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 fn tag_of(path: &str) -> &str {
@@ -399,6 +418,18 @@ mod tests {
         assert_eq!(
             operation_id("cluecdc::web::openapi::document"),
             "openapi_document"
+        );
+        assert_eq!(
+            operation_id(
+                "cluecdc::web::api::resource::get<cluecdc::web::connectors::KafkaClusters>"
+            ),
+            "kafka_clusters_get"
+        );
+        assert_eq!(
+            operation_id(
+                "cluecdc::web::api::resource::paged::list<cluecdc::web::pipelines::Pipelines>"
+            ),
+            "pipelines_list"
         );
     }
 

@@ -11,6 +11,7 @@
 //! the replies below.
 
 pub mod doc;
+pub mod resource;
 
 use std::any::TypeId;
 use std::collections::{BTreeSet, HashMap};
