@@ -20,7 +20,7 @@ mkdir -p "$state"
 ok=0 failed=0 failing=0 last_report=$SECONDS sleeper=
 stamp() { date -u +%FT%TZ; }
 trap '[[ -n "$sleeper" ]] && kill "$sleeper" 2>/dev/null; echo "$(stamp) shop-trickle: stopping after $ok ticks ($failed failed)"; exit 0' TERM INT
-echo "$(stamp) shop-trickle: calling shop_tick() in $PGDATABASE on $PGHOST:$PGPORT as $PGUSER every ${interval}s"
+echo "$(stamp) shop-trickle: calling shop_tick() in ${PGDATABASE:-?} on ${PGHOST:-?}:${PGPORT:-?} as ${PGUSER:-?} every ${interval}s"
 while :; do
   if out="$("$psql" -X -q -t -A -v ON_ERROR_STOP=1 -c 'SELECT shop_tick()' 2>&1)"; then
     ok=$((ok + 1))
