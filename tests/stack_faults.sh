@@ -19,7 +19,7 @@ for line in sys.stdin:
 passed=0
 failed=0
 # component (as scripts/stack names it) and the name its smoke test failure must carry
-for pair in "s3:S3" "postgres:PostgreSQL" "mariadb:MariaDB" "mysql:MySQL" "kafka:Kafka" "connect:Connect"; do
+for pair in "s3:S3" "postgres:PostgreSQL" "shop:Shop" "mariadb:MariaDB" "mysql:MySQL" "kafka:Kafka" "connect:Connect"; do
   component=${pair%%:*}
   name=${pair#*:}
   scripts/stack down "$component" >/dev/null 2>&1

@@ -535,6 +535,57 @@ func TestPostgresRunsWithLogicalDecodingAndAFixtureReplicationUser(t *testing.T)
 	}
 }
 
+// The example shop: the native stack's `shop` component runs compose/postgres/20-shop.sql and
+// scripts/stack.d/shop-trickle.sh; compose runs the same two files, not copies.
+func TestTheShopSchemaIsAPostgresInitFileAndItsTrickleRunsTheStacksScript(t *testing.T) {
+	p := mustLoad(t, composeFile)
+	pg := service(t, p, "postgres")
+	schema := repoPath(t, "compose/postgres/20-shop.sql")
+	mounted := false
+	for _, v := range pg.Volumes {
+		if v.Source == schema && strings.HasPrefix(v.Target, "/docker-entrypoint-initdb.d/") {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("service \"postgres\": %s is not mounted into /docker-entrypoint-initdb.d/", schema)
+	}
+	sql, err := os.ReadFile(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, needle := range []string{"CREATE DATABASE shop OWNER cdc_user", "CREATE OR REPLACE FUNCTION shop_tick()", "GRANT EXECUTE ON FUNCTION shop_tick() TO shop_app"} {
+		if !strings.Contains(string(sql), needle) {
+			t.Errorf("%s: no %q", schema, needle)
+		}
+	}
+	trickle := service(t, p, "shop-trickle")
+	if trickle.Image != pg.Image {
+		t.Errorf("service \"shop-trickle\": image = %q, want the postgres service's %q (its psql)", trickle.Image, pg.Image)
+	}
+	script := repoPath(t, "scripts/stack.d/shop-trickle.sh")
+	target := ""
+	for _, v := range trickle.Volumes {
+		if v.Source == script {
+			target = v.Target
+		}
+	}
+	if target == "" {
+		t.Fatalf("service \"shop-trickle\": does not mount %s", script)
+	}
+	if len(trickle.Command) < 2 || trickle.Command[1] != target {
+		t.Errorf("service \"shop-trickle\": command %q does not run the mounted script %s", trickle.Command, target)
+	}
+	for key, want := range map[string]string{"PGHOST": "postgres", "PGUSER": "shop_app", "PGDATABASE": "shop"} {
+		if got, _ := env(trickle, key); got != want {
+			t.Errorf("service \"shop-trickle\": %s = %q, want %q", key, got, want)
+		}
+	}
+	if d, ok := trickle.DependsOn["postgres"]; !ok || d.Condition != types.ServiceConditionHealthy {
+		t.Errorf("service \"shop-trickle\": should depend on postgres being healthy (the init files ran)")
+	}
+}
+
 func TestMariadbWritesAFullRowBinlog(t *testing.T) {
 	p := mustLoad(t, composeFile, composeTestFile)
 	m := service(t, p, "mariadb")

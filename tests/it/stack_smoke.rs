@@ -7,7 +7,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 use sqlx::Connection;
 
-use crate::helpers::stack;
+use crate::helpers::{stack, var};
 
 fn down(component: &str, addr: &str, err: impl std::fmt::Display) -> String {
     format!(
@@ -163,7 +163,6 @@ async fn mysql_streams_a_gtid_row_binlog_over_verified_tls_and_its_capture_user_
 ) {
     use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
     use sqlx::Row;
-    let var = crate::helpers::var;
     let (host, port) = (var("MYSQL_HOST"), var("MYSQL_PORT").parse::<u16>().unwrap());
     let addr = format!("{host}:{port}");
     let opts = |user: &str, password: &str, db: &str| {
@@ -436,4 +435,83 @@ fn chrono_nanos() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos()
+}
+
+/// The example shop (`scripts/stack` component `shop`): database `PG_SHOP_DB` with customers,
+/// products and orders, seeded, owned by the capture user (so a pipeline's connector can create
+/// its publication), and kept changing by the trickle: new orders within ten seconds.
+#[tokio::test]
+async fn the_shop_database_is_seeded_owned_by_the_capture_user_and_gets_new_orders_within_ten_seconds(
+) {
+    let s = stack();
+    let db = var("PG_SHOP_DB");
+    let user = var("PG_SHOP_USER");
+    assert_eq!(
+        var("SHOP_TRICKLE"),
+        "on",
+        "the shop trickle was turned off (CLUECDC_SHOP=0 scripts/stack up); the test command runs it: scripts/stack up"
+    );
+    let addr = format!("{}:{}/{db}", s.pg_host, s.pg_port);
+    let url = format!(
+        "postgres://{user}:{}@{}:{}/{db}",
+        var("PG_SHOP_PASSWORD"),
+        s.pg_host,
+        s.pg_port
+    );
+    let mut conn = tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(&url))
+        .await
+        .unwrap_or_else(|e| panic!("{}", down("PostgreSQL", &addr, e)))
+        .unwrap_or_else(|e| panic!("{}", down("PostgreSQL", &addr, e)));
+    for (table, seeded) in [("customers", 24), ("products", 12), ("orders", 1)] {
+        let (owner, pk): (String, bool) = sqlx::query_as(
+            "SELECT pg_get_userbyid(c.relowner)::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname = $1",
+        )
+        .bind(table)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{db} has no table public.{table} (compose/postgres/20-shop.sql, run by scripts/stack up shop)"));
+        assert_eq!(
+            owner, user,
+            "{db}.{table} is owned by {owner}, not the capture user"
+        );
+        assert!(pk, "{db}.{table} has no primary key");
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            rows >= seeded,
+            "{db}.{table} has {rows} rows, want at least {seeded}"
+        );
+    }
+    let (first, count) = shop_orders(&mut conn).await;
+    assert!(
+        count <= 2000,
+        "the trickle keeps at most 2,000 orders, {db} has {count}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = first;
+    while last < first + 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        last = shop_orders(&mut conn).await.0;
+    }
+    assert!(
+        last >= first + 2,
+        "{}",
+        down(
+            "Shop",
+            &addr,
+            format!("no steady trickle of orders: the newest order id went from {first} to {last} in 10 s")
+        )
+    );
+}
+
+/// The newest order's id and the number of orders in the shop database.
+async fn shop_orders(conn: &mut sqlx::PgConnection) -> (i64, i64) {
+    sqlx::query_as("SELECT coalesce(max(id), 0), count(*) FROM orders")
+        .fetch_one(conn)
+        .await
+        .unwrap()
 }
