@@ -83,12 +83,13 @@ impl ListQuery {
     /// Checks the request against the states this list knows; errors name the field.
     pub fn window(&self, states: &[&str]) -> Result<Window> {
         let mut fields = FieldErrors::new();
+        // Left out or empty: the default. Blanks around a number are forgiven, but blanks alone
+        // are not a number.
         let number = |fields: &mut FieldErrors, name: &str, v: &str, max: u32, why: &str| {
-            let v = v.trim();
             if v.is_empty() {
                 return None;
             }
-            match v.parse::<u32>() {
+            match v.trim().parse::<u32>() {
                 Ok(n) if n >= 1 && n <= max => Some(n),
                 _ => {
                     fields.insert(name.into(), why.into());
@@ -770,6 +771,8 @@ mod tests {
         for (pairs, field) in [
             (vec![("page", "0")], "page"),
             (vec![("page", "two")], "page"),
+            (vec![("page", "\x0c")], "page"),
+            (vec![("limit", " ")], "limit"),
             (vec![("limit", "501")], "limit"),
             (vec![("limit", "-1")], "limit"),
             (vec![("state", "sleeping")], "state"),

@@ -243,14 +243,23 @@ pub fn compute(
             healthy_since: d.healthy_since,
         };
         let Some(l) = live.get(&d.name) else {
+            // Connect lists a connector some moments after it answered its creation.
+            let just_created = d.applied_config.is_some()
+                && d.applied_at
+                    .is_some_and(|t| now_ms - t < REGISTRATION_GRACE_MS);
             if d.state == DesiredState::Deleted {
-                plan.steps.push(Step::Forget { id: d.id.clone() });
+                // Forgetting is for good: a connector deleted right after its creation, and not
+                // listed yet, would be left running in Connect with no one managing it. It is
+                // deleted once listed, or forgotten when the grace ends without it.
+                if just_created {
+                    obs.message = "deleting; waiting for Connect to list it".into();
+                    plan.observations.push(obs);
+                } else {
+                    plan.steps.push(Step::Forget { id: d.id.clone() });
+                }
                 continue;
             }
-            if d.applied_config.is_some()
-                && d.applied_at
-                    .is_some_and(|t| now_ms - t < REGISTRATION_GRACE_MS)
-            {
+            if just_created {
                 obs.message = "created; waiting for Connect to list it".into();
                 plan.observations.push(obs);
                 continue;
@@ -614,6 +623,31 @@ mod tests {
             run(&[d], &[], false).drifts.len(),
             1,
             "after the grace period it is drift"
+        );
+    }
+
+    #[test]
+    fn a_connector_deleted_right_after_its_creation_is_not_forgotten_before_connect_lists_it() {
+        let c = cfg(&[("a", "1")]);
+        let mut d = desired("x", c.clone(), DesiredState::Deleted, Some(c.clone()));
+        d.applied_at = Some(1_000_000 - 5_000);
+        let waiting = run(&[d.clone()], &[], false);
+        assert!(waiting.steps.is_empty(), "{:?}", waiting.steps);
+        assert_eq!(
+            waiting.observations[0].message,
+            "deleting; waiting for Connect to list it"
+        );
+        let listed = run(
+            &[d.clone()],
+            &[("x", live(c, "RUNNING", &["RUNNING"]))],
+            false,
+        );
+        assert!(matches!(listed.steps[0], Step::Delete { .. }));
+        d.applied_at = Some(1_000_000 - REGISTRATION_GRACE_MS - 1);
+        assert_eq!(
+            run(&[d], &[], false).steps,
+            vec![Step::Forget { id: "id-x".into() }],
+            "after the grace period a connector Connect never listed is forgotten"
         );
     }
 
