@@ -36,6 +36,20 @@ RUN --mount=type=cache,id=cluecdc-cargo-registry,target=/usr/local/cargo/registr
  && install -D -m 0755 target/release/cluecdc /out/cluecdc
 
 
+# The Connect config provider jar this image hands out at /downloads/cluecdc-config-provider.jar
+# (CLUECDC_PROVIDER_JAR below), built as connect-image/Dockerfile and scripts/stack build it.
+FROM maven:3.9-eclipse-temurin-17 AS config-provider
+WORKDIR /src/connect-image
+COPY connect-image/versions.lock ./
+COPY connect-image/config-provider/pom.xml config-provider/pom.xml
+COPY connect-image/config-provider/src config-provider/src
+RUN --mount=type=cache,target=/root/.m2 \
+    set -eu; . ./versions.lock; \
+    mvn -q -B -f config-provider/pom.xml -Dkafka.version="$KAFKA_VERSION" -DskipTests package; \
+    install -D -m 0644 config-provider/target/cluecdc-config-provider-*.jar \
+      /out/cluecdc-config-provider.jar
+
+
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 
 # libssl3: librdkafka's TLS; curl: the HEALTHCHECK below; ca-certificates: TLS to S3, Kafka, Connect.
@@ -50,12 +64,14 @@ RUN groupadd --system --gid 10001 cluecdc \
  && install -d -o cluecdc -g cluecdc -m 0700 /data
 
 COPY --from=builder /out/cluecdc /usr/local/bin/cluecdc
+COPY --from=config-provider /out/cluecdc-config-provider.jar /usr/local/share/cluecdc/cluecdc-config-provider.jar
 
 # Without CLUECDC_MASTER_KEY or CLUECDC_MASTER_KEY_FILE the first start generates
 # /data/master.key (mode 0600) in the volume, next to the database. Production deployments supply
 # the key from a secret store instead (CLUECDC_MASTER_KEY_FILE=/run/secrets/..., which must exist).
 ENV CLUECDC_LISTEN=0.0.0.0:8080 \
-    CLUECDC_DATA_DIR=/data
+    CLUECDC_DATA_DIR=/data \
+    CLUECDC_PROVIDER_JAR=/usr/local/share/cluecdc/cluecdc-config-provider.jar
 
 USER cluecdc:cluecdc
 WORKDIR /data

@@ -47,6 +47,8 @@ pub struct StateInner {
     pub oidc: Option<Arc<crate::auth::oidc::Provider>>,
     /// Whether name-and-password sign-in is offered (the break-glass admin).
     pub local_passwords: bool,
+    /// The config provider jar handed out to Connect workers, when configured.
+    pub provider_jar: Option<Arc<crate::clusters::provider_jar::ProviderJar>>,
 }
 
 /// Chooses rustls' process-wide crypto provider (ring) before any TLS client is built. Both
@@ -84,6 +86,15 @@ impl Application {
         .map(crate::auth::oidc::Provider::new)
         .transpose()?
         .map(Arc::new);
+        let provider_jar = settings
+            .provider_jar
+            .as_deref()
+            .map(crate::clusters::provider_jar::ProviderJar::load)
+            .transpose()?
+            .map(Arc::new);
+        if let (Some(jar), Some(path)) = (&provider_jar, &settings.provider_jar) {
+            tracing::info!(path = %path.display(), sha512 = %jar.sha512, "config provider jar served at {}", crate::clusters::provider_jar::URL_PATH);
+        }
         if let Some(p) = &oidc {
             tracing::info!(issuer = %p.config.issuer, redirect_uri = %p.config.redirect_url, local_passwords = settings.oidc.local_passwords, "single sign-on enabled");
         }
@@ -114,6 +125,7 @@ impl Application {
                 snapshots: crate::snapshots::Snapshots::new(&settings.data.database_path()),
                 oidc,
                 local_passwords: settings.oidc.local_passwords,
+                provider_jar,
             }),
         };
         let base = settings
@@ -295,6 +307,7 @@ pub async fn run_worker(
         snapshots: crate::snapshots::Snapshots::disabled(),
         oidc: None,
         local_passwords: true,
+        provider_jar: None,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_background(&pool, &inner, &settings.runtime, "worker", stop_rx);

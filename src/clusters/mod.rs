@@ -3,5 +3,6 @@
 
 pub mod connect;
 pub mod kafka;
+pub mod provider_jar;
 
 pub use connect::*;

@@ -19,6 +19,7 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaCluster, KafkaClusterInput};
+use crate::clusters::provider_jar;
 use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity, WithToken};
 use crate::error::{Error, FieldErrors};
 
@@ -136,6 +137,40 @@ pub async fn api_provider_token(
     Ok(NoStore(Json(
         clusters::rotate_provider_token(&cx.state.pool, &cx.who, &id, None).await?,
     )))
+}
+
+// ---- the config provider jar, for Connect workers ----------------------------------------
+
+/// What a worker, or an image build, is told when this server hands out no jar.
+fn no_provider_jar() -> Response {
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .content_type("text/plain; charset=utf-8")
+        .body("This ClueCDC hands out no config provider jar: start it with --provider-jar (CLUECDC_PROVIDER_JAR) set to cluecdc-config-provider-*.jar.\n")
+}
+
+/// `GET /downloads/cluecdc-config-provider.jar` (public: workers fetch it without signing in).
+#[handler]
+pub async fn download_provider_jar(state: Data<&AppState>) -> Response {
+    let Some(jar) = &state.inner.provider_jar else {
+        return no_provider_jar();
+    };
+    let disposition = format!("attachment; filename=\"{}\"", provider_jar::FILE_NAME);
+    Response::builder()
+        .content_type("application/java-archive")
+        .header(header::CONTENT_DISPOSITION, disposition)
+        .body(jar.bytes.clone())
+}
+
+/// `GET /downloads/cluecdc-config-provider.jar.sha512`: the jar's SHA-512 as `sha512sum` prints it.
+#[handler]
+pub async fn download_provider_jar_sha512(state: Data<&AppState>) -> Response {
+    let Some(jar) = &state.inner.provider_jar else {
+        return no_provider_jar();
+    };
+    Response::builder()
+        .content_type("text/plain; charset=utf-8")
+        .body(jar.checksum_line())
 }
 
 // ---- pages: edit and forget clusters, a new provider token ---------------------------------

@@ -759,6 +759,8 @@ pub(super) struct ClustersPage {
     created: Option<(String, String)>,
     /// How Connect workers reach this server (the request's origin, or the public URL).
     server_url: String,
+    /// The SHA-512 of the config provider jar this server hands out, when it does.
+    provider_jar_sha512: Option<String>,
 }
 
 /// The Kafka cluster form: text as typed (empty = not set); the SASL password is write-only.
@@ -910,6 +912,7 @@ pub(super) async fn clusters_page(
         connect_form: forms.connect_form,
         connect_errors: forms.connect_errors,
         created: forms.created,
+        provider_jar_sha512: state.inner.provider_jar.as_ref().map(|j| j.sha512.clone()),
         server_url: state
             .inner
             .public_url

@@ -171,6 +171,20 @@ pub fn route_table() -> Vec<RouteSpec> {
             "the browsable API reference (Swagger UI over the OpenAPI document)",
             api_docs::page,
         ),
+        r(
+            M::GET,
+            crate::clusters::provider_jar::URL_PATH,
+            Public,
+            "the config provider jar for Connect workers (404 when --provider-jar is not set)",
+            clusters::download_provider_jar,
+        ),
+        r(
+            M::GET,
+            crate::clusters::provider_jar::SHA512_URL_PATH,
+            Public,
+            "the config provider jar's SHA-512, as sha512sum prints it",
+            clusters::download_provider_jar_sha512,
+        ),
         r(M::GET, LOGIN, Public, "sign-in page", auth::login_page),
         r(M::POST, LOGIN, Public, "sign in", auth::login_submit),
         // Single sign-on (OpenID Connect): public like the sign-in form; 404 when not configured.

@@ -914,14 +914,17 @@ func TestTheDockerignoreKeepsWhatCargoNeedsAndDropsLocalState(t *testing.T) {
 	// The build needs the manifest, the lock file and everything embedded at compile time;
 	// tests/it is a declared [[test]] target, so cargo wants it to exist even for --bin.
 	for _, p := range []string{"Cargo.toml", "Cargo.lock", "src/main.rs", "src/lib.rs", "templates/base.html",
-		"static/app.css", "migrations/0001_init.sql", "tests/it/main.rs", ".sqlx/query-0.json", "build.rs"} {
+		"static/app.css", "migrations/0001_init.sql", "tests/it/main.rs", ".sqlx/query-0.json", "build.rs",
+		"connect-image/versions.lock", "connect-image/config-provider/pom.xml",
+		"connect-image/config-provider/src/main/java/io/cluecdc/connect/ClueCdcConfigProvider.java"} {
 		p = filepath.ToSlash(filepath.Clean(p))
 		if excluded(p) {
 			t.Errorf(".dockerignore excludes %s, which the cluecdc build needs", p)
 		}
 	}
 	for _, p := range []string{"target/release/cluecdc", ".git/HEAD", "cluecdc-data/cluecdc.db", "artifacts/report.json",
-		".stack/kafka/meta.properties", "connect-image/versions.lock", "tests/compose/go.mod", "tests/browser/package.json"} {
+		".stack/kafka/meta.properties", "connect-image/Dockerfile", "connect-image/maven/assemble.sh",
+		"connect-image/config-provider/target/cluecdc-config-provider-0.1.0.jar", "tests/compose/go.mod", "tests/browser/package.json"} {
 		if !excluded(p) {
 			t.Errorf(".dockerignore lets %s into the cluecdc build context", p)
 		}

@@ -95,8 +95,14 @@ pub fn spawn_app_on(
         .env("CLUECDC_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));
+    // An empty value removes the variable (a test that needs a setting of the stack's
+    // environment absent).
     for (k, v) in extra_env {
-        cmd.env(k, v);
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
     }
     let mut child = cmd
         .spawn()
