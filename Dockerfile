@@ -36,7 +36,7 @@ RUN --mount=type=cache,id=cluecdc-cargo-registry,target=/usr/local/cargo/registr
  && install -D -m 0755 target/release/cluecdc /out/cluecdc
 
 
-# The Connect config provider jar this image hands out at /downloads/cluecdc-config-provider.jar
+# The Connect config provider jar this image hands out at /static/cluecdc-config-provider.jar
 # (CLUECDC_PROVIDER_JAR below), built as connect-image/Dockerfile and scripts/stack build it.
 FROM maven:3.9-eclipse-temurin-17 AS config-provider
 WORKDIR /src/connect-image

@@ -70,7 +70,7 @@ pub struct ServeSettings {
     #[arg(long, env = "CLUECDC_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
     pub session_max: i64,
 
-    /// The ClueCDC config provider jar to hand out at `/downloads/cluecdc-config-provider.jar`
+    /// The ClueCDC config provider jar to hand out at `/static/cluecdc-config-provider.jar`
     /// with its SHA-512, for Connect workers and image builds (the container image sets it).
     #[arg(long, env = "CLUECDC_PROVIDER_JAR")]
     pub provider_jar: Option<PathBuf>,

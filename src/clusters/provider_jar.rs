@@ -13,10 +13,11 @@ use sha2::{Digest, Sha512};
 
 /// The name it is served under, whatever the file's own name (`…-0.1.0.jar`).
 pub const FILE_NAME: &str = "cluecdc-config-provider.jar";
-/// Where it is served (public: workers and image builds fetch it without signing in).
-pub const URL_PATH: &str = "/downloads/cluecdc-config-provider.jar";
+/// Where it is served: among the static assets, which API.md leaves public, because workers
+/// and image builds (a Strimzi `build.plugins` artifact) fetch it without signing in.
+pub const URL_PATH: &str = "/static/cluecdc-config-provider.jar";
 /// Its checksum, as `sha512sum` prints it.
-pub const SHA512_URL_PATH: &str = "/downloads/cluecdc-config-provider.jar.sha512";
+pub const SHA512_URL_PATH: &str = "/static/cluecdc-config-provider.jar.sha512";
 
 /// The provider's class: a jar must hold it (zip entry names are stored as written).
 const CLASS_ENTRY: &str = "io/cluecdc/connect/ClueCdcConfigProvider.class";

@@ -149,7 +149,7 @@ fn no_provider_jar() -> Response {
         .body("This ClueCDC hands out no config provider jar: start it with --provider-jar (CLUECDC_PROVIDER_JAR) set to cluecdc-config-provider-*.jar.\n")
 }
 
-/// `GET /downloads/cluecdc-config-provider.jar` (public: workers fetch it without signing in).
+/// `GET /static/cluecdc-config-provider.jar` (public: workers fetch it without signing in).
 #[handler]
 pub async fn download_provider_jar(state: Data<&AppState>) -> Response {
     let Some(jar) = &state.inner.provider_jar else {
@@ -162,7 +162,7 @@ pub async fn download_provider_jar(state: Data<&AppState>) -> Response {
         .body(jar.bytes.clone())
 }
 
-/// `GET /downloads/cluecdc-config-provider.jar.sha512`: the jar's SHA-512 as `sha512sum` prints it.
+/// `GET /static/cluecdc-config-provider.jar.sha512`: the jar's SHA-512 as `sha512sum` prints it.
 #[handler]
 pub async fn download_provider_jar_sha512(state: Data<&AppState>) -> Response {
     let Some(jar) = &state.inner.provider_jar else {

@@ -1,5 +1,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api } from './harness.mjs';
 
 let app, browser, token, firstToken;
@@ -51,6 +52,18 @@ test('an admin registers Kafka and Connect from the Clusters page, with inline e
   assert.match(shown, new RegExp(`config\\.providers\\.cluecdc\\.param\\.url=${app.url.replace(/[.]/g, '\\.')}`));
   assert.match(shown, TOKEN_LINE, 'the whole base64url alphabet (- and _ included)');
   firstToken = shown.match(TOKEN_LINE)[1];
+  // Beside the token, the jar the workers need (the test command's stack env sets
+  // CLUECDC_PROVIDER_JAR): a checked download, and the same as a Strimzi build plugin.
+  const jarCard = page.locator('#provider-jar');
+  assert.ok(await jarCard.evaluate((d) => d.open), 'the jar card is open beside a new token');
+  const curl = await page.locator('#provider-jar-curl').innerText();
+  const sha = curl.match(/^echo '([0-9a-f]{128})  cluecdc-config-provider\.jar' \| sha512sum -c$/m)?.[1];
+  assert.ok(sha, 'a sha512sum -c line: ' + curl);
+  assert.match(curl, new RegExp(`curl -fsSLO ${app.url.replace(/[.]/g, '\\.')}/static/cluecdc-config-provider\\.jar`));
+  assert.match(await page.locator('#provider-jar-strimzi').innerText(), new RegExp(`sha512sum: ${sha}`));
+  const jar = await page.request.get(app.url + '/static/cluecdc-config-provider.jar');
+  assert.equal(jar.status(), 200);
+  assert.equal(createHash('sha512').update(await jar.body()).digest('hex'), sha, 'the download is what the page says');
   await screenshot(page, 'clusters-created');
   await page.goto(app.url + '/clusters');
   assert.equal(await page.locator('#created-token').count(), 0, 'the token is shown only once');

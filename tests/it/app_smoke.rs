@@ -46,15 +46,7 @@ async fn a_copy_of_the_binary_alone_in_an_empty_directory_serves_its_page_and_ht
         .starts_with("text/html"));
     create_user(&app, "ada", "viewer");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    let html = b
-        .client
-        .get(format!("{}/", app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = b.text(format!("{}/", app.url)).await;
     assert!(
         html.contains(r#"<script src="/static/htmx.min.js" defer></script>"#),
         "{html}"

@@ -827,14 +827,8 @@ async fn the_connection_form_offers_verify_full_verify_ca_or_disable_and_asks_fo
     let api = admin_api();
     let b = sign_in(&api.app, "ada", PASSWORD).await;
     let page = b
-        .client
-        .get(format!("{}/connections/new?provider=POSTGRESQL", b.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .text(format!("{}/connections/new?provider=POSTGRESQL", b.base))
+        .await;
     let select = &page[page.find(r#"name="settings.tls_mode""#).unwrap()..];
     let select = &select[..select.find("</select>").unwrap()];
     let values: Vec<&str> = select

@@ -361,18 +361,12 @@ async fn mariadb_to_postgres_rows_converge_and_a_poison_record_fails_or_is_skipp
         );
         let page = sign_in(&api.app, "ada", PASSWORD)
             .await
-            .client
-            .get(format!(
+            .text(format!(
                 "{}/deliveries/{}",
                 api.app.url,
                 strict["id"].as_str().unwrap()
             ))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .await;
         assert!(
             page.contains("Why it failed") && page.contains("unreadable record"),
             "the page shows why"

@@ -319,6 +319,20 @@ pub struct Browser {
     pub base: String,
 }
 
+impl Browser {
+    /// The body of a signed-in GET (a page or a fragment), whatever its status.
+    pub async fn text(&self, url: impl reqwest::IntoUrl) -> String {
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
 pub fn hidden_value(html: &str, name: &str) -> Option<String> {
     let needle = format!(r#"name="{name}" value=""#);
     let start = html.find(&needle)? + needle.len();

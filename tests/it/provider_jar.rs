@@ -10,7 +10,7 @@ use sha2::{Digest, Sha512};
 
 use crate::helpers::{binary, create_user, sign_in, spawn_app_from, var, PASSWORD};
 
-const JAR: &str = "/downloads/cluecdc-config-provider.jar";
+const JAR: &str = "/static/cluecdc-config-provider.jar";
 
 #[tokio::test]
 async fn the_jar_the_stack_built_is_handed_out_with_its_sha512_which_sha512sum_accepts() {
@@ -69,15 +69,7 @@ async fn the_jar_the_stack_built_is_handed_out_with_its_sha512_which_sha512sum_a
 
     create_user(&app, "ada", "admin");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    let page = b
-        .client
-        .get(format!("{}/clusters", app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = b.text(format!("{}/clusters", app.url)).await;
     assert!(
         page.contains(&format!("curl -fsSLO {}{JAR}", app.url)),
         "no download line on the Clusters page"
@@ -104,7 +96,7 @@ async fn without_the_setting_the_download_says_how_to_set_it_and_a_wrong_file_st
         tempfile::tempdir().unwrap(),
         &[("CLUECDC_PROVIDER_JAR", "")],
     );
-    for path in [JAR, "/downloads/cluecdc-config-provider.jar.sha512"] {
+    for path in [JAR, "/static/cluecdc-config-provider.jar.sha512"] {
         let res = reqwest::get(format!("{}{path}", app.url)).await.unwrap();
         assert_eq!(res.status(), 404, "{path}");
         let body = res.text().await.unwrap();
@@ -115,15 +107,7 @@ async fn without_the_setting_the_download_says_how_to_set_it_and_a_wrong_file_st
     }
     create_user(&app, "ada", "admin");
     let b = sign_in(&app, "ada", PASSWORD).await;
-    let page = b
-        .client
-        .get(format!("{}/clusters", app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = b.text(format!("{}/clusters", app.url)).await;
     assert!(
         page.contains("This server hands out no jar"),
         "the Clusters page does not say why there is no download"

@@ -347,14 +347,8 @@ async fn with_connect_stopped_clue_cdc_keeps_serving_shows_stale_status_backs_of
         );
         let page = sign_in(&api.app, "ada", PASSWORD)
             .await
-            .client
-            .get(format!("{}/connectors", api.app.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .text(format!("{}/connectors", api.app.url))
+            .await;
         assert!(page.contains("(stale)"), "the page marks it stale");
         // A change made during the outage waits for Connect.
         let (status, _) = api

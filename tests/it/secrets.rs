@@ -849,14 +849,8 @@ async fn a_stored_secret_deployed_in_plain_text_raises_a_leak_alert_that_resolve
     );
     let page = sign_in(&api.app, "ada", PASSWORD)
         .await
-        .client
-        .get(format!("{}/alerts/badge", api.app.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .text(format!("{}/alerts/badge", api.app.url))
+        .await;
     assert!(page.contains("alert"), "the header badge shows it: {page}");
     for _ in 0..60 {
         if firing(&api, &subject).await.is_none() {

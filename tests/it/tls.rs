@@ -474,14 +474,8 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
         );
         let page = sign_in(&api.app, "ada", PASSWORD)
             .await
-            .client
-            .get(format!("{}/pipelines/{pid}", api.app.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .text(format!("{}/pipelines/{pid}", api.app.url))
+            .await;
         // (The apostrophe is HTML-escaped on the page.)
         assert!(
             page.contains("not restarting: the server")
@@ -973,14 +967,8 @@ async fn a_connect_cluster_and_a_webhook_behind_https_trust_their_private_ca_and
         assert_eq!(status, 200);
         let b = sign_in(&api.app, "ada", PASSWORD).await;
         let edit = b
-            .client
-            .get(format!("{}/clusters/connect/{id}/edit", b.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .text(format!("{}/clusters/connect/{id}/edit", b.base))
+            .await;
         // A run of the CA's own base64 that HTML escaping leaves alone.
         let probe =
             t.ca.lines()
@@ -1013,15 +1001,7 @@ async fn a_connect_cluster_and_a_webhook_behind_https_trust_their_private_ca_and
             html.contains(r#"id="c-ca-error""#) && html.contains("paste a PEM certificate"),
             "{html}"
         );
-        let alerts = b
-            .client
-            .get(format!("{}/alerts", b.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let alerts = b.text(format!("{}/alerts", b.base)).await;
         assert!(
             alerts.contains(r#"id="webhook-ca""#)
                 && alerts.contains("trusts only its own CA certificate"),
