@@ -265,6 +265,10 @@ pub fn spawn_background(
         ("operations", operations.spawn(stop.clone())),
         ("monitor", monitor.spawn(stop.clone())),
         (
+            "provider checks",
+            crate::monitor::provider_checks::spawn(pool.clone(), inner.clone(), stop.clone()),
+        ),
+        (
             "leak scan",
             crate::monitor::leaks::spawn(
                 pool.clone(),

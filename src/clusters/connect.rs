@@ -12,7 +12,7 @@ use crate::error::{Error, FieldErrors, Result};
 use crate::secrets::binding::{self, Binding};
 
 /// A registered Kafka Connect cluster (its basic auth password is never returned).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, schemars::JsonSchema)]
 pub struct ConnectCluster {
     pub id: String,
     pub name: String,

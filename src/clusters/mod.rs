@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod kafka;
+pub mod provider_check;
 pub mod provider_jar;
 
 pub use connect::*;

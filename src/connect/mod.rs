@@ -335,6 +335,12 @@ impl ConnectClient {
             .await
     }
 
+    /// Every plugin the worker lists: connectors, converters, transformations, predicates.
+    pub async fn plugins_all(&self) -> Result<Vec<PluginInfo>, ConnectError> {
+        self.get_json("/connector-plugins?connectorsOnly=false")
+            .await
+    }
+
     pub async fn plugins(&self) -> Result<Vec<PluginInfo>, ConnectError> {
         self.get_json("/connector-plugins?connectorsOnly=true")
             .await
@@ -540,6 +546,30 @@ impl ConnectClient {
             ));
         }
         Ok(errors)
+    }
+
+    /// The value Connect validated for `key` (after config providers resolved `config`), as
+    /// its validation answer shows it.
+    pub async fn validated_value(
+        &self,
+        class: &str,
+        config: &BTreeMap<String, String>,
+        key: &str,
+    ) -> Result<Option<String>, ConnectError> {
+        let short = class.rsplit('.').next().unwrap_or(class);
+        let (_, text) = self
+            .send(
+                reqwest::Method::PUT,
+                &format!("/connector-plugins/{}/config/validate", enc(short)),
+                Some(&serde_json::to_value(config).unwrap_or_default()),
+            )
+            .await?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
+        Ok(v["configs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["value"]["name"] == key))
+            .and_then(|c| c["value"]["value"].as_str().map(String::from)))
     }
 
     /// `true` when the deprecated `tasks-config` endpoint answers for this connector.

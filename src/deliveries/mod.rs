@@ -775,6 +775,8 @@ pub async fn create(
             c.name
         )));
     }
+    // A cluster whose workers cannot resolve references would run it without credentials.
+    crate::clusters::provider_check::gate(pool, store, &c.cluster, None).await?;
     let preview = accepted_preview(pool, store, who, &c).await?;
     ensure_dead_letter_topic(pool, store, who, &c).await?;
     let id = format!("dl_{}", uuid::Uuid::new_v4().simple());

@@ -5,5 +5,6 @@ pub mod alerts;
 pub mod channels;
 pub mod leaks;
 pub mod metrics;
+pub mod provider_checks;
 pub mod signals;
 pub mod webhooks;

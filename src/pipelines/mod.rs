@@ -766,6 +766,8 @@ pub async fn create(
             c.name
         )));
     }
+    // A cluster whose workers cannot resolve references would run it without credentials.
+    crate::clusters::provider_check::gate(pool, store, &c.connect, None).await?;
     let d = c
         .source
         .database()

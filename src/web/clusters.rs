@@ -5,7 +5,7 @@
 use askama::Template;
 use poem::http::{header, StatusCode};
 use poem::web::cookie::CookieJar;
-use poem::web::{Data, Form, Json, Path};
+use poem::web::{Data, Form, Json, Path, Query};
 use poem::{handler, Endpoint, IntoResponse, Middleware, Request, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -19,6 +19,7 @@ use super::paths;
 use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::{self, KafkaCluster, KafkaClusterInput};
+use crate::clusters::provider_check::{self, CheckState, ProviderCheck};
 use crate::clusters::provider_jar;
 use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity, WithToken};
 use crate::error::{Error, FieldErrors};
@@ -566,6 +567,127 @@ pub async fn page_connect_forget(
     }
 }
 
+// ---- the provider check ----------------------------------------------------------------------
+
+/// `GET /api/v1/connect-clusters/{id}/provider-check` options.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct CheckQuery {
+    /// Run the check now even when the stored one is younger than a minute.
+    #[serde(default)]
+    pub fresh: Option<bool>,
+}
+
+/// Whether each worker of the cluster resolves `${cluecdc:…}` references through this ClueCDC
+/// (the stored check while it is younger than a minute, else one run now).
+pub async fn api_provider_check(
+    cx: Ctx,
+    Path(id): Path<String>,
+    Query(q): Query<CheckQuery>,
+) -> ApiResult<Json<ProviderCheck>> {
+    let s = &cx.state;
+    let c = clusters::get(&s.pool, &cx.who, &id).await?;
+    let public = s.inner.public_url.as_deref();
+    Ok(Json(
+        provider_check::current(
+            &s.pool,
+            &s.inner.secrets,
+            &c,
+            public,
+            q.fresh.unwrap_or(false),
+        )
+        .await?,
+    ))
+}
+
+#[derive(Template)]
+#[template(path = "connectors/connect_detail.html")]
+struct ConnectDetailPage {
+    layout: Layout,
+    c: ConnectCluster,
+    check: Option<ProviderCheck>,
+    is_admin: bool,
+    stale: bool,
+}
+
+/// A Connect cluster's page: its settings and the provider check per worker (the stored one at
+/// once; the section then asks for a current one, with progress shown).
+#[handler]
+pub async fn page_connect(
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    jar: &CookieJar,
+    Path(id): Path<String>,
+    req: &Request,
+    Query(q): Query<CheckQuery>,
+) -> PageResult<Response> {
+    let c = clusters::get(&state.pool, &who, &id).await?;
+    // `fresh`: the check button without JavaScript, which reloads the whole page.
+    let check = match q.fresh.unwrap_or(false) {
+        true => {
+            let server = super::connectors::server_url(&state, req);
+            Some(provider_check::run(&state.pool, &state.inner.secrets, &c, Some(&server)).await?)
+        }
+        false => provider_check::latest(&state.pool, &c.id).await?,
+    };
+    let stale = check.as_ref().is_none_or(|k| {
+        crate::time::parse(&k.checked_at)
+            .is_none_or(|t| (chrono::Utc::now() - t).num_seconds() >= provider_check::FRESH_SECS)
+    });
+    page_with_status(
+        StatusCode::OK,
+        &ConnectDetailPage {
+            layout: Layout::new(
+                format!("Connect cluster {}", c.name),
+                paths::CLUSTERS,
+                &who,
+                jar,
+            ),
+            is_admin: who.role >= Role::Admin,
+            c,
+            check,
+            stale,
+        },
+    )
+}
+
+#[derive(Template)]
+#[template(path = "connectors/provider_check_partial.html")]
+struct ProviderCheckPartial {
+    c: ConnectCluster,
+    check: Option<ProviderCheck>,
+    /// Ask again when the section loads (the stored check is not current).
+    stale: bool,
+}
+
+/// The provider check section (`?fresh=1`: run now): what the cluster page's section loads.
+#[handler]
+pub async fn page_provider_check(
+    req: &Request,
+    state: Data<&AppState>,
+    who: Data<&Principal>,
+    Path(id): Path<String>,
+    Query(q): Query<CheckQuery>,
+) -> PageResult<Response> {
+    let c = clusters::get(&state.pool, &who, &id).await?;
+    let server = super::connectors::server_url(&state, req);
+    let check = provider_check::current(
+        &state.pool,
+        &state.inner.secrets,
+        &c,
+        Some(&server),
+        q.fresh.unwrap_or(false),
+    )
+    .await?;
+    page_with_status(
+        StatusCode::OK,
+        &ProviderCheckPartial {
+            c,
+            check: Some(check),
+            stale: false,
+        },
+    )
+}
+
 // ---- the config provider's endpoint ---------------------------------------------------------
 
 /// Guards the internal endpoint: a Connect cluster's provider token, nothing else.
@@ -599,6 +721,19 @@ impl<E: Endpoint> Endpoint for ProviderGuard<E> {
             .await
             .map_err(ApiError)?
         else {
+            // A provider check's probe arriving with a token ClueCDC does not know: marked, so
+            // the check can say "wrong token" rather than "nothing arrived" (see
+            // `provider_check`; an unknown nonce changes nothing).
+            let body = req
+                .take_body()
+                .into_bytes_limit(4096)
+                .await
+                .unwrap_or_default();
+            if let Ok(probe) = serde_json::from_slice::<ResolveBody>(&body) {
+                provider_check::arrived(&state.pool, &probe.secret_ref, None)
+                    .await
+                    .map_err(ApiError)?;
+            }
             return Err(ApiError(Error::Unauthenticated).into());
         };
         req.extensions_mut().insert(identity);
@@ -620,6 +755,18 @@ pub async fn resolve(
     who: Data<&ProviderIdentity>,
     Json(body): Json<ResolveBody>,
 ) -> ApiResult<Response> {
+    if body.secret_ref.starts_with(provider_check::PROBE_PREFIX) {
+        provider_check::arrived(&state.pool, &body.secret_ref, Some(&who.cluster_id)).await?;
+        let values: serde_json::Map<String, serde_json::Value> = body
+            .fields
+            .iter()
+            .map(|f| (f.clone(), json!("probe")))
+            .collect();
+        return Ok(Response::builder()
+            .header("cache-control", "no-store")
+            .content_type("application/json")
+            .body(json!({ "values": values }).to_string()));
+    }
     let resolved = crate::secrets::resolve::resolve(
         &state.pool,
         &state.inner.secrets,

@@ -897,11 +897,6 @@ pub(super) async fn clusters_page(
             (c, h)
         })
         .collect();
-    let host = req
-        .headers()
-        .get("host")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1:8080");
     Ok(ClustersPage {
         layout: Layout::new("Clusters", paths::CLUSTERS, who, jar),
         kafka,
@@ -913,12 +908,23 @@ pub(super) async fn clusters_page(
         connect_errors: forms.connect_errors,
         created: forms.created,
         provider_jar_sha512: state.inner.provider_jar.as_ref().map(|j| j.sha512.clone()),
-        server_url: state
-            .inner
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{host}")),
+        server_url: server_url(state, req),
     })
+}
+
+/// This server's URL as Connect workers should use it: `--public-url`, else the address the
+/// request came to.
+pub(super) fn server_url(state: &AppState, req: &Request) -> String {
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:8080");
+    state
+        .inner
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{host}"))
 }
 
 #[handler]

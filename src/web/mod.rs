@@ -948,6 +948,20 @@ pub fn route_table() -> Vec<RouteSpec> {
             clusters::page_connect_forget,
         ),
         r(
+            M::GET,
+            "/clusters/connect/:id",
+            Viewer,
+            "a Connect cluster: its settings and the config provider check per worker",
+            clusters::page_connect,
+        ),
+        r(
+            M::GET,
+            "/clusters/connect/:id/provider-check",
+            Viewer,
+            "the config provider check section (fresh=1: run it now)",
+            clusters::page_provider_check,
+        ),
+        r(
             M::POST,
             "/clusters/connect/:id/provider-token",
             Admin,
@@ -1164,6 +1178,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Admin,
             "issue a new config provider token (shown once)",
             clusters::api_provider_token,
+        ),
+        op(
+            M::GET,
+            "/api/v1/connect-clusters/:id/provider-check",
+            Viewer,
+            "whether every worker resolves ${cluecdc:…} references here (stored for a minute; fresh=true runs it now)",
+            clusters::api_provider_check,
         ),
         r(
             M::POST,

@@ -20,6 +20,7 @@ mod mysql_sink;
 mod object_storage;
 mod oidc;
 mod pipelines;
+mod provider_check;
 mod provider_jar;
 mod reconciler;
 mod replications;
