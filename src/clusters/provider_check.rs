@@ -404,7 +404,10 @@ async fn observe(
     let asked = client.validated_value(&class, &config, "name");
     let validation = match tokio::time::timeout(Duration::from_secs(20), asked).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(ConnectError::Status { message, .. })) => Err(message),
+        // The provider's own words, without Connect's wrapping of them.
+        Ok(Err(ConnectError::Status { message, .. })) => Err(message
+            .trim_start_matches("org.apache.kafka.common.config.ConfigException: ")
+            .to_string()),
         Ok(Err(e)) => return Ok(unreachable(e.to_string())),
         Err(_) => Err("the worker did not answer the probe within 20 s".into()),
     };

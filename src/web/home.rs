@@ -16,6 +16,8 @@ struct HomePage<'a> {
     layout: Layout,
     status: SystemStatus,
     o: &'a Overview,
+    /// No delivery runs yet: the first-hour checklist is shown (`getting_started`).
+    getting_started: bool,
 }
 
 /// Rows of each kind the overview shows: those that most need a person (failed and drifted
@@ -265,10 +267,20 @@ pub async fn page(
         .recent("overview", || overview(&state, &who))
         .await
         .map_err(|e| poem::Error::from(super::error::PageError(e)))?;
+    // Cached like the overview: a page view must not list every delivery.
+    let getting_started = *state
+        .inner
+        .snapshots
+        .recent("getting-started", || {
+            super::getting_started::needed(&state, &who)
+        })
+        .await
+        .map_err(|e| poem::Error::from(super::error::PageError(e)))?;
     render(&HomePage {
         layout: Layout::new("Overview", paths::HOME, &who, jar),
         status,
         o: &o,
+        getting_started,
     })
 }
 

@@ -36,6 +36,7 @@ mod connections;
 mod connectors;
 mod deliveries;
 pub mod error;
+mod getting_started;
 mod health;
 mod home;
 mod middleware;
@@ -946,6 +947,13 @@ pub fn route_table() -> Vec<RouteSpec> {
             Admin,
             "forget a Connect cluster",
             clusters::page_connect_forget,
+        ),
+        r(
+            M::GET,
+            "/getting-started",
+            Viewer,
+            "the first-hour checklist, each step checked now (the overview loads it until a delivery runs)",
+            getting_started::page,
         ),
         r(
             M::GET,
