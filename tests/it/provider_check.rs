@@ -59,6 +59,16 @@ async fn settles(api: &Api, cluster: &str, want: &str) -> Value {
     panic!("the check did not settle on {want}; last: {last}")
 }
 
+/// The state of a checklist step (`data-state` of its `li[data-step]`).
+fn step(html: &str, id: &str) -> String {
+    let at = html
+        .find(&format!("data-step=\"{id}\""))
+        .unwrap_or_else(|| panic!("no step {id} in {html}"));
+    let rest = &html[at..];
+    let state = &rest[rest.find("data-state=\"").unwrap() + 12..];
+    state[..state.find('"').unwrap()].to_string()
+}
+
 fn provider_file(path: &std::path::Path, url: &str, token: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format!("url={url}\ntoken={token}\n")).unwrap();
@@ -200,6 +210,20 @@ async fn the_provider_check_names_each_worker_problem_and_a_worker_with_only_the
         "the cluster page shows the verdict"
     );
 
+    // The first-hour checklist checks the first Connect cluster by name: the bare one.
+    let list = api.text("/getting-started").await;
+    assert_eq!(step(&list, "kafka"), "todo", "no Kafka cluster yet");
+    assert_eq!(
+        step(&list, "connect"),
+        "done",
+        "the worker has the Debezium plugins"
+    );
+    assert_eq!(step(&list, "provider"), "failing");
+    assert!(
+        list.contains("provider jar missing"),
+        "the checklist says why"
+    );
+
     // Deploys: refused on the failing cluster, saying why; run on the one with the jar.
     let (status, kafka) = api
         .post(
@@ -281,6 +305,10 @@ async fn the_provider_check_names_each_worker_problem_and_a_worker_with_only_the
             },
         )
         .await;
+        let list = api.text("/getting-started").await;
+        assert_eq!(step(&list, "kafka"), "done");
+        assert_eq!(step(&list, "pipeline"), "done", "the pipeline runs");
+        assert_eq!(step(&list, "delivery"), "todo");
         let (status, _) = api
             .delete(&format!("/api/v1/pipelines/{id}?drop_slot=true"))
             .await;
