@@ -510,15 +510,7 @@ impl ConnectClient {
         config: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, Vec<String>>, ConnectError> {
         let short = class.rsplit('.').next().unwrap_or(class);
-        let (_, text) = self
-            .send(
-                reqwest::Method::PUT,
-                &format!("/connector-plugins/{}/config/validate", enc(short)),
-                Some(&serde_json::to_value(config).unwrap_or_default()),
-            )
-            .await?;
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
+        let v = self.validation(class, config).await?;
         let mut errors = BTreeMap::new();
         for c in v["configs"].as_array().cloned().unwrap_or_default() {
             let errs: Vec<String> = c["value"]["errors"]
@@ -556,6 +548,19 @@ impl ConnectClient {
         config: &BTreeMap<String, String>,
         key: &str,
     ) -> Result<Option<String>, ConnectError> {
+        let v = self.validation(class, config).await?;
+        Ok(v["configs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["value"]["name"] == key))
+            .and_then(|c| c["value"]["value"].as_str().map(String::from)))
+    }
+
+    /// Connect's validation answer for `config` (`PUT /connector-plugins/{class}/config/validate`).
+    async fn validation(
+        &self,
+        class: &str,
+        config: &BTreeMap<String, String>,
+    ) -> Result<Value, ConnectError> {
         let short = class.rsplit('.').next().unwrap_or(class);
         let (_, text) = self
             .send(
@@ -564,12 +569,7 @@ impl ConnectClient {
                 Some(&serde_json::to_value(config).unwrap_or_default()),
             )
             .await?;
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))?;
-        Ok(v["configs"]
-            .as_array()
-            .and_then(|a| a.iter().find(|c| c["value"]["name"] == key))
-            .and_then(|c| c["value"]["value"].as_str().map(String::from)))
+        serde_json::from_str(&text).map_err(|e| ConnectError::Decode(e.to_string()))
     }
 
     /// `true` when the deprecated `tasks-config` endpoint answers for this connector.

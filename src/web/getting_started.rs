@@ -268,74 +268,100 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
         }
     });
 
-    let pipeline = Step::new(
+    let pipelines: Vec<Item> = crate::pipelines::list(pool, who)
+        .await?
+        .into_iter()
+        .map(|p| Item {
+            href: format!("/pipelines/{}", p.id),
+            name: p.name,
+            connector_id: p.connector_id,
+        })
+        .collect();
+    let step = Step::new(
         "pipeline",
         "Create a pipeline and see it running",
         "/pipelines/new",
         "Create a pipeline",
     );
-    let pipelines = crate::pipelines::list(pool, who).await?;
-    let ids: Vec<String> = pipelines.iter().map(|p| p.connector_id.clone()).collect();
-    let views = crate::connectors::views(pool, &ids).await?;
-    out.push(match pipelines.first() {
-        None => pipeline.set(StepState::Todo, "No pipeline yet."),
-        Some(p) => match pipelines.iter().find(|p| {
-            views
-                .get(&p.connector_id)
-                .is_some_and(|v| v.phase == "RUNNING")
-        }) {
-            Some(r) => pipeline.set(StepState::Done, format!("{} is running.", r.name)),
-            None => {
-                let phase = views
-                    .get(&p.connector_id)
-                    .map_or("UNKNOWN", |v| v.phase.as_str());
-                Step {
-                    href: format!("/pipelines/{}", p.id),
-                    action: "Open the pipeline",
-                    ..pipeline
-                }
-                .set(
-                    StepState::Failing,
-                    format!("{} is {phase}, not running yet.", p.name),
-                )
-            }
-        },
-    });
-
-    let delivery = Step::new(
+    out.push(
+        running_step(
+            state,
+            step,
+            &pipelines,
+            ("pipeline", "is running", "running", "Open the pipeline"),
+        )
+        .await?,
+    );
+    let deliveries: Vec<Item> = crate::deliveries::list(pool, who)
+        .await?
+        .into_iter()
+        .map(|d| Item {
+            href: format!("/deliveries/{}", d.id),
+            name: d.name,
+            connector_id: d.connector_id,
+        })
+        .collect();
+    let step = Step::new(
         "delivery",
         "Deliver the changes to a destination",
         "/deliveries/new",
         "Create a delivery",
     );
-    let deliveries = crate::deliveries::list(pool, who).await?;
-    let ids: Vec<String> = deliveries.iter().map(|d| d.connector_id.clone()).collect();
-    let views = crate::connectors::views(pool, &ids).await?;
-    out.push(match deliveries.first() {
-        None => delivery.set(StepState::Todo, "No delivery yet."),
-        Some(d) => match deliveries.iter().find(|d| {
-            views
-                .get(&d.connector_id)
-                .is_some_and(|v| v.phase == "RUNNING")
-        }) {
-            Some(r) => delivery.set(StepState::Done, format!("{} is delivering.", r.name)),
-            None => {
-                let phase = views
-                    .get(&d.connector_id)
-                    .map_or("UNKNOWN", |v| v.phase.as_str());
-                Step {
-                    href: format!("/deliveries/{}", d.id),
-                    action: "Open the delivery",
-                    ..delivery
-                }
-                .set(
-                    StepState::Failing,
-                    format!("{} is {phase}, not delivering yet.", d.name),
-                )
-            }
-        },
-    });
+    out.push(
+        running_step(
+            state,
+            step,
+            &deliveries,
+            (
+                "delivery",
+                "is delivering",
+                "delivering",
+                "Open the delivery",
+            ),
+        )
+        .await?,
+    );
     Ok(out)
+}
+
+/// A pipeline or a delivery, as its step looks at it.
+struct Item {
+    name: String,
+    href: String,
+    connector_id: String,
+}
+
+/// Done when one of `items` runs; else failing on the first one (linked), or to do when there
+/// is none. `words`: (what, "is running", "running", the link's text).
+async fn running_step(
+    state: &AppState,
+    step: Step,
+    items: &[Item],
+    words: (&str, &str, &str, &'static str),
+) -> Result<Step> {
+    let (what, done, doing, open) = words;
+    let ids: Vec<String> = items.iter().map(|i| i.connector_id.clone()).collect();
+    let views = crate::connectors::views(&state.pool, &ids).await?;
+    let phase = |i: &Item| {
+        views
+            .get(&i.connector_id)
+            .map_or("UNKNOWN", |v| v.phase.as_str())
+    };
+    Ok(
+        match (items.iter().find(|i| phase(i) == "RUNNING"), items.first()) {
+            (Some(r), _) => step.set(StepState::Done, format!("{} {done}.", r.name)),
+            (None, Some(first)) => Step {
+                href: first.href.clone(),
+                action: open,
+                ..step
+            }
+            .set(
+                StepState::Failing,
+                format!("{} is {}, not {doing} yet.", first.name, phase(first)),
+            ),
+            (None, None) => step.set(StepState::Todo, format!("No {what} yet.")),
+        },
+    )
 }
 
 #[derive(Template)]
