@@ -627,6 +627,7 @@ pub async fn check_health(
         }
     };
     // Only over the settings that were checked (see the reconciler's verdicts).
+    let _gate = crate::db::write_gate(pool).await;
     sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
         .bind(json!(health).to_string())
         .bind(crate::time::now())

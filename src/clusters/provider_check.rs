@@ -346,6 +346,8 @@ pub async fn run(
         }));
     }
     let check = ProviderCheck::of(&c.id, workers);
+    // Every write here queues behind the reconciler's transactions (see `db::write_gate`).
+    let _gate = crate::db::write_gate(pool).await;
     sqlx::query(
         "UPDATE connect_clusters SET provider_check = ?, provider_check_at = ? WHERE id = ?",
     )
@@ -384,12 +386,15 @@ async fn observe(
         });
     };
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    sqlx::query("INSERT INTO provider_probes (nonce, cluster_id, created_at) VALUES (?, ?, ?)")
-        .bind(&nonce)
-        .bind(cluster_id)
-        .bind(crate::time::now())
-        .execute(pool)
-        .await?;
+    {
+        let _gate = crate::db::write_gate(pool).await;
+        sqlx::query("INSERT INTO provider_probes (nonce, cluster_id, created_at) VALUES (?, ?, ?)")
+            .bind(&nonce)
+            .bind(cluster_id)
+            .bind(crate::time::now())
+            .execute(pool)
+            .await?;
+    }
     // The reference is the connector's name: every plugin has one, and the answer shows the
     // value validated, so an unresolved reference is seen as such.
     let config = [
@@ -411,6 +416,7 @@ async fn observe(
         Ok(Err(e)) => return Ok(unreachable(e.to_string())),
         Err(_) => Err("the worker did not answer the probe within 20 s".into()),
     };
+    let _gate = crate::db::write_gate(pool).await;
     let arrival: Option<(Option<String>, Option<String>)> = sqlx::query_as(
         "DELETE FROM provider_probes WHERE nonce = ? RETURNING arrived_at, arrived_cluster_id",
     )
@@ -468,6 +474,7 @@ pub async fn arrived(pool: &SqlitePool, secret_ref: &str, cluster_id: Option<&st
     let Some(nonce) = secret_ref.strip_prefix(PROBE_PREFIX) else {
         return Ok(());
     };
+    let _gate = crate::db::write_gate(pool).await;
     sqlx::query(
         "UPDATE provider_probes SET arrived_at = ?, arrived_cluster_id = ? WHERE nonce = ? AND arrived_at IS NULL",
     )

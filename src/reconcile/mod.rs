@@ -754,7 +754,10 @@ impl Reconciler {
         let mut failed_steps: BTreeMap<&str, String> = BTreeMap::new();
         let now = crate::time::now();
         let _gate = crate::db::write_gate(&self.pool).await;
-        let mut tx = self.pool.begin().await?;
+        // IMMEDIATE: the write lock is taken now, not at the first write after a read, which
+        // SQLite refuses at once ("database is locked") when another writer (another process,
+        // or one of this one's outside the gate) committed in between.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         // Rows this transaction changes (SQLite counts per connection), so that a pass that
         // wrote nothing does not end the lists' snapshots.
         let changes_before: i64 = sqlx::query_scalar("SELECT total_changes()")
