@@ -251,6 +251,7 @@ test('a newcomer goes from an empty instance to a source row in the destination 
   await overview();
   assert.equal(await stateOf('pipeline'), 'done', await step('pipeline').innerText());
   assert.equal(await stateOf('delivery'), 'todo');
+  await screenshot(page, 'first-hour-7b-checklist-delivery-to-do');
 
   // 5. A database delivery: the form says where a destination is added.
   await page.locator('#step-delivery').click();
