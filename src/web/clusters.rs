@@ -659,7 +659,7 @@ struct ProviderCheckPartial {
     stale: bool,
 }
 
-/// The provider check section (`?fresh=1`: run now): what the cluster page's section loads.
+/// The provider check section (`?fresh=true`: run now): what the cluster page's section loads.
 #[handler]
 pub async fn page_provider_check(
     req: &Request,

@@ -966,7 +966,7 @@ pub fn route_table() -> Vec<RouteSpec> {
             M::GET,
             "/clusters/connect/:id/provider-check",
             Viewer,
-            "the config provider check section (fresh=1: run it now)",
+            "the config provider check section (fresh=true: run it now)",
             clusters::page_provider_check,
         ),
         r(
