@@ -214,10 +214,16 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
         }
     });
 
+    // Connections are an admin's to add: the form for an admin, the list for anyone else.
+    let new_connection = if who.role >= Role::Admin {
+        "/connections/new"
+    } else {
+        paths::CONNECTIONS
+    };
     let source = Step::new(
         "source",
         "Add a source database and test it",
-        paths::CONNECTIONS,
+        new_connection,
         "Add a connection",
     );
     let connections = crate::connections::list(pool, store, who).await?;
@@ -307,7 +313,24 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
         "/deliveries/new",
         "Create a delivery",
     );
-    out.push(
+    let destination = connections
+        .iter()
+        .any(|c| c.connection.capabilities.contains(&Capability::Destination));
+    out.push(if deliveries.is_empty() && !destination {
+        // The delivery form needs a destination to offer: the step starts where that is added.
+        Step {
+            href: new_connection.to_string(),
+            action: "Add a destination connection",
+            ..step
+        }
+        .set(
+            StepState::Todo,
+            format!(
+                "No delivery yet. A delivery writes into a DESTINATION connection (a database or object storage), and there is none yet{}.",
+                if who.role >= Role::Admin { "" } else { "; an admin adds one" }
+            ),
+        )
+    } else {
         running_step(
             state,
             step,
@@ -319,8 +342,8 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
                 "Open the delivery",
             ),
         )
-        .await?,
-    );
+        .await?
+    });
     Ok(out)
 }
 
