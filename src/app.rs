@@ -31,10 +31,17 @@ pub struct AppState {
     pub inner: Arc<StateInner>,
 }
 
+impl AppState {
+    /// What the service functions take: `pipelines::detail(s.ctx(), who, id)`.
+    pub fn ctx(&self) -> &crate::ctx::Ctx {
+        &self.inner.ctx
+    }
+}
+
 pub struct StateInner {
     pub version: &'static str,
-    pub secrets: Arc<SecretStore>,
-    pub reconciler: Arc<crate::reconcile::Handle>,
+    /// What the service functions take (the pool again, the secret store, the reconciler).
+    pub ctx: crate::ctx::Ctx,
     pub http_metrics: crate::monitor::metrics::HttpMetrics,
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
@@ -108,12 +115,11 @@ impl Application {
             .and_then(|a| a.as_socket_addr().copied())
             .context("listener has no socket address")?;
         let state = AppState {
-            pool,
+            pool: pool.clone(),
             started_at: Instant::now(),
             inner: Arc::new(StateInner {
                 version: env!("CARGO_PKG_VERSION"),
-                secrets,
-                reconciler: Arc::new(crate::reconcile::Handle::default()),
+                ctx: crate::ctx::Ctx::new(pool.clone(), secrets),
                 http_metrics: Default::default(),
                 sessions: Lifetimes {
                     idle_secs: settings.session_idle,
@@ -225,9 +231,9 @@ pub fn spawn_background(
 ) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
     let reconciler = crate::reconcile::Reconciler::new(
         pool.clone(),
-        inner.secrets.clone(),
+        inner.ctx.secrets.clone(),
         runtime.reconciler(),
-        inner.reconciler.clone(),
+        inner.ctx.reconciler.clone(),
         crate::reconcile::holder_id(role),
         inner.snapshots.writes(),
     );
@@ -237,7 +243,7 @@ pub fn spawn_background(
         transitions: Default::default(),
         outbox: Default::default(),
         pool: pool.clone(),
-        store: inner.secrets.clone(),
+        store: inner.ctx.secrets.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
         lease: crate::reconcile::lease::Lease::new(
@@ -250,8 +256,8 @@ pub fn spawn_background(
     };
     let operations = crate::operations::Runner {
         pool: pool.clone(),
-        secrets: inner.secrets.clone(),
-        reconciler: inner.reconciler.clone(),
+        secrets: inner.ctx.secrets.clone(),
+        reconciler: inner.ctx.reconciler.clone(),
         lease: crate::reconcile::lease::Lease::new(
             pool.clone(),
             crate::operations::LEASE,
@@ -298,8 +304,10 @@ pub async fn run_worker(
     let keyring = Keyring::load(&settings.data)?;
     let inner = Arc::new(StateInner {
         version: env!("CARGO_PKG_VERSION"),
-        secrets: Arc::new(SecretStore::new(pool.clone(), keyring)),
-        reconciler: Arc::new(crate::reconcile::Handle::default()),
+        ctx: crate::ctx::Ctx::new(
+            pool.clone(),
+            Arc::new(SecretStore::new(pool.clone(), keyring)),
+        ),
         http_metrics: Default::default(),
         sessions: Lifetimes {
             idle_secs: 0,

@@ -18,6 +18,7 @@ pub mod config;
 pub mod connect;
 pub mod connections;
 pub mod connectors;
+pub mod ctx;
 pub mod db;
 pub mod deliveries;
 pub mod error;

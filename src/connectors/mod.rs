@@ -984,6 +984,65 @@ pub async fn all_drift(pool: &SqlitePool, who: &Principal) -> Result<Vec<DriftEv
     Ok(sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events ORDER BY id DESC LIMIT 200").fetch_all(pool).await?)
 }
 
+// ---- actions ----------------------------------------------------------------------------------
+
+/// What can be asked of something that runs as Kafka Connect connectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Pause,
+    Resume,
+    Stop,
+    Restart,
+    /// Take the live connector's config as the desired one (connectors only).
+    Adopt,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Stop => "stop",
+            Action::Restart => "restart",
+            Action::Adopt => "adopt",
+        }
+    }
+
+    /// The desired state a state change asks for; `None` for the actions that are not one.
+    pub fn desired_state(self) -> Option<DesiredState> {
+        match self {
+            Action::Pause => Some(DesiredState::Paused),
+            Action::Resume => Some(DesiredState::Running),
+            Action::Stop => Some(DesiredState::Stopped),
+            Action::Restart | Action::Adopt => None,
+        }
+    }
+
+    /// What answers an action the collection does not offer: 404.
+    pub fn refused(self) -> Error {
+        Error::NotFound(format!("action {}", self.as_str()))
+    }
+}
+
+/// Restart, pause or resume: what a pipeline, a delivery or a replication offers (each runs as
+/// connectors it owns). `restart` is only awaited for a restart; any other action is refused
+/// as not found, naming it.
+pub async fn restart_pause_resume<T, S, F>(
+    action: Action,
+    restart: impl std::future::Future<Output = Result<T>>,
+    set_state: S,
+) -> Result<T>
+where
+    S: FnOnce(DesiredState) -> F,
+    F: std::future::Future<Output = Result<T>>,
+{
+    match (action, action.desired_state()) {
+        (Action::Restart, _) => restart.await,
+        (Action::Pause | Action::Resume, Some(to)) => set_state(to).await,
+        _ => Err(action.refused()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

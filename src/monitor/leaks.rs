@@ -161,7 +161,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            match scan(&pool, &state.secrets).await {
+            match scan(&pool, &state.ctx.secrets).await {
                 Ok(0) => tracing::debug!("leak scan: nothing found"),
                 Ok(n) => tracing::warn!(
                     findings = n,

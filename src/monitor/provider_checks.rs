@@ -38,7 +38,7 @@ async fn round(pool: &SqlitePool, state: &crate::app::StateInner) -> crate::erro
     for id in provider_check::due(pool).await? {
         let c = crate::clusters::get(pool, &system, &id).await?;
         let check =
-            provider_check::run(pool, &state.secrets, &c, state.public_url.as_deref()).await?;
+            provider_check::run(pool, &state.ctx.secrets, &c, state.public_url.as_deref()).await?;
         if check.state == provider_check::CheckState::Failing {
             tracing::warn!(
                 cluster = c.name,

@@ -11,7 +11,7 @@ pub mod plan;
 pub mod policy;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use rand::Rng;
 use serde::Serialize;
 use serde_json::json;
 use sqlx::SqlitePool;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use self::lease::{now_ms, Lease, RECONCILER};
 use self::plan::{Config, Desired, DesiredState, Live, LiveTask, Plan, Step};
@@ -51,48 +51,8 @@ impl Default for Settings {
     }
 }
 
-/// Shared between the reconciler task and the web layer: wake-ups and counters.
-#[derive(Default)]
-pub struct Handle {
-    wake: Notify,
-    pub passes: AtomicU64,
-    pub actions: AtomicU64,
-    /// Passes, actions and errors not written to `counters` yet (see [`RECORD_EVERY`]).
-    unrecorded: std::sync::Mutex<Unrecorded>,
-}
-
-#[derive(Default)]
-struct Unrecorded {
-    passes: i64,
-    actions: i64,
-    errors: i64,
-    /// When the last pass record was written (None: none yet by this process).
-    recorded_at: Option<Instant>,
-}
-
-/// An unchanged pass writes nothing: its record (`reconcile_passes`, the counters) waits until
-/// a pass changes something or fails, or this long has passed. A commit ends every snapshot
-/// of the database (see [`crate::snapshots`]), and a pass runs every second.
-const RECORD_EVERY: Duration = Duration::from_secs(30);
-
-impl Handle {
-    /// Called after every desired-state change in this process; other processes notice the
-    /// `desired_version` bump within a second.
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
-    /// The passes, actions and errors (in that order) this process ran but has not recorded
-    /// yet: `/metrics` adds them to the recorded counters.
-    pub fn unrecorded(&self) -> [(&'static str, i64); 3] {
-        let u = self.unrecorded.lock().unwrap_or_else(|e| e.into_inner());
-        [
-            ("reconcile_passes", u.passes),
-            ("reconcile_actions", u.actions),
-            ("reconcile_errors", u.errors),
-        ]
-    }
-}
+pub use crate::ctx::Handle;
+use crate::ctx::{Unrecorded, RECORD_EVERY};
 
 /// Records a desired-state change so a reconciler in any process runs soon.
 pub async fn bump_desired_version<'e>(db: impl sqlx::SqliteExecutor<'e>) -> anyhow::Result<()> {

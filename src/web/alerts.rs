@@ -267,7 +267,7 @@ pub async fn add_webhook_form(
         secret: Some(crate::secrets::Secret::new(form.secret.clone())),
         tls_ca_certificate: Some(form.tls_ca_certificate.clone()),
     };
-    match webhooks::create(&state.pool, &state.inner.secrets, &who, &input).await {
+    match webhooks::create(&state.pool, &state.inner.ctx.secrets, &who, &input).await {
         Ok(w) => {
             set_flash(
                 jar,
@@ -352,7 +352,7 @@ pub async fn api_webhook_create(
     Json(input): Json<WebhookInput>,
 ) -> ApiResult<Created<webhooks::Webhook>> {
     Ok(Created(
-        webhooks::create(&cx.state.pool, &cx.state.inner.secrets, &cx.who, &input).await?,
+        webhooks::create(&cx.state.pool, &cx.state.inner.ctx.secrets, &cx.who, &input).await?,
     ))
 }
 
@@ -389,7 +389,7 @@ pub async fn metrics(state: Data<&AppState>, who: Data<&Principal>) -> ApiResult
     let body = crate::monitor::metrics::render(
         &state.pool,
         &state.inner.http_metrics,
-        &state.inner.reconciler,
+        &state.inner.ctx.reconciler,
     )
     .await
     .map_err(crate::error::Error::Unexpected)?;

@@ -20,7 +20,7 @@ use crate::listing::ListQuery;
 fn services(state: &AppState) -> bulk::Services {
     bulk::Services {
         pool: state.pool.clone(),
-        reconciler: state.inner.reconciler.clone(),
+        reconciler: state.inner.ctx.reconciler.clone(),
     }
 }
 

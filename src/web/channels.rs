@@ -37,14 +37,14 @@ impl resource::Resource for Channels {
 
 impl resource::List for Channels {
     async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<Channel>> {
-        channels::list(&s.pool, &s.inner.secrets, who).await
+        channels::list(&s.pool, &s.inner.ctx.secrets, who).await
     }
 }
 
 impl resource::Get for Channels {
     type Detail = Channel;
     async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<Channel> {
-        channels::get(&s.pool, &s.inner.secrets, who, id).await
+        channels::get(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
@@ -54,7 +54,7 @@ impl resource::Create for Channels {
         who: &Principal,
         input: ChannelInput,
     ) -> crate::error::Result<Channel> {
-        channels::create(&s.pool, &s.inner.secrets, who, &input).await
+        channels::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
@@ -65,20 +65,20 @@ impl resource::Update for Channels {
         id: &str,
         patch: ChannelInput,
     ) -> crate::error::Result<Channel> {
-        channels::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+        channels::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
     }
 }
 
 impl resource::Delete for Channels {
     async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
-        channels::delete(&s.pool, &s.inner.secrets, who, id).await
+        channels::delete(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
 pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestResult>> {
     let s = &cx.state;
     Ok(Json(
-        channels::send_test(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+        channels::send_test(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?,
     ))
 }
 
@@ -98,7 +98,7 @@ pub async fn api_deliveries(
     let s = &cx.state;
     let limit = q.limit.unwrap_or(50);
     Ok(Json(listing::ListPage::all(
-        channels::deliveries(&s.pool, &s.inner.secrets, &cx.who, &id, limit).await?,
+        channels::deliveries(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, limit).await?,
     )))
 }
 
@@ -132,8 +132,8 @@ pub async fn page(
     jar: &CookieJar,
 ) -> PageResult<Response> {
     let mut items = Vec::new();
-    for c in channels::list(&state.pool, &state.inner.secrets, &who).await? {
-        let last = channels::deliveries(&state.pool, &state.inner.secrets, &who, &c.id, 1)
+    for c in channels::list(&state.pool, &state.inner.ctx.secrets, &who).await? {
+        let last = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 1)
             .await?
             .into_iter()
             .next();
@@ -306,7 +306,9 @@ async fn form_page(
         .fetch_all(&state.pool)
         .await?;
     let log = match &channel {
-        Some(c) => channels::deliveries(&state.pool, &state.inner.secrets, who, &c.id, 50).await?,
+        Some(c) => {
+            channels::deliveries(&state.pool, &state.inner.ctx.secrets, who, &c.id, 50).await?
+        }
         None => vec![],
     };
     let title = match &channel {
@@ -369,7 +371,7 @@ pub async fn create_form(
         .map_err(|e| Error::Unexpected(e.into()))?;
     let result = match form_input(&bytes) {
         Ok((input, v)) => (
-            channels::create(&state.pool, &state.inner.secrets, &who, &input).await,
+            channels::create(&state.pool, &state.inner.ctx.secrets, &who, &input).await,
             v,
         ),
         Err(fields) => (
@@ -426,7 +428,7 @@ pub async fn detail_page(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let v = FormValues::of(&c);
     let view = form_page(&state, &who, jar, Some(c), v, FieldErrors::new()).await?;
     page_with_status(StatusCode::OK, &view)
@@ -441,7 +443,7 @@ pub async fn update_form(
     Path(id): Path<String>,
     body: Body,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let bytes = body
         .into_bytes()
         .await
@@ -450,7 +452,7 @@ pub async fn update_form(
         Ok((mut input, v)) => {
             input.kind = None;
             (
-                channels::update(&state.pool, &state.inner.secrets, &who, &c.id, &input).await,
+                channels::update(&state.pool, &state.inner.ctx.secrets, &who, &c.id, &input).await,
                 v,
             )
         }
@@ -484,8 +486,8 @@ pub async fn delete_form(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.secrets, &who, &id).await?;
-    channels::delete(&state.pool, &state.inner.secrets, &who, &c.id).await?;
+    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    channels::delete(&state.pool, &state.inner.ctx.secrets, &who, &c.id).await?;
     set_flash(jar, &format!("Channel {} removed.", c.name));
     Ok(redirect(req, CHANNELS))
 }
@@ -507,8 +509,8 @@ pub async fn test_form(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.secrets, &who, &id).await?;
-    let result = channels::send_test(&state.pool, &state.inner.secrets, &who, &c.id).await?;
+    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let result = channels::send_test(&state.pool, &state.inner.ctx.secrets, &who, &c.id).await?;
     if !super::home::is_htmx(req) {
         set_flash(
             jar,
@@ -519,7 +521,7 @@ pub async fn test_form(
         );
         return Ok(redirect(req, &format!("{CHANNELS}/{}", c.id)));
     }
-    let log = channels::deliveries(&state.pool, &state.inner.secrets, &who, &c.id, 50).await?;
+    let log = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 50).await?;
     page_with_status(
         StatusCode::OK,
         &TestPartial {
@@ -543,8 +545,8 @@ pub async fn log_fragment(
     who: Data<&Principal>,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.secrets, &who, &id).await?;
-    let log = channels::deliveries(&state.pool, &state.inner.secrets, &who, &c.id, 50).await?;
+    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let log = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 50).await?;
     page_with_status(
         StatusCode::OK,
         &LogPartial {

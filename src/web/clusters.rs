@@ -53,7 +53,7 @@ impl resource::Update for Clusters {
         id: &str,
         patch: ConnectClusterInput,
     ) -> crate::error::Result<ConnectCluster> {
-        clusters::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+        clusters::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
     }
 }
 
@@ -70,7 +70,7 @@ pub async fn api_create(
 ) -> ApiResult<NoStore<Created<WithToken>>> {
     let s = &cx.state;
     Ok(NoStore(Created(
-        clusters::create(&s.pool, &s.inner.secrets, &cx.who, &input).await?,
+        clusters::create(&s.pool, &s.inner.ctx.secrets, &cx.who, &input).await?,
     )))
 }
 
@@ -98,7 +98,7 @@ impl resource::Get for KafkaClusters {
         who: &Principal,
         id: &str,
     ) -> crate::error::Result<kafka::KafkaClusterDetail> {
-        let health = kafka::check_health(&s.pool, &s.inner.secrets, who, id).await?;
+        let health = kafka::check_health(&s.pool, &s.inner.ctx.secrets, who, id).await?;
         let cluster = kafka::get(&s.pool, who, id).await?;
         Ok(kafka::KafkaClusterDetail::new(cluster, health))
     }
@@ -110,7 +110,7 @@ impl resource::Create for KafkaClusters {
         who: &Principal,
         input: KafkaClusterInput,
     ) -> crate::error::Result<KafkaCluster> {
-        kafka::create(&s.pool, &s.inner.secrets, who, &input).await
+        kafka::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
@@ -121,7 +121,7 @@ impl resource::Update for KafkaClusters {
         id: &str,
         patch: KafkaClusterInput,
     ) -> crate::error::Result<KafkaCluster> {
-        kafka::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+        kafka::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
     }
 }
 
@@ -192,6 +192,7 @@ async fn stored(
     let set = match secret_ref {
         Some(r) => state
             .inner
+            .ctx
             .secrets
             .fields_set(r)
             .await
@@ -294,7 +295,7 @@ pub async fn page_kafka_update(
             .and_then(|c| changed(&c, cur.tls_ca_certificate.as_deref())),
         sasl_password: set(&form.sasl_password).map(crate::secrets::Secret::new),
     };
-    match kafka::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {
+    match kafka::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &patch).await {
         Ok(k) => {
             set_flash(jar, &format!("Kafka cluster {} saved.", k.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -395,7 +396,7 @@ pub async fn page_connect_update(
         // Shown filled in: emptied, it is removed (the built-in roots again).
         tls_ca_certificate: changed(&form.tls_ca_certificate, cur.tls_ca_certificate.as_deref()),
     };
-    match clusters::update(&state.pool, &state.inner.secrets, &who, &id, &patch).await {
+    match clusters::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &patch).await {
         Ok(c) => {
             set_flash(jar, &format!("Connect cluster {} saved.", c.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -590,7 +591,7 @@ pub async fn api_provider_check(
     Ok(Json(
         provider_check::current(
             &s.pool,
-            &s.inner.secrets,
+            &s.inner.ctx.secrets,
             &c,
             public,
             q.fresh.unwrap_or(false),
@@ -625,7 +626,10 @@ pub async fn page_connect(
     let check = match q.fresh.unwrap_or(false) {
         true => {
             let server = super::connectors::server_url(&state, req);
-            Some(provider_check::run(&state.pool, &state.inner.secrets, &c, Some(&server)).await?)
+            Some(
+                provider_check::run(&state.pool, &state.inner.ctx.secrets, &c, Some(&server))
+                    .await?,
+            )
         }
         false => provider_check::latest(&state.pool, &c.id).await?,
     };
@@ -672,7 +676,7 @@ pub async fn page_provider_check(
     let server = super::connectors::server_url(&state, req);
     let check = provider_check::current(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &c,
         Some(&server),
         q.fresh.unwrap_or(false),
@@ -769,7 +773,7 @@ pub async fn resolve(
     }
     let resolved = crate::secrets::resolve::resolve(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &who,
         &body.secret_ref,
         &body.fields,

@@ -37,7 +37,7 @@ impl resource::Paged for Connections {
     const LIST: &'static str = "connections";
     const STATES: &'static [&'static str] = connections::STATES;
     async fn page(s: &AppState, who: &Principal, w: &Window) -> crate::error::Result<Value> {
-        Ok(connections::page(&s.pool, &s.inner.secrets, who, w)
+        Ok(connections::page(&s.pool, &s.inner.ctx.secrets, who, w)
             .await?
             .json())
     }
@@ -46,7 +46,7 @@ impl resource::Paged for Connections {
 impl resource::Get for Connections {
     type Detail = ConnectionView;
     async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<ConnectionView> {
-        connections::get(&s.pool, &s.inner.secrets, who, id).await
+        connections::get(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
@@ -58,7 +58,7 @@ impl resource::Create for Connections {
     ) -> crate::error::Result<ConnectionView> {
         drop_nulls(&mut input.settings);
         drop_nulls(&mut input.secrets);
-        connections::create(&s.pool, &s.inner.secrets, who, &input).await
+        connections::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
@@ -70,7 +70,7 @@ impl resource::Update for Connections {
         mut patch: ConnectionInput,
     ) -> crate::error::Result<ConnectionView> {
         drop_nulls(&mut patch.secrets);
-        connections::update(&s.pool, &s.inner.secrets, who, id, &patch).await
+        connections::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
     }
 }
 
@@ -92,7 +92,7 @@ fn drop_nulls(map: &mut Option<Map<String, Value>>) {
 pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestReport>> {
     let s = &cx.state;
     Ok(Json(
-        connections::test(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+        connections::test(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?,
     ))
 }
 
@@ -116,7 +116,7 @@ pub async fn api_rotate(
     let secrets = secrets.unwrap_or_default();
     let s = &cx.state;
     Ok(Json(
-        connections::rotate(&s.pool, &s.inner.secrets, &cx.who, &id, &secrets).await?,
+        connections::rotate(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, &secrets).await?,
     ))
 }
 
@@ -126,7 +126,7 @@ pub async fn api_tables(
 ) -> ApiResult<Json<connections::Discovery>> {
     let s = &cx.state;
     Ok(Json(
-        connections::discover(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+        connections::discover(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?,
     ))
 }
 
@@ -136,7 +136,7 @@ pub async fn api_slots(
 ) -> ApiResult<Json<listing::ListPage<OwnedSlot>>> {
     let s = &cx.state;
     Ok(Json(listing::ListPage::all(
-        crate::pipelines::source_slots(&s.pool, &s.inner.secrets, &cx.who, &id).await?,
+        crate::pipelines::source_slots(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?,
     )))
 }
 
@@ -155,8 +155,15 @@ pub async fn api_drop_slot(
     Query(q): Query<SlotConfirm>,
 ) -> ApiResult<NoContent> {
     let s = &cx.state;
-    crate::pipelines::drop_orphan_slot(&s.pool, &s.inner.secrets, &cx.who, &id, &name, &q.confirm)
-        .await?;
+    crate::pipelines::drop_orphan_slot(
+        &s.pool,
+        &s.inner.ctx.secrets,
+        &cx.who,
+        &id,
+        &name,
+        &q.confirm,
+    )
+    .await?;
     Ok(NoContent)
 }
 
@@ -360,7 +367,7 @@ pub async fn page_list(
 ) -> PageResult<Response> {
     let w = q.window(connections::STATES)?;
     let page = listing::cached(&state.inner.snapshots, "connections", &w, || {
-        connections::page(&state.pool, &state.inner.secrets, &who, &w)
+        connections::page(&state.pool, &state.inner.ctx.secrets, &who, &w)
     })
     .await?;
     let nav = Nav::new(
@@ -515,7 +522,7 @@ pub async fn page_create(
         .as_deref()
         .and_then(Provider::parse)
         .unwrap_or(Provider::Postgresql);
-    match connections::create(&state.pool, &state.inner.secrets, &who, &input).await {
+    match connections::create(&state.pool, &state.inner.ctx.secrets, &who, &input).await {
         Ok(c) => {
             set_flash(
                 jar,
@@ -592,7 +599,7 @@ pub async fn page_detail(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let secret_names = secret_fields(c.connection.provider)
         .iter()
         .map(|(k, _)| {
@@ -625,7 +632,7 @@ pub async fn page_edit(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
-    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let values = match serde_json::to_value(&c.connection.settings) {
         Ok(Value::Object(m)) => m,
         _ => Map::new(),
@@ -676,7 +683,7 @@ pub async fn page_update(
         settings.entry(key.to_string()).or_insert(Value::Null);
     }
     input.settings = Some(settings);
-    match connections::update(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+    match connections::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &input).await {
         Ok(c) => {
             set_flash(jar, &format!("Connection {} updated.", c.connection.name));
             Ok(redirect(req, &format!("/connections/{id}")))
@@ -715,6 +722,7 @@ async fn update_again(
 ) -> PageResult<Response> {
     let set = state
         .inner
+        .ctx
         .secrets
         .fields_set(&current.secret_ref)
         .await
@@ -746,7 +754,7 @@ pub async fn page_test(
     who: Data<&Principal>,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let report = connections::test(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let report = connections::test(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     page_with_status(StatusCode::OK, &TestResult { report })
 }
 
@@ -766,7 +774,7 @@ pub async fn page_rotate(
     let input = input_from_form(&bytes);
     match connections::rotate(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &who,
         &id,
         input.secrets.as_ref().unwrap_or(&Map::new()),
@@ -802,7 +810,7 @@ pub async fn page_delete_confirm(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
-    let c = connections::get(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let used_by = connections::used_by(&state.pool, &id).await?;
     page_with_status(
         StatusCode::OK,
@@ -865,11 +873,17 @@ async fn slots_fragment(
     notice: Option<String>,
     refused: Option<(String, String)>,
 ) -> SlotsFragment {
-    let (slots, error) =
-        match crate::pipelines::source_slots(&state.pool, &state.inner.secrets, who, id).await {
-            Ok(s) => (s, None),
-            Err(e) => (vec![], Some(e.to_string())),
-        };
+    let (slots, error) = match crate::pipelines::source_slots(
+        &state.pool,
+        &state.inner.ctx.secrets,
+        who,
+        id,
+    )
+    .await
+    {
+        Ok(s) => (s, None),
+        Err(e) => (vec![], Some(e.to_string())),
+    };
     SlotsFragment {
         connection_id: id.to_string(),
         slots,
@@ -904,7 +918,7 @@ pub async fn drop_slot_form(
     who.require(Role::Admin, "drop replication slots")?;
     match crate::pipelines::drop_orphan_slot(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &who,
         &id,
         &name,

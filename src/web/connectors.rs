@@ -69,7 +69,7 @@ impl resource::Create for Connectors {
         who: &Principal,
         input: ConnectorInput,
     ) -> crate::error::Result<ConnectorView> {
-        connectors::create(&s.pool, &s.inner.reconciler, who, &input).await
+        connectors::create(&s.pool, &s.inner.ctx.reconciler, who, &input).await
     }
 }
 
@@ -92,13 +92,13 @@ impl resource::Control for Connectors {
         key: &str,
         action: Action,
     ) -> crate::error::Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
         match (action, action.desired_state()) {
             (Action::Restart, _) => {
                 connectors::request_restart(pool, reconciler, who, key, false).await
             }
             (Action::Adopt, _) => {
-                connectors::adopt_live(pool, &s.inner.secrets, reconciler, who, key).await
+                connectors::adopt_live(pool, &s.inner.ctx.secrets, reconciler, who, key).await
             }
             (_, Some(to)) => connectors::set_state(pool, reconciler, who, key, to).await,
             (_, None) => Err(Error::NotFound(format!("action {}", action.as_str()))),
@@ -110,7 +110,7 @@ impl resource::Control for Connectors {
 /// until the reconciler has removed it.
 pub async fn api_delete(cx: Ctx, Path(key): Path<String>) -> ApiResult<Json<ConnectorView>> {
     let s = &cx.state;
-    let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+    let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
     Ok(Json(
         connectors::set_state(pool, reconciler, &cx.who, &key, DesiredState::Deleted).await?,
     ))
@@ -134,7 +134,7 @@ pub async fn api_reconciler(cx: Ctx) -> ApiResult<Json<crate::reconcile::Status>
     cx.who.require(Role::Viewer, "see the reconciler")?;
     let s = &cx.state;
     Ok(Json(
-        crate::reconcile::status(&s.pool, &s.inner.reconciler)
+        crate::reconcile::status(&s.pool, &s.inner.ctx.reconciler)
             .await
             .map_err(Error::Unexpected)?,
     ))
@@ -146,7 +146,7 @@ pub async fn api_reconcile_now(cx: Ctx) -> ApiResult<AcceptedEmpty> {
     crate::reconcile::bump_desired_version(&cx.state.pool)
         .await
         .map_err(Error::Unexpected)?;
-    cx.state.inner.reconciler.wake();
+    cx.state.inner.ctx.reconciler.wake();
     Ok(AcceptedEmpty)
 }
 
@@ -171,7 +171,7 @@ pub async fn api_topics(
 ) -> ApiResult<Serialized<ListPage<TopicInfo>>> {
     let s = &cx.state;
     let w = q.window(TOPIC_STATES)?;
-    let topics = kafka::topics(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
+    let topics = kafka::topics(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?;
     let list = listing::InMemory::new(topics, |t| &t.name, topic_state);
     Ok(Serialized::new(list.page(&w).json().to_string()))
 }
@@ -190,7 +190,8 @@ async fn cluster_topics(
 ) -> Result<std::sync::Arc<listing::InMemory<TopicInfo>>, Error> {
     (state.inner.snapshots)
         .external(&format!("topics {cluster}"), TOPICS_MAX_AGE, || async {
-            let mut topics = kafka::topics(&state.pool, &state.inner.secrets, who, cluster).await?;
+            let mut topics =
+                kafka::topics(&state.pool, &state.inner.ctx.secrets, who, cluster).await?;
             topics.retain(|t| !t.internal);
             Ok(listing::InMemory::new(topics, |t| &t.name, topic_state))
         })
@@ -219,7 +220,7 @@ pub async fn api_topic_create(
     Json(input): Json<NewTopicInput>,
 ) -> ApiResult<Created<TopicInfo>> {
     let s = &cx.state;
-    let t = kafka::create_topic(&s.pool, &s.inner.secrets, &cx.who, &id, &input).await?;
+    let t = kafka::create_topic(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, &input).await?;
     forget_topics(s, &id);
     Ok(Created(t))
 }
@@ -230,7 +231,7 @@ pub async fn api_topic_get(
 ) -> ApiResult<Json<TopicInfo>> {
     let s = &cx.state;
     Ok(Json(
-        kafka::topic(&s.pool, &s.inner.secrets, &cx.who, &id, &name).await?,
+        kafka::topic(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, &name).await?,
     ))
 }
 
@@ -248,7 +249,15 @@ pub async fn api_topic_delete(
     Query(c): Query<Confirm>,
 ) -> ApiResult<NoContent> {
     let s = &cx.state;
-    kafka::delete_topic(&s.pool, &s.inner.secrets, &cx.who, &id, &name, &c.confirm).await?;
+    kafka::delete_topic(
+        &s.pool,
+        &s.inner.ctx.secrets,
+        &cx.who,
+        &id,
+        &name,
+        &c.confirm,
+    )
+    .await?;
     forget_topics(s, &id);
     Ok(NoContent)
 }
@@ -269,7 +278,7 @@ pub async fn api_connect_plugins(
     Path(id): Path<String>,
 ) -> ApiResult<Json<ConnectPlugins>> {
     let s = &cx.state;
-    let h = crate::clusters::check_health(&s.pool, &s.inner.secrets, &cx.who, &id).await?;
+    let h = crate::clusters::check_health(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?;
     if !h.reachable {
         return Err(
             Error::Unavailable(h.error.unwrap_or_else(|| "Connect is unreachable".into())).into(),
@@ -522,8 +531,13 @@ async fn new_page(
     let (plugins, plugin_error) = if form.cluster.is_empty() {
         (vec![], None)
     } else {
-        match crate::clusters::check_health(&state.pool, &state.inner.secrets, who, &form.cluster)
-            .await?
+        match crate::clusters::check_health(
+            &state.pool,
+            &state.inner.ctx.secrets,
+            who,
+            &form.cluster,
+        )
+        .await?
         {
             h if h.reachable => (h.plugins, None),
             h => (
@@ -661,7 +675,7 @@ pub async fn page_create(
     if errors.is_empty() {
         errors = match connectors::check_with_plugin(
             &state.pool,
-            &state.inner.secrets,
+            &state.inner.ctx.secrets,
             &who,
             &form.cluster,
             &form.name,
@@ -681,7 +695,7 @@ pub async fn page_create(
             config: Some(map),
             desired_state: set(&form.state),
         };
-        match connectors::create(&state.pool, &state.inner.reconciler, &who, &input).await {
+        match connectors::create(&state.pool, &state.inner.ctx.reconciler, &who, &input).await {
             Ok(c) => {
                 set_flash(
                     jar,
@@ -725,7 +739,7 @@ pub async fn page_delete(
     }
     connectors::set_state(
         &state.pool,
-        &state.inner.reconciler,
+        &state.inner.ctx.reconciler,
         &who,
         &key,
         DesiredState::Deleted,
@@ -948,7 +962,7 @@ pub async fn kafka_cluster_form(
     req: &Request,
     Form(form): Form<KafkaForm>,
 ) -> PageResult<Response> {
-    match kafka::create(&state.pool, &state.inner.secrets, &who, &form.input()).await {
+    match kafka::create(&state.pool, &state.inner.ctx.secrets, &who, &form.input()).await {
         Ok(k) => {
             set_flash(jar, &format!("Kafka cluster {} registered.", k.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -977,7 +991,8 @@ pub async fn connect_cluster_form(
     req: &Request,
     Form(form): Form<ConnectForm>,
 ) -> PageResult<Response> {
-    match crate::clusters::create(&state.pool, &state.inner.secrets, &who, &form.input()).await {
+    match crate::clusters::create(&state.pool, &state.inner.ctx.secrets, &who, &form.input()).await
+    {
         Ok(created) => {
             let forms = ClusterForms {
                 created: Some((
@@ -1179,7 +1194,7 @@ pub async fn page_topic_create(
     if errors.is_empty() {
         match kafka::create_topic(
             &state.pool,
-            &state.inner.secrets,
+            &state.inner.ctx.secrets,
             &who,
             &form.cluster,
             &input,
@@ -1267,12 +1282,19 @@ async fn topic_delete_page(
 ) -> PageResult<TopicDeletePage> {
     who.require(Role::Admin, "delete topics")?;
     let cluster = kafka::get(&state.pool, who, cluster).await?;
-    let (topic, read_error) =
-        match kafka::topic(&state.pool, &state.inner.secrets, who, &cluster.id, name).await {
-            Ok(t) => (Some(t), None),
-            Err(Error::NotFound(m)) => return Err(Error::NotFound(m).into()),
-            Err(e) => (None, Some(e.to_string())),
-        };
+    let (topic, read_error) = match kafka::topic(
+        &state.pool,
+        &state.inner.ctx.secrets,
+        who,
+        &cluster.id,
+        name,
+    )
+    .await
+    {
+        Ok(t) => (Some(t), None),
+        Err(Error::NotFound(m)) => return Err(Error::NotFound(m).into()),
+        Err(e) => (None, Some(e.to_string())),
+    };
     Ok(TopicDeletePage {
         layout: Layout::new(format!("Delete {name}"), paths::TOPICS, who, jar),
         cluster,
@@ -1316,7 +1338,7 @@ pub async fn page_topic_delete(
 ) -> PageResult<Response> {
     let attempt = match kafka::delete_topic(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &who,
         &cluster,
         &name,

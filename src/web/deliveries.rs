@@ -42,20 +42,20 @@ impl resource::Paged for Deliveries {
 impl resource::Get for Deliveries {
     type Detail = Detail;
     async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        deliveries::detail(&s.pool, &s.inner.secrets, who, id).await
+        deliveries::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
 impl resource::Preview for Deliveries {
     type Preview = Preview;
     async fn preview(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Preview> {
-        deliveries::preview(&s.pool, &s.inner.secrets, who, &input).await
+        deliveries::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
 impl resource::Create for Deliveries {
     async fn create(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Delivery> {
-        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
         deliveries::create(&s.pool, secrets, reconciler, who, &input).await
     }
 }
@@ -67,21 +67,21 @@ impl resource::Update for Deliveries {
         id: &str,
         patch: DeliveryInput,
     ) -> Result<Delivery> {
-        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
         deliveries::update(&s.pool, secrets, reconciler, who, id, &patch).await
     }
 }
 
 impl resource::Delete for Deliveries {
     async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
-        deliveries::delete(&s.pool, &s.inner.reconciler, who, id).await
+        deliveries::delete(&s.pool, &s.inner.ctx.reconciler, who, id).await
     }
 }
 
 impl resource::Control for Deliveries {
     type Controlled = ConnectorView;
     async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
         match (action, action.desired_state()) {
             (Action::Restart, _) => deliveries::restart(pool, reconciler, who, id, false).await,
             (Action::Pause | Action::Resume, Some(to)) => {
@@ -109,7 +109,7 @@ pub async fn api_objects(
     Ok(Json(
         deliveries::objects(
             &s.pool,
-            &s.inner.secrets,
+            &s.inner.ctx.secrets,
             &cx.who,
             &id,
             q.limit.unwrap_or(20),
@@ -155,7 +155,7 @@ async fn destinations(
     who: &Principal,
 ) -> crate::error::Result<Vec<crate::connections::ConnectionView>> {
     Ok(
-        crate::connections::list(&state.pool, &state.inner.secrets, who)
+        crate::connections::list(&state.pool, &state.inner.ctx.secrets, who)
             .await?
             .into_iter()
             .filter(|c| {
@@ -344,7 +344,7 @@ pub async fn page_detail(
     Path(id): Path<String>,
     Query(sort): Query<crate::web::pipelines::SortQuery>,
 ) -> PageResult<Response> {
-    let mut d = deliveries::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let mut d = deliveries::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     if sort.stale() {
         crate::tables::freshness::sort_most_behind(&mut d.tables);
     }
@@ -452,44 +452,50 @@ pub async fn page_objects(
     if !super::home::is_htmx(req) {
         return Ok(redirect(req, &format!("/deliveries/{id}")));
     }
-    let partial =
-        match deliveries::objects(&state.pool, &state.inner.secrets, &who, &id, NEWEST_SHOWN).await
-        {
-            Ok(list) => {
-                let now = chrono::Utc::now();
-                ObjectsPartial {
-                    rows: list
-                        .items
-                        .into_iter()
-                        .map(|o| ObjectRow {
-                            size: size_text(o.size),
-                            ago: crate::time::parse(&o.last_modified).map(|t| {
-                                let secs = (now - t).num_seconds().max(0) as u64;
-                                format!("{} ago", super::home::human_duration(secs))
-                            }),
-                            at: o.last_modified,
-                            key: o.key,
-                        })
-                        .collect(),
-                    prefixes: list.prefixes,
-                    truncated: list.truncated,
-                    error: None,
-                    listed_at: crate::time::format(now),
-                    id,
-                }
-            }
-            Err(e @ (Error::Forbidden { .. } | Error::NotFound(_) | Error::Unauthenticated)) => {
-                return Err(e.into())
-            }
-            Err(e) => ObjectsPartial {
+    let partial = match deliveries::objects(
+        &state.pool,
+        &state.inner.ctx.secrets,
+        &who,
+        &id,
+        NEWEST_SHOWN,
+    )
+    .await
+    {
+        Ok(list) => {
+            let now = chrono::Utc::now();
+            ObjectsPartial {
+                rows: list
+                    .items
+                    .into_iter()
+                    .map(|o| ObjectRow {
+                        size: size_text(o.size),
+                        ago: crate::time::parse(&o.last_modified).map(|t| {
+                            let secs = (now - t).num_seconds().max(0) as u64;
+                            format!("{} ago", super::home::human_duration(secs))
+                        }),
+                        at: o.last_modified,
+                        key: o.key,
+                    })
+                    .collect(),
+                prefixes: list.prefixes,
+                truncated: list.truncated,
+                error: None,
+                listed_at: crate::time::format(now),
                 id,
-                rows: vec![],
-                prefixes: vec![],
-                truncated: false,
-                error: Some(super::error::public_message(&e)),
-                listed_at: crate::time::now(),
-            },
-        };
+            }
+        }
+        Err(e @ (Error::Forbidden { .. } | Error::NotFound(_) | Error::Unauthenticated)) => {
+            return Err(e.into())
+        }
+        Err(e) => ObjectsPartial {
+            id,
+            rows: vec![],
+            prefixes: vec![],
+            truncated: false,
+            error: Some(super::error::public_message(&e)),
+            listed_at: crate::time::now(),
+        },
+    };
     // A listing that failed is part of the answer, not a failed request: htmx swaps it in.
     page_with_status(StatusCode::OK, &partial)
 }
@@ -878,8 +884,8 @@ pub async fn page_submit(
     let outcome = if page.f.form.step == "create" {
         match deliveries::create(
             &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
+            &state.inner.ctx.secrets,
+            &state.inner.ctx.reconciler,
             &who,
             &input,
         )
@@ -898,7 +904,7 @@ pub async fn page_submit(
             Err(e) => Err(e),
         }
     } else {
-        deliveries::preview(&state.pool, &state.inner.secrets, &who, &input)
+        deliveries::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
             .await
             .map(|p| page.preview = Some(p))
     };
@@ -1014,8 +1020,8 @@ pub async fn page_update(
     };
     match deliveries::update(
         &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
+        &state.inner.ctx.secrets,
+        &state.inner.ctx.reconciler,
         &who,
         &page.d.id,
         &patch,
@@ -1110,7 +1116,7 @@ pub async fn page_delete(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     let mut page = delete_page(&state, &who, jar, &id).await?;
-    match deliveries::delete(&state.pool, &state.inner.reconciler, &who, &page.d.id).await {
+    match deliveries::delete(&state.pool, &state.inner.ctx.reconciler, &who, &page.d.id).await {
         Ok(()) => {
             set_flash(
                 jar,

@@ -101,7 +101,7 @@ const SINKS: &[&str] = &[
 
 /// Runs every step's check now, in order.
 pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Result<Vec<Step>> {
-    let (pool, store) = (&state.pool, &state.inner.secrets);
+    let (pool, store) = (&state.pool, &state.inner.ctx.secrets);
     let mut out = Vec::new();
 
     let kafka = Step::new(

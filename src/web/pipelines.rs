@@ -40,20 +40,20 @@ impl resource::Paged for Pipelines {
 impl resource::Get for Pipelines {
     type Detail = Detail;
     async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        pipelines::detail(&s.pool, &s.inner.secrets, who, id).await
+        pipelines::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
 impl resource::Preview for Pipelines {
     type Preview = Preview;
     async fn preview(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Preview> {
-        pipelines::preview(&s.pool, &s.inner.secrets, who, &input).await
+        pipelines::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
 impl resource::Create for Pipelines {
     async fn create(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Pipeline> {
-        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
         pipelines::create(&s.pool, secrets, reconciler, who, &input).await
     }
 }
@@ -61,7 +61,7 @@ impl resource::Create for Pipelines {
 impl resource::Control for Pipelines {
     type Controlled = ConnectorView;
     async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
         match (action, action.desired_state()) {
             (Action::Restart, _) => pipelines::restart(pool, reconciler, who, id, false).await,
             (Action::Pause | Action::Resume, Some(to)) => {
@@ -121,8 +121,8 @@ pub async fn api_patch(
         .ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
     let (pipeline, incremental_snapshot) = pipelines::set_tables(
         &s.pool,
-        &s.inner.secrets,
-        &s.inner.reconciler,
+        &s.inner.ctx.secrets,
+        &s.inner.ctx.reconciler,
         who,
         &id,
         tables,
@@ -150,7 +150,7 @@ pub async fn api_resnapshot(
 ) -> ApiResult<Accepted<pipelines::Resnapshot>> {
     let s = &cx.state;
     Ok(Accepted(
-        pipelines::resnapshot(&s.pool, &s.inner.secrets, &cx.who, &id, input.tables).await?,
+        pipelines::resnapshot(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, input.tables).await?,
     ))
 }
 
@@ -179,7 +179,7 @@ pub async fn api_reset(
     let s = &cx.state;
     let operation_id = pipelines::reset(
         &s.pool,
-        &s.inner.reconciler,
+        &s.inner.ctx.reconciler,
         &cx.who,
         &id,
         input.confirm.as_deref(),
@@ -234,7 +234,7 @@ pub async fn page_reset(
     let confirm = input.confirm.unwrap_or_default();
     let (status, why) = match pipelines::reset(
         &state.pool,
-        &state.inner.reconciler,
+        &state.inner.ctx.reconciler,
         &who,
         &id,
         Some(&confirm),
@@ -273,7 +273,7 @@ pub async fn api_delete(
 ) -> ApiResult<Json<pipelines::Deleted>> {
     let s = &cx.state;
     Ok(Json(
-        pipelines::delete(&s.pool, &s.inner.reconciler, &cx.who, &id, q.drop_slot).await?,
+        pipelines::delete(&s.pool, &s.inner.ctx.reconciler, &cx.who, &id, q.drop_slot).await?,
     ))
 }
 
@@ -389,7 +389,7 @@ pub async fn page_detail(
     Path(id): Path<String>,
     Query(sort): Query<SortQuery>,
 ) -> PageResult<Response> {
-    let mut d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let mut d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     if sort.stale() {
         crate::tables::freshness::sort_stalest(&mut d.tables);
     }
@@ -434,7 +434,7 @@ pub async fn page_resnapshot(
     let tables = ticked_tables(body).await?;
     let (status, why) = match pipelines::resnapshot(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         &who,
         &id,
         tables.clone(),
@@ -458,7 +458,7 @@ pub async fn page_resnapshot(
         Err(Error::Conflict(why)) => (StatusCode::CONFLICT, why),
         Err(e) => return Err(e.into()),
     };
-    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
     let schema = crate::tables::schema::pipeline_schema(&state.pool, &who, &d.pipeline.id).await?;
     page_with_status(
@@ -508,7 +508,7 @@ async fn tables_page(
     let p = pipelines::load(&state.pool, id).await?;
     let (tables, table_error) = match crate::connections::discover(
         &state.pool,
-        &state.inner.secrets,
+        &state.inner.ctx.secrets,
         who,
         &p.source_connection_id,
     )
@@ -565,8 +565,8 @@ pub async fn page_tables_submit(
     let tables = ticked_tables(body).await?;
     match pipelines::set_tables(
         &state.pool,
-        &state.inner.secrets,
-        &state.inner.reconciler,
+        &state.inner.ctx.secrets,
+        &state.inner.ctx.reconciler,
         &who,
         &id,
         tables.clone(),
@@ -694,7 +694,7 @@ async fn new_page(
     preview: Option<Preview>,
     errors: crate::error::FieldErrors,
 ) -> PageResult<NewPage> {
-    let sources: Vec<_> = crate::connections::list(&state.pool, &state.inner.secrets, who)
+    let sources: Vec<_> = crate::connections::list(&state.pool, &state.inner.ctx.secrets, who)
         .await?
         .into_iter()
         .filter(|c| c.connection.is_source() && c.connection.database().is_some())
@@ -702,7 +702,7 @@ async fn new_page(
     let (tables, table_error) = if form.source.is_empty() {
         (vec![], None)
     } else {
-        match crate::connections::discover(&state.pool, &state.inner.secrets, who, &form.source)
+        match crate::connections::discover(&state.pool, &state.inner.ctx.secrets, who, &form.source)
             .await
         {
             Ok(d) => (
@@ -773,8 +773,8 @@ pub async fn page_submit(
     if form.step == "create" {
         match pipelines::create(
             &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
+            &state.inner.ctx.secrets,
+            &state.inner.ctx.reconciler,
             &who,
             &input,
         )
@@ -807,7 +807,7 @@ pub async fn page_submit(
             Err(e) => return Err(e.into()),
         }
     }
-    match pipelines::preview(&state.pool, &state.inner.secrets, &who, &input).await {
+    match pipelines::preview(&state.pool, &state.inner.ctx.secrets, &who, &input).await {
         Ok(p) => page_with_status(
             StatusCode::OK,
             &new_page(&state, &who, jar, form, Some(p), Default::default()).await?,
@@ -835,7 +835,7 @@ pub async fn page_delete_confirm(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Operator, "delete pipelines")?;
-    let d = pipelines::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     page_with_status(
         StatusCode::OK,
         &DeletePage {
@@ -865,8 +865,14 @@ pub async fn page_delete(
         .map_err(|e| Error::Unexpected(e.into()))?;
     let drop_slot =
         url::form_urlencoded::parse(&bytes).any(|(k, v)| k == "drop_slot" && v == "true");
-    let deleted =
-        pipelines::delete(&state.pool, &state.inner.reconciler, &who, &id, drop_slot).await?;
+    let deleted = pipelines::delete(
+        &state.pool,
+        &state.inner.ctx.reconciler,
+        &who,
+        &id,
+        drop_slot,
+    )
+    .await?;
     set_flash(
         jar,
         &format!(

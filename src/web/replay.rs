@@ -57,13 +57,13 @@ async fn plan_or_start(
 ) -> ApiResult<PlanOrStarted> {
     let (s, who) = (&cx.state, &cx.who);
     if dry_run {
-        let (_, plan) = replay::plan(&s.pool, &s.inner.secrets, who, id, input).await?;
+        let (_, plan) = replay::plan(&s.pool, &s.inner.ctx.secrets, who, id, input).await?;
         return Ok(PlanOrStarted::Plan(plan));
     }
     let started = replay::start(
         &s.pool,
-        &s.inner.secrets,
-        &s.inner.reconciler,
+        &s.inner.ctx.secrets,
+        &s.inner.ctx.reconciler,
         who,
         id,
         input,
@@ -360,7 +360,8 @@ pub async fn page_restore(
         ..Default::default()
     };
     let mut p = page(&who, jar, d, form);
-    let status = match replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+    let status = match replay::plan(&state.pool, &state.inner.ctx.secrets, &who, &id, &input).await
+    {
         Ok((_, plan)) => {
             p.plan = Some(plan);
             StatusCode::OK
@@ -396,8 +397,8 @@ pub async fn page_replay_submit(
     let status = if start {
         match replay::start(
             &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
+            &state.inner.ctx.secrets,
+            &state.inner.ctx.reconciler,
             &who,
             &id,
             &input,
@@ -420,7 +421,7 @@ pub async fn page_replay_submit(
             Err(e) => {
                 // Show the plan again beside the refusal, when it can still be made.
                 if let Ok((_, plan)) =
-                    replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await
+                    replay::plan(&state.pool, &state.inner.ctx.secrets, &who, &id, &input).await
                 {
                     p.plan = Some(plan);
                 }
@@ -428,7 +429,7 @@ pub async fn page_replay_submit(
             }
         }
     } else {
-        match replay::plan(&state.pool, &state.inner.secrets, &who, &id, &input).await {
+        match replay::plan(&state.pool, &state.inner.ctx.secrets, &who, &id, &input).await {
             Ok((_, plan)) => {
                 p.plan = Some(plan);
                 StatusCode::OK

@@ -36,20 +36,20 @@ impl resource::List for Replications {
 impl resource::Get for Replications {
     type Detail = Detail;
     async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        replications::detail(&s.pool, &s.inner.secrets, who, id).await
+        replications::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
     }
 }
 
 impl resource::Preview for Replications {
     type Preview = Preview;
     async fn preview(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Preview> {
-        replications::preview(&s.pool, &s.inner.secrets, who, &input).await
+        replications::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
     }
 }
 
 impl resource::Create for Replications {
     async fn create(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Replication> {
-        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
         replications::create(&s.pool, secrets, reconciler, who, &input).await
     }
 }
@@ -61,14 +61,14 @@ impl resource::Update for Replications {
         id: &str,
         patch: ReplicationInput,
     ) -> Result<Replication> {
-        let (secrets, reconciler) = (&s.inner.secrets, &s.inner.reconciler);
+        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
         replications::update(&s.pool, secrets, reconciler, who, id, &patch).await
     }
 }
 
 impl resource::Delete for Replications {
     async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
-        replications::delete(&s.pool, &s.inner.reconciler, who, id).await
+        replications::delete(&s.pool, &s.inner.ctx.reconciler, who, id).await
     }
 }
 
@@ -76,7 +76,7 @@ impl resource::Delete for Replications {
 impl resource::Control for Replications {
     type Controlled = Replication;
     async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<Replication> {
-        let (pool, reconciler) = (&s.pool, &s.inner.reconciler);
+        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
         match (action, action.desired_state()) {
             (Action::Restart, _) => replications::restart(pool, reconciler, who, id, false).await,
             (Action::Pause | Action::Resume, Some(to)) => {
@@ -299,8 +299,8 @@ pub async fn page_submit(
     let outcome = if create {
         match replications::create(
             &state.pool,
-            &state.inner.secrets,
-            &state.inner.reconciler,
+            &state.inner.ctx.secrets,
+            &state.inner.ctx.reconciler,
             &who,
             &input,
         )
@@ -319,7 +319,7 @@ pub async fn page_submit(
             Err(e) => Err(e),
         }
     } else {
-        replications::preview(&state.pool, &state.inner.secrets, &who, &input)
+        replications::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
             .await
             .map(|p| {
                 page.preview = Some(p);
@@ -331,7 +331,7 @@ pub async fn page_submit(
             page.errors = fields;
             if create {
                 page.preview =
-                    replications::preview(&state.pool, &state.inner.secrets, &who, &input)
+                    replications::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
                         .await
                         .ok();
             }
@@ -374,7 +374,7 @@ pub async fn page_detail(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let d = replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+    let d = replications::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
@@ -398,7 +398,7 @@ pub async fn page_act(
         Role::Operator,
         "pause, resume, restart or delete replications",
     )?;
-    let wake = &state.inner.reconciler;
+    let wake = &state.inner.ctx.reconciler;
     match action.as_str() {
         "pause" => {
             Replications::act(&state, &who, &id, Action::Pause).await?;
@@ -441,7 +441,7 @@ pub async fn api_readiness(
 ) -> ApiResult<Json<replications::Readiness>> {
     let s = &cx.state;
     Ok(Json(
-        replications::readiness(&s.pool, &s.inner.secrets, &cx.who, &id, &q.group).await?,
+        replications::readiness(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, &q.group).await?,
     ))
 }
 
@@ -466,7 +466,7 @@ pub async fn page_readiness(
     let rep = replications::load(&state.pool, &id).await?;
     let mut group = q.group;
     if group.is_empty() {
-        let d = replications::detail(&state.pool, &state.inner.secrets, &who, &id).await?;
+        let d = replications::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
         group = d
             .progress
             .checkpoints
@@ -475,7 +475,9 @@ pub async fn page_readiness(
             .unwrap_or_default();
     }
     let (r, problem) =
-        match replications::readiness(&state.pool, &state.inner.secrets, &who, &id, &group).await {
+        match replications::readiness(&state.pool, &state.inner.ctx.secrets, &who, &id, &group)
+            .await
+        {
             Ok(r) => (Some(r), None),
             Err(Error::NotFound(m)) => (None, Some(format!("No {m}."))),
             Err(e) => return Err(e.into()),
@@ -611,9 +613,11 @@ pub async fn page_update(
     let patch = f.patch();
     let save = f.action == "save";
     let mut page = edit_page(&state, &who, jar, &id, Some(f)).await?;
-    let (pool, store) = (&state.pool, &state.inner.secrets);
+    let (pool, store) = (&state.pool, &state.inner.ctx.secrets);
     let outcome = if save {
-        match replications::update(pool, store, &state.inner.reconciler, &who, &id, &patch).await {
+        match replications::update(pool, store, &state.inner.ctx.reconciler, &who, &id, &patch)
+            .await
+        {
             Ok(r) => {
                 set_flash(
                     jar,

@@ -24,9 +24,9 @@ use serde::Serialize;
 use super::{Created, Ctx, NoContent, Serialized};
 use crate::app::AppState;
 use crate::auth::Principal;
+pub use crate::connectors::Action;
 use crate::error::Result;
 use crate::listing::{ListPage, ListQuery, Window};
-use crate::reconcile::plan::DesiredState;
 
 use super::super::error::ApiResult;
 
@@ -99,39 +99,6 @@ pub trait Update: Resource {
 /// `DELETE /api/v1/<collection>/{id}`: 204.
 pub trait Delete: Resource {
     fn delete(s: &AppState, who: &Principal, id: &str) -> impl Future<Output = Result<()>> + Send;
-}
-
-/// What can be asked of something that runs as Kafka Connect connectors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Pause,
-    Resume,
-    Stop,
-    Restart,
-    /// Take the live connector's config as the desired one (connectors only).
-    Adopt,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Pause => "pause",
-            Action::Resume => "resume",
-            Action::Stop => "stop",
-            Action::Restart => "restart",
-            Action::Adopt => "adopt",
-        }
-    }
-
-    /// The desired state a state change asks for; `None` for the actions that are not one.
-    pub fn desired_state(self) -> Option<DesiredState> {
-        match self {
-            Action::Pause => Some(DesiredState::Paused),
-            Action::Resume => Some(DesiredState::Running),
-            Action::Stop => Some(DesiredState::Stopped),
-            Action::Restart | Action::Adopt => None,
-        }
-    }
 }
 
 /// `POST /api/v1/<collection>/{id}/<action>`: the reconciler carries the action out; the answer
