@@ -242,8 +242,7 @@ pub fn spawn_background(
         verdicts: Default::default(),
         transitions: Default::default(),
         outbox: Default::default(),
-        pool: pool.clone(),
-        store: inner.ctx.secrets.clone(),
+        ctx: inner.ctx.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
         lease: crate::reconcile::lease::Lease::new(
@@ -255,9 +254,7 @@ pub fn spawn_background(
         lease_ttl: Duration::from_secs(runtime.lease_ttl.max(1) as u64),
     };
     let operations = crate::operations::Runner {
-        pool: pool.clone(),
-        secrets: inner.ctx.secrets.clone(),
-        reconciler: inner.ctx.reconciler.clone(),
+        ctx: inner.ctx.clone(),
         lease: crate::reconcile::lease::Lease::new(
             pool.clone(),
             crate::operations::LEASE,

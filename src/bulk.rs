@@ -15,8 +15,6 @@
 //!   operations engine ends it once no item is left, and marks the items left as failed if
 //!   that process stopped.
 
-use std::sync::Arc;
-
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -25,6 +23,7 @@ use sqlx::SqlitePool;
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::connectors::{self, ConnectorView};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{ListQuery, Window, CONNECTOR_STATES, MAX_LIMIT};
 use crate::operations::{self, NewOperation, Operation, Step};
@@ -310,7 +309,8 @@ pub struct Request {
 
 /// Checks a request whole; every problem names its field (`action`, `targets[2].id`,
 /// `filter.state`, …). Reads only.
-pub async fn check(pool: &SqlitePool, who: &Principal, input: &BulkInput) -> Result<Request> {
+pub async fn check(ctx: &Ctx, who: &Principal, input: &BulkInput) -> Result<Request> {
+    let pool = &ctx.pool;
     let mut fields = FieldErrors::new();
     let action = match input.action.as_deref().map(str::trim) {
         None | Some("") => {
@@ -392,7 +392,7 @@ pub async fn check(pool: &SqlitePool, who: &Principal, input: &BulkInput) -> Res
                 }
             }
         }
-        (None, Some(filter)) => match by_filter(pool, who, filter).await {
+        (None, Some(filter)) => match by_filter(ctx, who, filter).await {
             Ok(found) => targets = found,
             Err(Error::Invalid { fields: f, .. }) => fields.extend(f),
             Err(e) => return Err(e),
@@ -455,7 +455,8 @@ async fn find(pool: &SqlitePool, kind: Kind, id: &str) -> Result<Target> {
 }
 
 /// Every item of a list matching the list page's filter (its `q`, `state` and `cluster`).
-async fn by_filter(pool: &SqlitePool, who: &Principal, f: &FilterInput) -> Result<Vec<Target>> {
+async fn by_filter(ctx: &Ctx, who: &Principal, f: &FilterInput) -> Result<Vec<Target>> {
+    let pool = &ctx.pool;
     let Some(kind) = f.kind.as_deref().and_then(Kind::parse) else {
         return Err(Error::field(
             "filter.kind",
@@ -495,7 +496,7 @@ async fn by_filter(pool: &SqlitePool, who: &Principal, f: &FilterInput) -> Resul
             q: f.list.q.trim().into(),
             ..Window::default()
         };
-        let all = crate::replications::list(pool, who).await?;
+        let all = crate::replications::list(ctx, who).await?;
         let matching: Vec<_> = all.into_iter().filter(|r| w.matches(&r.name)).collect();
         too_many(matching.len())?;
         return Ok(matching
@@ -518,12 +519,12 @@ async fn by_filter(pool: &SqlitePool, who: &Principal, f: &FilterInput) -> Resul
     let w = list.window(CONNECTOR_STATES).map_err(prefixed)?;
     let ids: Vec<String> = match kind {
         Kind::Pipeline => {
-            let p = crate::pipelines::page(pool, who, &w).await?;
+            let p = crate::pipelines::page(ctx, who, &w).await?;
             too_many(p.total as usize)?;
             p.items.into_iter().map(|p| p.id).collect()
         }
         Kind::Delivery => {
-            let p = crate::deliveries::page(pool, who, &w).await?;
+            let p = crate::deliveries::page(ctx, who, &w).await?;
             too_many(p.total as usize)?;
             p.items.into_iter().map(|d| d.id).collect()
         }
@@ -757,18 +758,12 @@ pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Bulk> {
     })
 }
 
-/// What `start` needs besides the request.
-pub struct Services {
-    pub pool: SqlitePool,
-    pub reconciler: Arc<crate::reconcile::Handle>,
-}
-
 /// Records the bulk (operation, items, one audit row) in one transaction, then carries the
 /// items out in the background; answers the operation's id at once.
-pub async fn start(svc: &Services, who: &Principal, input: &BulkInput) -> Result<String> {
+pub async fn start(ctx: &Ctx, who: &Principal, input: &BulkInput) -> Result<String> {
     who.require(Role::Operator, "run bulk actions")?;
-    let req = check(&svc.pool, who, input).await?;
-    let planned = plan(&svc.pool, &req).await?;
+    let req = check(ctx, who, input).await?;
+    let planned = plan(&ctx.pool, &req).await?;
     let change_set = crate::telemetry::current_request_id()
         .unwrap_or_else(|| format!("bulk-{}", uuid::Uuid::new_v4().simple()));
     let kinds: std::collections::BTreeSet<&str> =
@@ -780,7 +775,7 @@ pub async fn start(svc: &Services, who: &Principal, input: &BulkInput) -> Result
         kinds.into_iter().collect::<Vec<_>>().join(" and ")
     );
     let only_failed = matches!(req.action, Action::Restart { only_failed: true });
-    let mut tx = svc.pool.begin().await?;
+    let mut tx = ctx.pool.begin().await?;
     let id = operations::insert(
         &mut tx,
         who,
@@ -827,8 +822,7 @@ pub async fn start(svc: &Services, who: &Principal, input: &BulkInput) -> Result
     tx.commit().await?;
     tracing::info!(operation = %id, change_set = %change_set, items = planned.len(), action = req.action.name(), "bulk action started");
     let run = Runner {
-        pool: svc.pool.clone(),
-        reconciler: svc.reconciler.clone(),
+        ctx: ctx.clone(),
         who: who.clone(),
         action: req.action,
         id: id.clone(),
@@ -844,8 +838,7 @@ pub async fn start(svc: &Services, who: &Principal, input: &BulkInput) -> Result
 }
 
 struct Runner {
-    pool: SqlitePool,
-    reconciler: Arc<crate::reconcile::Handle>,
+    ctx: Ctx,
     who: Principal,
     action: Action,
     id: String,
@@ -877,7 +870,7 @@ impl Runner {
         )
         .bind(now_ms())
         .bind(&self.id)
-        .execute(&self.pool)
+        .execute(&self.ctx.pool)
         .await;
     }
 
@@ -888,7 +881,7 @@ impl Runner {
             .bind(crate::time::now())
             .bind(&self.id)
             .bind(pos)
-            .execute(&self.pool)
+            .execute(&self.ctx.pool)
             .await;
         if let Err(e) = done {
             tracing::error!(operation = %self.id, position = pos, error = %e, "recording a bulk item failed");
@@ -898,7 +891,7 @@ impl Runner {
     async fn item(&self, pos: i64, t: Target) {
         self.set(pos, "running", &format!("{}…", self.action.words()))
             .await;
-        let outcome = act(&self.pool, &self.reconciler, &self.who, self.action, &t).await;
+        let outcome = act(&self.ctx, &self.who, self.action, &t).await;
         match outcome {
             Ok(done) => self.set(pos, "done", &done).await,
             // Refusals: held by an operation, in use, a role that cannot, gone meanwhile.
@@ -920,13 +913,8 @@ impl Runner {
 }
 
 /// Carries out one item through the single action's own service function.
-async fn act(
-    pool: &SqlitePool,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    action: Action,
-    t: &Target,
-) -> Result<String> {
+async fn act(ctx: &Ctx, who: &Principal, action: Action, t: &Target) -> Result<String> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
     use crate::{deliveries, pipelines, replications};
     let id = t.id.as_str();
     let state = match action {
@@ -958,7 +946,7 @@ async fn act(
                 .await
                 .map(|_| ())?
         }
-        (Kind::Delivery, Action::Delete) => deliveries::delete(pool, wake, who, id).await?,
+        (Kind::Delivery, Action::Delete) => deliveries::delete(ctx, who, id).await?,
         (Kind::Replication, Action::Pause | Action::Resume) => {
             replications::set_state(pool, wake, who, id, state.unwrap_or(DesiredState::Running))
                 .await
@@ -969,7 +957,7 @@ async fn act(
                 .await
                 .map(|_| ())?
         }
-        (Kind::Replication, Action::Delete) => replications::delete(pool, wake, who, id).await?,
+        (Kind::Replication, Action::Delete) => replications::delete(ctx, who, id).await?,
         (Kind::Connector, Action::Pause | Action::Resume) => {
             connectors::set_state(pool, wake, who, id, state.unwrap_or(DesiredState::Running))
                 .await
@@ -1008,7 +996,7 @@ pub async fn step(ctx: &operations::Ctx<'_>, op: &Operation) -> Step {
         "SELECT COUNT(*) FROM bulk_items WHERE operation_id = ? AND state IN ('pending', 'running')",
     )
     .bind(&op.id)
-    .fetch_one(ctx.pool)
+    .fetch_one(&ctx.pool)
     .await;
     match open {
         Err(e) => Step::Wait(e.to_string()),
@@ -1017,7 +1005,7 @@ pub async fn step(ctx: &operations::Ctx<'_>, op: &Operation) -> Step {
             let failed = sqlx::query("UPDATE bulk_items SET state = 'failed', detail = CASE state WHEN 'pending' THEN 'not run: the ClueCDC process carrying this bulk action out stopped first; nothing was changed for this item' ELSE 'interrupted: the ClueCDC process carrying this bulk action out stopped while it ran; check the item''s own page' END, updated_at = ? WHERE operation_id = ? AND state IN ('pending', 'running')")
                 .bind(crate::time::now())
                 .bind(&op.id)
-                .execute(ctx.pool)
+                .execute(&ctx.pool)
                 .await;
             match failed {
                 Ok(_) => Step::Interrupted(format!(

@@ -313,9 +313,7 @@ fn write_out(path: &Option<std::path::PathBuf>, text: &str) -> anyhow::Result<()
 }
 
 struct Local {
-    pool: sqlx::SqlitePool,
-    store: std::sync::Arc<crate::secrets::store::SecretStore>,
-    wake: std::sync::Arc<crate::reconcile::Handle>,
+    svc: crate::ctx::Ctx,
     who: Principal,
 }
 
@@ -323,21 +321,15 @@ impl Local {
     async fn open(data: &DataSettings) -> anyhow::Result<Local> {
         let pool = app::open_database(data).await?;
         let keyring = crate::secrets::Keyring::load(data)?;
+        let store = crate::secrets::store::SecretStore::new(pool.clone(), keyring);
         Ok(Local {
-            store: std::sync::Arc::new(crate::secrets::store::SecretStore::new(
-                pool.clone(),
-                keyring,
-            )),
-            pool,
-            wake: Default::default(),
+            svc: crate::ctx::Ctx::new(pool, std::sync::Arc::new(store)),
             who: Principal::cli(),
         })
     }
     fn ctx(&self) -> crate::manifest::plan::Ctx<'_> {
         crate::manifest::plan::Ctx {
-            pool: &self.pool,
-            store: &self.store,
-            wake: &self.wake,
+            svc: &self.svc,
             who: &self.who,
             values: crate::manifest::plan::Values::LOCAL,
         }
@@ -347,7 +339,7 @@ impl Local {
 pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
     let local = Local::open(&args.data).await?;
     let text = match args.format.as_str() {
-        "cluecdc" => crate::manifest::export::export(&local.pool, &local.store, &local.who)
+        "cluecdc" => crate::manifest::export::export(&local.svc, &local.who)
             .await
             .map_err(explain)?,
         "strimzi" => {
@@ -361,7 +353,7 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
                 kafka_cluster: args.kafka_cluster,
             };
             let (text, warnings) =
-                crate::manifest::strimzi::export(&local.pool, &local.store, &local.who, &target)
+                crate::manifest::strimzi::export(&local.svc, &local.who, &target)
                     .await
                     .map_err(explain)?;
             for w in warnings {

@@ -76,3 +76,16 @@ impl Handle {
         ]
     }
 }
+
+#[cfg(test)]
+impl Ctx {
+    /// A context over `pool` with a fresh master key, for unit tests.
+    pub fn for_test(pool: &SqlitePool) -> Self {
+        let key = crate::secrets::keyring::MasterKey::generate().to_base64();
+        let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
+        Ctx::new(
+            pool.clone(),
+            Arc::new(SecretStore::new(pool.clone(), keyring)),
+        )
+    }
+}

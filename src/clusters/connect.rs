@@ -8,6 +8,7 @@ use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{random_token, token_hash, Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::secrets::binding::{self, Binding};
 
@@ -174,7 +175,8 @@ async fn check_kafka_cluster(pool: &SqlitePool, id: Option<&str>) -> Result<()> 
 
 const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, tls_ca_certificate, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectCluster>> {
+pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<ConnectCluster>> {
+    let pool = &ctx.pool;
     who.require(Role::Viewer, "see Connect clusters")?;
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
@@ -206,12 +208,14 @@ pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Connect
         .ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
 }
 
-pub async fn create(
-    pool: &SqlitePool,
-    store: &crate::secrets::store::SecretStore,
-    who: &Principal,
-    input: &ConnectClusterInput,
-) -> Result<WithToken> {
+/// [`get`] as the API's operation (`GET /api/v1/connect-clusters/{id}`).
+pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<ConnectCluster> {
+    get(&ctx.pool, who, id).await
+}
+
+pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectClusterInput) -> Result<WithToken> {
+    let pool = &ctx.pool;
+    let store: &crate::secrets::store::SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage clusters")?;
     let (name, url, managed_by) = validate(input)?;
     check_kafka_cluster(pool, input.kafka_cluster_id.as_deref()).await?;
@@ -296,12 +300,13 @@ pub const BINDINGS: &[Binding] = &[Binding {
 /// basic auth off (and forgets the password); a new `basic_auth_password` replaces the stored
 /// one. The provider token stays (rotate it separately).
 pub async fn update(
-    pool: &SqlitePool,
-    store: &crate::secrets::store::SecretStore,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     patch: &ConnectClusterInput,
 ) -> Result<ConnectCluster> {
+    let pool = &ctx.pool;
+    let store: &crate::secrets::store::SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage clusters")?;
     let cur = get(pool, who, id).await?;
     let merged = ConnectClusterInput {
@@ -486,7 +491,8 @@ pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
     Ok(users)
 }
 
-pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
     let used: Vec<String> = sqlx::query_scalar(

@@ -9,6 +9,7 @@ use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::kafka::{self, check_topic_name, KafkaAccess, TopicInfo, TopicSpec};
 use crate::secrets::binding::{self, Binding};
@@ -288,12 +289,9 @@ pub fn validate(input: &KafkaClusterInput) -> Result<(String, String, String, Op
 
 const SELECT: &str = "SELECT id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, health, health_at, created_at, updated_at FROM kafka_clusters";
 
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &KafkaClusterInput,
-) -> Result<KafkaCluster> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &KafkaClusterInput) -> Result<KafkaCluster> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage clusters")?;
     let (name, bootstrap, protocol, mechanism) = validate(input)?;
     let id = format!("kc_{}", uuid::Uuid::new_v4().simple());
@@ -332,12 +330,13 @@ pub async fn create(
 /// SASL drops the SASL settings and the stored password (unless the patch sets them, which is
 /// then refused). A new `sasl_password` replaces the stored one under the same reference.
 pub async fn update(
-    pool: &SqlitePool,
-    store: &SecretStore,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     patch: &KafkaClusterInput,
 ) -> Result<KafkaCluster> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage clusters")?;
     let cur = get(pool, who, id).await?;
     let protocol = patch
@@ -446,7 +445,8 @@ pub async fn update(
     get(pool, who, id).await
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<KafkaCluster>> {
+pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<KafkaCluster>> {
+    let pool = &ctx.pool;
     who.require(Role::Viewer, "see Kafka clusters")?;
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
@@ -476,7 +476,8 @@ pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
     Ok(users)
 }
 
-pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
     who.require(Role::Admin, "manage clusters")?;
     let c = get(pool, who, id).await?;
     let users: Vec<String> =
@@ -557,6 +558,14 @@ pub async fn check_health(
         .execute(pool)
         .await?;
     Ok(h)
+}
+
+/// The cluster with its health, checked now (`GET /api/v1/kafka-clusters/{id}`): the check
+/// stores the health and its time, which the cluster then shows, so it runs first.
+pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<KafkaClusterDetail> {
+    let health = check_health(&ctx.pool, &ctx.secrets, who, id).await?;
+    let cluster = get(&ctx.pool, who, id).await?;
+    Ok(KafkaClusterDetail::new(cluster, health))
 }
 
 pub async fn topics(
@@ -806,13 +815,14 @@ mod tests {
                 .unwrap();
         }
         let who = Principal::cli();
-        match crate::clusters::connect::delete(&pool, &who, "cc").await {
+        let ctx = crate::ctx::Ctx::for_test(&pool);
+        match crate::clusters::connect::delete(&ctx, &who, "cc").await {
             Err(Error::Conflict(m)) => {
                 assert!(m.contains("pipeline orders") && m.contains("first"), "{m}")
             }
             other => panic!("{other:?}"),
         }
-        match delete(&pool, &who, "kc").await {
+        match delete(&ctx, &who, "kc").await {
             Err(Error::Conflict(m)) => {
                 assert!(m.contains("pipeline orders") && m.contains("first"), "{m}")
             }
@@ -822,10 +832,10 @@ mod tests {
             .execute(&pool)
             .await
             .unwrap();
-        crate::clusters::connect::delete(&pool, &who, "cc")
+        crate::clusters::connect::delete(&ctx, &who, "cc")
             .await
             .unwrap();
-        delete(&pool, &who, "kc").await.unwrap();
+        delete(&ctx, &who, "kc").await.unwrap();
     }
 
     fn cluster(protocol: &str, mechanism: Option<&str>, ca: bool) -> KafkaCluster {

@@ -22,6 +22,7 @@ use sqlx::SqlitePool;
 use self::settings::{parse_database, parse_object_storage, parse_secrets, Settings};
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{self, ListSql, Page, Window};
 use crate::secrets::binding::{self, Rebound};
@@ -498,12 +499,9 @@ async fn server_id_taken(pool: &SqlitePool, settings: &Settings, except_id: &str
     Ok(n > 0)
 }
 
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &ConnectionInput,
-) -> Result<ConnectionView> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectionInput) -> Result<ConnectionView> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage connections")?;
     let mut errors = FieldErrors::new();
     let validated = validate(input, None, &mut errors);
@@ -597,12 +595,9 @@ pub const STATES: &[&str] = &["FAILED", "PASSED", "UNTESTED"];
 
 /// One page of connections: `q` matches the name, `state` the last test (failed, passed,
 /// untested).
-pub async fn page(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    w: &Window,
-) -> Result<Page<ConnectionView>> {
+pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<ConnectionView>> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Viewer, "see connections")?;
     let ids = listing::page_ids(
         pool,
@@ -636,12 +631,9 @@ pub async fn load(pool: &SqlitePool, id: &str) -> Result<Connection> {
     from_row(row.ok_or_else(|| Error::NotFound(format!("connection {id}")))?)
 }
 
-pub async fn get(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<ConnectionView> {
+pub async fn get(ctx: &Ctx, who: &Principal, id: &str) -> Result<ConnectionView> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Viewer, "see connections")?;
     view(store, load(pool, id).await?).await
 }
@@ -649,12 +641,13 @@ pub async fn get(
 /// Changes name, capabilities and settings (merged key by key; `null` removes a key), and
 /// optionally replaces some secret fields. The provider cannot change and `secret_ref` never does.
 pub async fn update(
-    pool: &SqlitePool,
-    store: &SecretStore,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     patch: &ConnectionInput,
 ) -> Result<ConnectionView> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage connections")?;
     let current = load(pool, id).await?;
     let mut errors = FieldErrors::new();
@@ -844,7 +837,8 @@ pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
     Ok(users)
 }
 
-pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
     who.require(Role::Admin, "manage connections")?;
     let current = load(pool, id).await?;
     let users = used_by(pool, id).await?;

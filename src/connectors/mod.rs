@@ -10,6 +10,7 @@ use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{self, ListSql, Page, Window};
 use crate::reconcile::plan::{diff, DesiredState};
@@ -567,12 +568,9 @@ async fn changed(pool: &SqlitePool, wake: &crate::reconcile::Handle) -> Result<(
     Ok(())
 }
 
-pub async fn create(
-    pool: &SqlitePool,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    input: &ConnectorInput,
-) -> Result<ConnectorView> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectorInput) -> Result<ConnectorView> {
+    let pool = &ctx.pool;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Admin, "add connectors by hand")?;
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default();
@@ -820,6 +818,18 @@ pub async fn adopt_live(
     load(pool, &c.id).await
 }
 
+/// What `POST /api/v1/connectors/{key}/<action>` and the page buttons ask: every action, as
+/// the connector's desired state or a restart or adopting its live config.
+pub async fn act(ctx: &Ctx, who: &Principal, key: &str, action: Action) -> Result<ConnectorView> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    match (action, action.desired_state()) {
+        (Action::Restart, _) => request_restart(pool, wake, who, key, false).await,
+        (Action::Adopt, _) => adopt_live(pool, &ctx.secrets, wake, who, key).await,
+        (_, Some(to)) => set_state(pool, wake, who, key, to).await,
+        (_, None) => Err(action.refused()),
+    }
+}
+
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct DriftEvent {
     pub id: i64,
@@ -890,7 +900,8 @@ pub async fn history(
 }
 
 /// The connector with its history, as the API answers it.
-pub async fn detail(pool: &SqlitePool, who: &Principal, key: &str) -> Result<ConnectorDetail> {
+pub async fn detail(ctx: &Ctx, who: &Principal, key: &str) -> Result<ConnectorDetail> {
+    let pool = &ctx.pool;
     let (connector, drift, restarts) = history(pool, who, key).await?;
     Ok(ConnectorDetail {
         connector,

@@ -16,6 +16,8 @@ use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::connections::{self, Capability, CheckStatus};
 use crate::connectors::{self, ConnectorView};
+use crate::connectors::{restart_pause_resume, Action};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::listing::{self, ListSql, Page, Window};
 use crate::pipelines::{self, config::table_topic};
@@ -210,7 +212,8 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
 
 /// One page of deliveries: `q` matches the name, `state` its connector's phase (UNKNOWN when
 /// the connector is gone), `cluster` the Connect cluster's id or name.
-pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Delivery>> {
+pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Delivery>> {
+    let pool = &ctx.pool;
     who.require(Role::Viewer, "see deliveries")?;
     let ids = listing::page_ids(
         pool,
@@ -741,12 +744,9 @@ async fn preview_of(
     })
 }
 
-pub async fn preview(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &DeliveryInput,
-) -> Result<Preview> {
+pub async fn preview(ctx: &Ctx, who: &Principal, input: &DeliveryInput) -> Result<Preview> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
     preview_of(pool, store, who, &c).await
@@ -755,13 +755,10 @@ pub async fn preview(
 /// Checks the destination (a database reachable and writable; a bucket that takes, returns and
 /// deletes a probe) and the config with the plugin, then records the desired sink connector.
 /// Nothing is deployed when a check fails.
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    input: &DeliveryInput,
-) -> Result<Delivery> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &DeliveryInput) -> Result<Delivery> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
     if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM deliveries WHERE name = ?")
@@ -985,13 +982,14 @@ pub async fn preview_update(
 /// then becomes the connector's next generation (the reconciler applies it). The pipeline,
 /// destination, cluster and name stay: those make a new delivery.
 pub async fn update(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    wake: &crate::reconcile::Handle,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     patch: &DeliveryInput,
 ) -> Result<Delivery> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     let (d, c, preview) = checked_update(pool, store, who, id, patch).await?;
     ensure_dead_letter_topic(pool, store, who, &c).await?;
     let mut tx = pool.begin().await?;
@@ -1051,12 +1049,17 @@ pub async fn restart(
     connectors::request_restart(pool, wake, who, &d.connector_id, only_failed).await
 }
 
-pub async fn delete(
-    pool: &SqlitePool,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    id: &str,
-) -> Result<()> {
+/// What `POST /api/v1/deliveries/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "delete deliveries")?;
     let d = load(pool, id).await?;
     crate::operations::refuse_if_held(pool, &d.connector_id, "delete the delivery").await?;
@@ -1106,7 +1109,7 @@ pub async fn delete_step(
     use crate::operations::Step;
     let connector_id = op.params["connector_id"].as_str().unwrap_or_default();
     match op.step.as_str() {
-        "remove" => match crate::operations::connector_gone(ctx.pool, connector_id).await {
+        "remove" => match crate::operations::connector_gone(&ctx.pool, connector_id).await {
             Ok(true) => Step::Next("forget"),
             Ok(false) => Step::Wait(
                 "waiting for the reconciler to remove the sink connector from Connect".into(),
@@ -1175,12 +1178,9 @@ pub struct Detail {
 pub const SEMANTICS: &str = "At-least-once: after a restart or a retry some records are written again. Upserts by primary key make replays harmless for rows; deletes are applied by key.";
 pub const OBJECT_STORAGE_SEMANTICS: &str = "Raw CDC export, at least once: after a restart or a retry some records are written again into new objects, so deduplicate by topic, partition and offset. No exactly-once export is claimed. Deleting this delivery never deletes its objects.";
 
-pub async fn detail(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<Detail> {
+pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<Detail> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Viewer, "see deliveries")?;
     let d = load(pool, id).await?;
     let connector = connectors::get(pool, who, &d.connector_id).await.ok();

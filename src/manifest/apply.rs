@@ -143,7 +143,7 @@ async fn run(ctx: &Ctx<'_>, mut plan: Plan, prune: bool, change_set: String) -> 
             Outcome::Failure
         };
         if let Err(e) = audit::record_alone(
-            ctx.pool,
+            &ctx.pool,
             Entry {
                 actor: ctx.who.into(),
                 action: "config.apply",
@@ -223,21 +223,21 @@ async fn wait_gone(pool: &SqlitePool, section: &str, name: &str) -> Result<()> {
 }
 
 async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, String>) -> Result<()> {
-    let (pool, store, wake, who) = (ctx.pool, &**ctx.store, &**ctx.wake, ctx.who);
+    let (pool, store, wake, who) = (&ctx.pool, &*ctx.secrets, &*ctx.reconciler, ctx.who);
     match step {
         Step::CreateKafka(input) => {
-            crate::clusters::kafka::create(pool, store, who, &input).await?;
+            crate::clusters::kafka::create(ctx, who, &input).await?;
         }
         Step::ChangeKafka(name, patch) => {
             let id = id_of(pool, "kafka_clusters", &name).await?;
-            crate::clusters::kafka::update(pool, store, who, &id, &patch).await?;
+            crate::clusters::kafka::update(ctx, who, &id, &patch).await?;
         }
         Step::CreateConnect { mut input, kafka } => {
             if let Some(k) = kafka {
                 input.kafka_cluster_id = Some(id_of(pool, "kafka_clusters", &k).await?);
             }
             let given = input.provider_token.is_some();
-            let created = crate::clusters::connect::create(pool, store, who, &input).await?;
+            let created = crate::clusters::connect::create(ctx, who, &input).await?;
             if !given {
                 tokens.insert(created.cluster.name.clone(), created.provider_token);
             }
@@ -252,13 +252,13 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
             if let Some(k) = kafka {
                 patch.kafka_cluster_id = Some(id_of(pool, "kafka_clusters", &k).await?);
             }
-            crate::clusters::connect::update(pool, store, who, &id, &patch).await?;
+            crate::clusters::connect::update(ctx, who, &id, &patch).await?;
             if let Some(t) = token {
                 crate::clusters::connect::rotate_provider_token(pool, who, &id, Some(&t)).await?;
             }
         }
         Step::CreateConnection(input) => {
-            crate::connections::create(pool, store, who, &input).await?;
+            crate::connections::create(ctx, who, &input).await?;
         }
         Step::ChangeConnection {
             name,
@@ -266,7 +266,7 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
             secrets,
         } => {
             let id = id_of(pool, "connections", &name).await?;
-            crate::connections::update(pool, store, who, &id, &patch).await?;
+            crate::connections::update(ctx, who, &id, &patch).await?;
             if let Some(s) = secrets {
                 crate::connections::rotate(pool, store, who, &id, &s).await?;
             }
@@ -282,19 +282,19 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
             crate::monitor::webhooks::delete(pool, who, &id).await?;
         }
         Step::CreateChannel(input) => {
-            crate::monitor::channels::create(pool, store, who, &input).await?;
+            crate::monitor::channels::create(ctx, who, &input).await?;
         }
         Step::ChangeChannel(name, input) => {
-            crate::monitor::channels::update(pool, store, who, &name, &input).await?;
+            crate::monitor::channels::update(ctx, who, &name, &input).await?;
         }
         Step::CreatePipeline(pl) => {
             let ids = all_ids(pool).await?;
             let input = super::plan::pipeline_input(&ids, &pl);
-            crate::pipelines::create(pool, store, wake, who, &input).await?;
+            crate::pipelines::create(ctx, who, &input).await?;
         }
         Step::SetTables(name, tables) => {
             let id = id_of(pool, "pipelines", &name).await?;
-            crate::pipelines::set_tables(pool, ctx.store, ctx.wake, who, &id, tables).await?;
+            crate::pipelines::set_tables(ctx, who, &id, tables).await?;
         }
         Step::SetPipelineState(name, s) => {
             let id = id_of(pool, "pipelines", &name).await?;
@@ -303,11 +303,11 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
         Step::CreateDelivery(dl) => {
             let ids = all_ids(pool).await?;
             let input = super::plan::delivery_input(&ids, &dl);
-            crate::deliveries::create(pool, store, wake, who, &input).await?;
+            crate::deliveries::create(ctx, who, &input).await?;
         }
         Step::ChangeDelivery(name, patch) => {
             let id = id_of(pool, "deliveries", &name).await?;
-            crate::deliveries::update(pool, store, wake, who, &id, &patch).await?;
+            crate::deliveries::update(ctx, who, &id, &patch).await?;
         }
         Step::SetDeliveryState(name, s) => {
             let id = id_of(pool, "deliveries", &name).await?;
@@ -319,11 +319,11 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, tokens: &mut BTreeMap<String, Strin
 }
 
 async fn delete(ctx: &Ctx<'_>, kind: &str, name: &str) -> Result<()> {
-    let (pool, wake, who) = (ctx.pool, &**ctx.wake, ctx.who);
+    let (pool, wake, who) = (&ctx.pool, &*ctx.reconciler, ctx.who);
     match kind {
         "delivery" => {
             let id = id_of(pool, "deliveries", name).await?;
-            crate::deliveries::delete(pool, wake, who, &id).await?;
+            crate::deliveries::delete(ctx, who, &id).await?;
             wait_gone(pool, "deliveries", name).await
         }
         "pipeline" => {
@@ -337,18 +337,18 @@ async fn delete(ctx: &Ctx<'_>, kind: &str, name: &str) -> Result<()> {
             let id = id_of(pool, "webhooks", name).await?;
             crate::monitor::webhooks::delete(pool, who, &id).await
         }
-        "alert_channel" => crate::monitor::channels::delete(pool, ctx.store, who, name).await,
+        "alert_channel" => crate::monitor::channels::delete(ctx, who, name).await,
         "connection" => {
             let id = id_of(pool, "connections", name).await?;
-            crate::connections::delete(pool, who, &id).await
+            crate::connections::delete(ctx, who, &id).await
         }
         "connect_cluster" => {
             let id = id_of(pool, "connect_clusters", name).await?;
-            crate::clusters::connect::delete(pool, who, &id).await
+            crate::clusters::connect::delete(ctx, who, &id).await
         }
         _ => {
             let id = id_of(pool, "kafka_clusters", name).await?;
-            crate::clusters::kafka::delete(pool, who, &id).await
+            crate::clusters::kafka::delete(ctx, who, &id).await
         }
     }
 }

@@ -12,6 +12,7 @@ use sqlx::SqlitePool;
 
 use super::doc::{self, Document, SecretSource};
 use crate::auth::{Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, Result};
 use crate::secrets::store::SecretStore;
 
@@ -89,13 +90,14 @@ async fn intended_states(pool: &SqlitePool) -> Result<HashMap<String, String>> {
         .collect())
 }
 
-pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Result<Current> {
+pub async fn current(ctx: &Ctx, who: &Principal) -> Result<Current> {
+    let (pool, store): (&SqlitePool, &SecretStore) = (&ctx.pool, &ctx.secrets);
     who.require(Role::Admin, "export or apply the configuration")?;
     let mut cur = Current::default();
     let mut env = EnvNames::new();
     let unexpected = |e: anyhow::Error| Error::Unexpected(e);
 
-    let kafka = crate::clusters::kafka::list(pool, who).await?;
+    let kafka = crate::clusters::kafka::list(ctx, who).await?;
     let kafka_names: HashMap<String, String> = kafka
         .iter()
         .map(|k| (k.id.clone(), k.name.clone()))
@@ -123,7 +125,7 @@ pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) ->
         );
     }
 
-    let connect = crate::clusters::connect::list(pool, who).await?;
+    let connect = crate::clusters::connect::list(ctx, who).await?;
     let connect_names: HashMap<String, String> = connect
         .iter()
         .map(|c| (c.id.clone(), c.name.clone()))
@@ -277,7 +279,7 @@ pub async fn current(pool: &SqlitePool, store: &SecretStore, who: &Principal) ->
         note(&mut cur, "webhooks", &w.url, &w.id, Some(&w.secret_ref));
     }
 
-    for c in crate::monitor::channels::list(pool, store, who).await? {
+    for c in crate::monitor::channels::list(ctx, who).await? {
         let field = crate::monitor::channels::bindings(&c.kind)
             .first()
             .map_or("secret", |b| b.secret);
@@ -336,8 +338,8 @@ pub fn sort(d: &mut Document) {
 }
 
 /// The current setup as YAML.
-pub async fn export(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Result<String> {
-    Ok(doc::to_yaml(&current(pool, store, who).await?.doc))
+pub async fn export(ctx: &Ctx, who: &Principal) -> Result<String> {
+    Ok(doc::to_yaml(&current(ctx, who).await?.doc))
 }
 
 #[cfg(test)]

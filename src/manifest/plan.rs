@@ -7,27 +7,30 @@
 //! their variable or file, decrypted on the stored side) and reported only as set or replaced.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use sqlx::SqlitePool;
 
 use super::doc::{self, Loaded, Problem, SecretSource};
 use super::export::{self, Current};
 use crate::auth::Principal;
 use crate::error::{Error, FieldErrors, Result};
-use crate::secrets::store::SecretStore;
 use crate::secrets::Secret;
 
 /// What plan and apply act with: the service functions' own arguments.
 pub struct Ctx<'a> {
-    pub pool: &'a SqlitePool,
-    pub store: &'a Arc<SecretStore>,
-    pub wake: &'a Arc<crate::reconcile::Handle>,
+    /// The service context (which this derefs to).
+    pub svc: &'a crate::ctx::Ctx,
     pub who: &'a Principal,
     /// Where the document's secret references get their values.
     pub values: &'a Values,
+}
+
+impl std::ops::Deref for Ctx<'_> {
+    type Target = crate::ctx::Ctx;
+    fn deref(&self) -> &crate::ctx::Ctx {
+        self.svc
+    }
 }
 
 /// Where a document's `{env}` and `{file}` references are read.
@@ -484,7 +487,7 @@ async fn stored_secret(
     field: &str,
 ) -> Result<Option<Secret<String>>> {
     match secret_ref {
-        Some(r) => ctx.store.get(r, field).await.map_err(Error::Unexpected),
+        Some(r) => ctx.secrets.get(r, field).await.map_err(Error::Unexpected),
         None => Ok(None),
     }
 }
@@ -521,7 +524,7 @@ impl Names<'_> {
 /// Plans `loaded` against what is stored. Refuses (422, every problem by path) when anything
 /// in the document is wrong; then nothing has changed.
 pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
-    let cur = export::current(ctx.pool, ctx.store, ctx.who).await?;
+    let cur = export::current(ctx, ctx.who).await?;
     let d = &loaded.doc;
     let mut p = Problems::default();
     let mut plan = Plan::default();
@@ -866,7 +869,7 @@ pub async fn plan(ctx: &Ctx<'_>, loaded: &Loaded, prune: bool) -> Result<Plan> {
         let path = loaded.path("connections", i);
         let fields_set: BTreeMap<String, Secret<String>> =
             match cur.secret_ref("connections", c.name.trim()) {
-                Some(r) => ctx.store.get_all(r).await.map_err(Error::Unexpected)?,
+                Some(r) => ctx.secrets.get_all(r).await.map_err(Error::Unexpected)?,
                 None => BTreeMap::new(),
             };
         let mut secret_values = Map::new();
@@ -1651,7 +1654,7 @@ async fn check_with_plugins(
                     continue;
                 }
                 let input = pipeline_input(cur, pl);
-                match crate::pipelines::preview(ctx.pool, ctx.store, ctx.who, &input).await {
+                match crate::pipelines::preview(ctx, ctx.who, &input).await {
                     Ok(preview) if preview.validation_errors.is_empty() => {}
                     Ok(preview) => {
                         for (k, v) in preview.validation_errors {
@@ -1668,8 +1671,8 @@ async fn check_with_plugins(
             Step::SetTables(name, tables) => {
                 let id = cur.id("pipelines", name).cloned().unwrap_or_default();
                 if let Err(e) = crate::pipelines::preview_tables(
-                    ctx.pool,
-                    ctx.store,
+                    &ctx.pool,
+                    &ctx.secrets,
                     ctx.who,
                     &id,
                     tables.clone(),
@@ -1700,7 +1703,7 @@ async fn check_with_plugins(
                     continue;
                 }
                 let input = delivery_input(cur, dl);
-                match crate::deliveries::preview(ctx.pool, ctx.store, ctx.who, &input).await {
+                match crate::deliveries::preview(ctx, ctx.who, &input).await {
                     Ok(preview) if preview.ok() => {}
                     Ok(preview) => {
                         for (k, v) in &preview.validation_errors {
@@ -1728,7 +1731,7 @@ async fn check_with_plugins(
             Step::ChangeDelivery(name, patch) => {
                 let id = cur.id("deliveries", name).cloned().unwrap_or_default();
                 if let Err(e) =
-                    crate::deliveries::preview_update(ctx.pool, ctx.store, ctx.who, &id, patch)
+                    crate::deliveries::preview_update(&ctx.pool, &ctx.secrets, ctx.who, &id, patch)
                         .await
                 {
                     p.error(&path_of("deliveries", name), ids_to_names(e));

@@ -12,13 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::SqlitePool;
 
 use super::doc::{self, Problem, SecretSource};
 use crate::auth::{Principal, Role};
 use crate::error::Result;
 use crate::kafka::TopicSpec;
-use crate::secrets::store::SecretStore;
 
 pub const API_VERSION: &str = "kafka.strimzi.io/v1";
 const A: &str = "cluecdc.io/";
@@ -246,13 +244,13 @@ pub fn delivery_annotations(spec: &doc::Delivery) -> BTreeMap<String, String> {
 
 /// Every pipeline and delivery of the stored setup as Strimzi resources.
 pub async fn export(
-    pool: &SqlitePool,
-    store: &SecretStore,
+    ctx: &crate::ctx::Ctx,
     who: &Principal,
     t: &Target,
 ) -> Result<(String, Vec<String>)> {
     who.require(Role::Admin, "export the configuration")?;
-    let cur = super::export::current(pool, store, who).await?;
+    let pool = &ctx.pool;
+    let cur = super::export::current(ctx, who).await?;
     let configs: HashMap<String, String> =
         sqlx::query_as::<_, (String, String)>("SELECT id, config FROM connectors")
             .fetch_all(pool)

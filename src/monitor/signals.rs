@@ -3,7 +3,6 @@
 //! durations, notifying webhooks on every transition. One process runs it: the holder of the
 //! `monitor` lease.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +13,6 @@ use super::{alerts, channels, webhooks};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, Result};
 use crate::reconcile::lease::{now_ms, Lease};
-use crate::secrets::store::SecretStore;
 
 /// An alert rule: it fires an alert for a subject whose value stays above `threshold` for
 /// `for_secs` seconds (yes/no conditions are 1 or 0, with threshold 0).
@@ -95,8 +93,8 @@ pub async fn set_rule(
 }
 
 pub struct Monitor {
-    pub pool: SqlitePool,
-    pub store: Arc<SecretStore>,
+    /// The services the checks read through (the pool, the secret store).
+    pub ctx: crate::ctx::Ctx,
     pub interval: Duration,
     pub retention: Duration,
     pub lease: Lease,
@@ -294,7 +292,7 @@ impl Monitor {
                             }
                             let ms = started.elapsed().as_millis() as i64;
                             for (name, add) in [("monitor_cycles", 1), ("monitor_cycle_ms", ms)] {
-                                let _ = sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.pool).await;
+                                let _ = sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.ctx.pool).await;
                             }
                         }
                         _ = crate::reconcile::keep_renewing(&self.lease, self.lease_ttl) => {
@@ -352,8 +350,8 @@ impl Monitor {
             }
         }
         let cause = match crate::connections::test(
-            &self.pool,
-            &self.store,
+            &self.ctx.pool,
+            &self.ctx.secrets,
             &Principal::cli(),
             &d.destination_connection_id,
         )
@@ -386,8 +384,8 @@ impl Monitor {
             }
         }
         let verdict = match crate::connectors::check_with_plugin(
-            &self.pool,
-            &self.store,
+            &self.ctx.pool,
+            &self.ctx.secrets,
             &Principal::cli(),
             &c.connect_cluster_id,
             &c.name,
@@ -457,18 +455,18 @@ impl Monitor {
                     .bind(&c.id)
                     .bind(trace)
                     .bind(crate::time::now())
-                    .execute(&self.pool)
+                    .execute(&self.ctx.pool)
                     .await?;
             }
             None => {
                 sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
                     .bind(&c.id)
-                    .execute(&self.pool)
+                    .execute(&self.ctx.pool)
                     .await?;
             }
         }
         // The reconciler's next pass (in whichever process holds its lease) reads it at once.
-        crate::reconcile::bump_desired_version(&self.pool).await?;
+        crate::reconcile::bump_desired_version(&self.ctx.pool).await?;
         Ok(())
     }
 
@@ -483,22 +481,20 @@ impl Monitor {
         let stall_threshold: f64 = sqlx::query_scalar(
             "SELECT threshold FROM alert_rules WHERE kind = 'delivery_stalled_seconds'",
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.ctx.pool)
         .await?
         .unwrap_or(300.0);
         // ---- Schema guardrails (tables::schema): first in the cycle, so that a breaking
         // change pauses a `pause` delivery as early as the cycle can. ----
-        seen.extend(crate::tables::schema::cycle(&self.pool, &self.store).await);
+        seen.extend(crate::tables::schema::cycle(&self.ctx.pool, &self.ctx.secrets).await);
         // ---- end schema guardrails ----
         // Delivery lag, per delivery (sum over partitions).
-        for d in crate::deliveries::list(&self.pool, &system)
+        for d in crate::deliveries::list(&self.ctx.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
             present.push(d.name.clone());
-            if let Ok(detail) =
-                crate::deliveries::detail(&self.pool, &self.store, &system, &d.id).await
-            {
+            if let Ok(detail) = crate::deliveries::detail(&self.ctx, &system, &d.id).await {
                 if let Some(age) = detail.freshness_secs {
                     seen.push(Observation {
                         kind: "delivery_freshness_seconds",
@@ -551,13 +547,12 @@ impl Monitor {
             }
         }
         // Replications: what the target has not copied yet, and how old the checkpoints are.
-        for r in crate::replications::list(&self.pool, &system)
+        for r in crate::replications::list(&self.ctx, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
             present.push(r.name.clone());
-            let Ok(d) = crate::replications::detail(&self.pool, &self.store, &system, &r.id).await
-            else {
+            let Ok(d) = crate::replications::detail(&self.ctx, &system, &r.id).await else {
                 continue;
             };
             let p = &d.progress;
@@ -599,18 +594,23 @@ impl Monitor {
         // Verdicts on source connectors as stored, to compare this cycle's with (one read).
         let verdicts: std::collections::HashMap<String, String> =
             sqlx::query_as("SELECT connector_id, trace FROM connector_verdicts")
-                .fetch_all(&self.pool)
+                .fetch_all(&self.ctx.pool)
                 .await?
                 .into_iter()
                 .collect();
-        for p in crate::pipelines::list(&self.pool, &system)
+        for p in crate::pipelines::list(&self.ctx.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
             present.push(p.name.clone());
-            let Ok(detail) =
-                crate::pipelines::detail_with(&self.pool, &self.store, &system, &p.id, &mut topics)
-                    .await
+            let Ok(detail) = crate::pipelines::detail_with(
+                &self.ctx.pool,
+                &self.ctx.secrets,
+                &system,
+                &p.id,
+                &mut topics,
+            )
+            .await
             else {
                 continue;
             };
@@ -623,8 +623,8 @@ impl Monitor {
                     .is_some_and(|c| c.desired_state == "running");
                 seen.extend(
                     crate::tables::progress::observe(
-                        &self.pool,
-                        &self.store,
+                        &self.ctx.pool,
+                        &self.ctx.secrets,
                         &p,
                         &detail.topics,
                         topics
@@ -698,7 +698,7 @@ impl Monitor {
                     {
                         sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
                             .bind(&c.id)
-                            .execute(&self.pool)
+                            .execute(&self.ctx.pool)
                             .await?;
                     }
                     String::new()
@@ -729,7 +729,9 @@ impl Monitor {
         }
         // --- Per-table freshness and `table_stalled` (tables::freshness): end offsets from the
         // topics read above (`topics`), one change-counter query per source.
-        match crate::tables::freshness::observe(&self.pool, &self.store, &topics, now).await {
+        match crate::tables::freshness::observe(&self.ctx.pool, &self.ctx.secrets, &topics, now)
+            .await
+        {
             Ok(f) => {
                 present.extend(f.present);
                 seen.extend(f.seen);
@@ -741,7 +743,7 @@ impl Monitor {
         }
         // --- end of per-table freshness.
         // Connector failures and Connect reachability, from what the reconciler observed.
-        for c in crate::connectors::list(&self.pool, &system)
+        for c in crate::connectors::list(&self.ctx.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
@@ -780,12 +782,12 @@ impl Monitor {
             });
         }
         // Kafka clusters answer metadata requests.
-        for k in crate::clusters::kafka::list(&self.pool, &system)
+        for k in crate::clusters::kafka::list(&self.ctx, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
             present.push(k.name.clone());
-            let Ok(access) = crate::clusters::kafka::access(&self.store, &k).await else {
+            let Ok(access) = crate::clusters::kafka::access(&self.ctx.secrets, &k).await else {
                 continue;
             };
             let health = crate::kafka::health(&access).await;
@@ -797,7 +799,7 @@ impl Monitor {
             });
         }
         // Orphan replication slots on PostgreSQL sources: WAL kept for nobody.
-        for c in crate::connections::list(&self.pool, &self.store, &system)
+        for c in crate::connections::list(&self.ctx.pool, &self.ctx.secrets, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
@@ -806,9 +808,13 @@ impl Monitor {
             {
                 continue;
             }
-            let Ok(slots) =
-                crate::pipelines::source_slots(&self.pool, &self.store, &system, &c.connection.id)
-                    .await
+            let Ok(slots) = crate::pipelines::source_slots(
+                &self.ctx.pool,
+                &self.ctx.secrets,
+                &system,
+                &c.connection.id,
+            )
+            .await
             else {
                 // Unreadable this cycle: its orphan-slot alerts stay as they are.
                 present.push(format!("{}/", c.connection.name));
@@ -826,7 +832,7 @@ impl Monitor {
                 });
             }
         }
-        for cluster in crate::clusters::all(&self.pool)
+        for cluster in crate::clusters::all(&self.ctx.pool)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
@@ -841,20 +847,20 @@ impl Monitor {
         let rules: Vec<Rule> = sqlx::query_as(
             "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.ctx.pool)
         .await?;
         let sampled: Vec<(&str, &str, f64)> = seen
             .iter()
             .filter(|o| SAMPLED.iter().any(|(k, _)| *k == o.kind))
             .map(|o| (o.kind, o.subject.as_str(), o.value))
             .collect();
-        record_samples(&self.pool, &sampled, now).await?;
+        record_samples(&self.ctx.pool, &sampled, now).await?;
         // Most observations are fine and have nothing pending or firing: those need no query
         // (at thousands of connectors, a write per observation was most of a cycle's cost).
         let open: std::collections::HashSet<(String, String)> = sqlx::query_as(
             "SELECT kind, subject FROM alert_pending UNION SELECT kind, subject FROM alerts WHERE state = 'firing'",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.ctx.pool)
         .await?
         .into_iter()
         .collect();
@@ -879,7 +885,7 @@ impl Monitor {
                 "SELECT subject FROM alerts WHERE kind = ? AND state = 'firing'",
             )
             .bind(&rule.kind)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.ctx.pool)
             .await?;
             let exists = |s: &str| {
                 present
@@ -893,9 +899,9 @@ impl Monitor {
                 sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?")
                     .bind(&rule.kind)
                     .bind(&subject)
-                    .execute(&self.pool)
+                    .execute(&self.ctx.pool)
                     .await?;
-                if let Some(alert) = alerts::resolve(&self.pool, &rule.kind, &subject)
+                if let Some(alert) = alerts::resolve(&self.ctx.pool, &rule.kind, &subject)
                     .await
                     .map_err(|e| anyhow::anyhow!(e.to_string()))?
                 {
@@ -906,12 +912,17 @@ impl Monitor {
         // The cycle's transitions go to the alert channels as one group (per channel).
         let transitions =
             std::mem::take(&mut *self.transitions.lock().unwrap_or_else(|e| e.into_inner()));
-        if let Err(e) =
-            channels::dispatch(&self.pool, &self.store, &self.outbox, &transitions).await
+        if let Err(e) = channels::dispatch(
+            &self.ctx.pool,
+            &self.ctx.secrets,
+            &self.outbox,
+            &transitions,
+        )
+        .await
         {
             tracing::warn!(error = %e, "alert channels not notified");
         }
-        trim_samples(&self.pool, now - self.retention.as_millis() as i64).await?;
+        trim_samples(&self.ctx.pool, now - self.retention.as_millis() as i64).await?;
         Ok(())
     }
 
@@ -923,7 +934,7 @@ impl Monitor {
         if let (Some(p), serde_json::Value::Object(more)) = (payload.as_object_mut(), extra) {
             p.extend(more);
         }
-        webhooks::notify(self.pool.clone(), self.store.clone(), payload);
+        webhooks::notify(self.ctx.pool.clone(), self.ctx.secrets.clone(), payload);
         self.transitions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -947,14 +958,14 @@ impl Monitor {
             .bind(o.kind)
             .bind(&o.subject)
             .bind(now)
-            .execute(&self.pool)
+            .execute(&self.ctx.pool)
             .await?;
             let since: i64 = sqlx::query_scalar(
                 "SELECT since FROM alert_pending WHERE kind = ? AND subject = ?",
             )
             .bind(o.kind)
             .bind(&o.subject)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.ctx.pool)
             .await?;
             if now - since >= rule.for_secs * 1000 {
                 let severity = if matches!(
@@ -971,7 +982,7 @@ impl Monitor {
                     "warning"
                 };
                 if let Some(alert) =
-                    alerts::fire_returning(&self.pool, o.kind, &o.subject, severity, &o.message)
+                    alerts::fire_returning(&self.ctx.pool, o.kind, &o.subject, severity, &o.message)
                         .await
                         .map_err(|e| anyhow::anyhow!(e.to_string()))?
                 {
@@ -986,9 +997,9 @@ impl Monitor {
             sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?")
                 .bind(o.kind)
                 .bind(&o.subject)
-                .execute(&self.pool)
+                .execute(&self.ctx.pool)
                 .await?;
-            if let Some(alert) = alerts::resolve(&self.pool, o.kind, &o.subject)
+            if let Some(alert) = alerts::resolve(&self.ctx.pool, o.kind, &o.subject)
                 .await
                 .map_err(|e| anyhow::anyhow!(e.to_string()))?
             {

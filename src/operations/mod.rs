@@ -16,7 +16,6 @@
 
 pub mod offsets;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -27,7 +26,6 @@ use crate::audit::{self, Actor, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::error::{Error, Result};
 use crate::reconcile::lease::{now_ms, Lease};
-use crate::secrets::store::SecretStore;
 
 pub const LEASE: &str = "operations";
 
@@ -385,12 +383,18 @@ pub enum Step {
     Interrupted(String),
 }
 
-/// What steps get to work with.
+/// What steps get to work with: the service context (which it derefs to) while the lease is
+/// held.
 pub struct Ctx<'a> {
-    pub pool: &'a SqlitePool,
-    pub secrets: &'a Arc<SecretStore>,
-    pub reconciler: &'a Arc<crate::reconcile::Handle>,
+    pub svc: &'a crate::ctx::Ctx,
     lease: &'a Lease,
+}
+
+impl std::ops::Deref for Ctx<'_> {
+    type Target = crate::ctx::Ctx;
+    fn deref(&self) -> &crate::ctx::Ctx {
+        self.svc
+    }
 }
 
 impl Ctx<'_> {
@@ -404,9 +408,7 @@ impl Ctx<'_> {
 pub const STEP_TIMEOUT_MS: i64 = 5 * 60 * 1000;
 
 pub struct Runner {
-    pub pool: SqlitePool,
-    pub secrets: Arc<SecretStore>,
-    pub reconciler: Arc<crate::reconcile::Handle>,
+    pub ctx: crate::ctx::Ctx,
     pub lease: Lease,
     pub lease_ttl: Duration,
 }
@@ -419,7 +421,7 @@ impl Runner {
         tokio::spawn(async move {
             loop {
                 // Reads first: with no open operation, nothing is written (no lease renewal).
-                let open = open(&self.pool).await.unwrap_or_default();
+                let open = open(&self.ctx.pool).await.unwrap_or_default();
                 if !open.is_empty()
                     && (self.lease.fresh() || self.lease.try_hold().await.unwrap_or(false))
                 {
@@ -441,9 +443,7 @@ impl Runner {
 
     async fn tick(&self, open: Vec<Operation>) {
         let ctx = Ctx {
-            pool: &self.pool,
-            secrets: &self.secrets,
-            reconciler: &self.reconciler,
+            svc: &self.ctx,
             lease: &self.lease,
         };
         for op in open {
@@ -488,7 +488,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
                     .bind(step)
                     .bind(now_ms())
                     .bind(&op.id)
-                    .execute(ctx.pool)
+                    .execute(&ctx.pool)
                     .await?;
                 tracing::info!(operation = %op.id, kind = %op.kind, step, "operation step");
                 op.step = step.to_string();
@@ -501,7 +501,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
                     )
                     .bind(&why)
                     .bind(&op.id)
-                    .execute(ctx.pool)
+                    .execute(&ctx.pool)
                     .await?;
                 }
                 return Ok(());
@@ -533,10 +533,10 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
         .bind(crate::time::now())
         .bind(connector)
         .bind(&op.id)
-        .execute(ctx.pool)
+        .execute(&ctx.pool)
         .await?;
     if done.rows_affected() > 0 {
-        crate::reconcile::bump_desired_version(ctx.pool).await?;
+        crate::reconcile::bump_desired_version(&ctx.pool).await?;
         ctx.reconciler.wake();
     }
     Ok(())
@@ -711,14 +711,9 @@ mod tests {
 
         let lease = Lease::new(pool.clone(), LEASE, "t".into(), 60_000);
         assert!(lease.try_hold().await.unwrap());
-        let key = crate::secrets::keyring::MasterKey::generate().to_base64();
-        let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
-        let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
-        let handle = Arc::new(crate::reconcile::Handle::default());
+        let svc = crate::ctx::Ctx::for_test(&pool);
         let ctx = Ctx {
-            pool: &pool,
-            secrets: &secrets,
-            reconciler: &handle,
+            svc: &svc,
             lease: &lease,
         };
         let op = load(&pool, &id).await.unwrap();

@@ -50,7 +50,7 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
     let exists: Option<String> =
         sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE id = ?"))
             .bind(&op.target_id)
-            .fetch_optional(ctx.pool)
+            .fetch_optional(&ctx.pool)
             .await?;
     if exists.is_none() {
         return Ok(Step::Interrupted(format!(
@@ -58,14 +58,14 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
             op.target_kind
         )));
     }
-    let Some(cluster) = crate::clusters::connect::all(ctx.pool)
+    let Some(cluster) = crate::clusters::connect::all(&ctx.pool)
         .await?
         .into_iter()
         .find(|c| Some(c.id.as_str()) == p["connect_cluster_id"].as_str())
     else {
         return Ok(Step::Interrupted("its Connect cluster was removed".into()));
     };
-    let client = crate::clusters::connect::client_for(ctx.secrets, &cluster).await?;
+    let client = crate::clusters::connect::client_for(&ctx.secrets, &cluster).await?;
     let state = || async {
         client
             .status(name)
@@ -93,7 +93,7 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
                 .bind(&op.actor)
                 .bind(p["reason"].as_str().unwrap_or_default())
                 .bind(before.to_string())
-                .execute(ctx.pool)
+                .execute(&ctx.pool)
                 .await?;
             Step::Next("change")
         }
@@ -134,7 +134,7 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
             sqlx::query("UPDATE offset_history SET after = ? WHERE operation_id = ?")
                 .bind(after.to_string())
                 .bind(&op.id)
-                .execute(ctx.pool)
+                .execute(&ctx.pool)
                 .await?;
             Step::Next("resume")
         }

@@ -18,6 +18,8 @@ use crate::auth::{Principal, Role};
 use crate::clusters::kafka as kclusters;
 use crate::connections::{self, Connection, Provider};
 use crate::connectors::{self, ConnectorView};
+use crate::connectors::{restart_pause_resume, Action};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::kafka::TopicSpec;
 use crate::listing::{self, ListSql, Page, Window};
@@ -570,12 +572,9 @@ async fn preview_of(store: &SecretStore, c: &Checked) -> Result<Preview> {
 }
 
 /// Checks everything (including the plugin's own validation) and creates nothing.
-pub async fn preview(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &PipelineInput,
-) -> Result<Preview> {
+pub async fn preview(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result<Preview> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Operator, "create pipelines")?;
     let (c, _) = check(pool, store, who, input, None).await?;
     preview_of(store, &c).await
@@ -719,7 +718,8 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Pipeline>> {
 
 /// One page of pipelines: `q` matches the name, `state` its connector's phase (UNKNOWN when
 /// the connector is gone), `cluster` the Connect cluster's id or name.
-pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Pipeline>> {
+pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Pipeline>> {
+    let pool = &ctx.pool;
     who.require(Role::Viewer, "see pipelines")?;
     let ids = listing::page_ids(
         pool,
@@ -746,13 +746,10 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
 
 /// Creates a pipeline: plugin validation first (nothing is created when it fails), then the
 /// signal table and every topic, then the desired connector the reconciler deploys.
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    input: &PipelineInput,
-) -> Result<Pipeline> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result<Pipeline> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create pipelines")?;
     let (c, mut session) = check(pool, store, who, input, None).await?;
     if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?")
@@ -913,13 +910,14 @@ pub async fn preview_tables(
 /// new include list (the connector updates its filtered publication when it restarts), and
 /// an incremental snapshot of only the added tables, signalled once the new config runs.
 pub async fn set_tables(
-    pool: &SqlitePool,
-    store: &Arc<SecretStore>,
-    wake: &Arc<crate::reconcile::Handle>,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     tables: Vec<String>,
 ) -> Result<(Pipeline, Vec<String>)> {
+    let pool = &ctx.pool;
+    let store: &Arc<SecretStore> = &ctx.secrets;
+    let wake: &Arc<crate::reconcile::Handle> = &ctx.reconciler;
     let (p, c, preview) = checked_tables(pool, store, who, id, tables).await?;
     let added: Vec<String> = c
         .tables
@@ -1010,11 +1008,11 @@ pub async fn snapshot_signal_step(
     let p = &op.params;
     let connector_id = p["connector_id"].as_str().unwrap_or_default();
     let tables: Vec<String> = serde_json::from_value(p["tables"].clone()).unwrap_or_default();
-    if let Err(Error::NotFound(_)) = load(ctx.pool, &op.target_id).await {
+    if let Err(Error::NotFound(_)) = load(&ctx.pool, &op.target_id).await {
         return Step::Interrupted("the pipeline was deleted".into());
     }
     match op.step.as_str() {
-        "wait_running" => match runs_current_config(ctx.pool, connector_id).await {
+        "wait_running" => match runs_current_config(&ctx.pool, connector_id).await {
             Ok((true, _)) => Step::Next("signal"),
             Ok((false, phase)) => Step::Wait(format!(
                 "waiting for the connector to run its new config (it is {phase})"
@@ -1022,19 +1020,20 @@ pub async fn snapshot_signal_step(
             Err(e) => Step::Wait(e.to_string()),
         },
         "signal" => {
-            let Ok(pipeline) = load(ctx.pool, &op.target_id).await else {
+            let Ok(pipeline) = load(&ctx.pool, &op.target_id).await else {
                 return Step::Interrupted("the pipeline was deleted".into());
             };
-            let source = match connections::load(ctx.pool, &pipeline.source_connection_id).await {
+            let source = match connections::load(&ctx.pool, &pipeline.source_connection_id).await {
                 Ok(s) => s,
                 Err(e) => return Step::Wait(e.to_string()),
             };
             let signal = p["signal"].as_str().unwrap_or_default();
-            match source::signal_incremental_snapshot(ctx.secrets, &source, signal, &tables).await {
+            match source::signal_incremental_snapshot(&ctx.secrets, &source, signal, &tables).await
+            {
                 Ok(id) => {
                     tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested");
                     if let Err(e) =
-                        crate::tables::progress::requested(ctx.pool, &pipeline.id, &id, &tables)
+                        crate::tables::progress::requested(&ctx.pool, &pipeline.id, &id, &tables)
                             .await
                     {
                         tracing::warn!(error = %e, "snapshot not recorded for its progress");
@@ -1227,6 +1226,14 @@ pub async fn restart(
     connectors::request_restart(pool, wake, who, &p.connector_id, only_failed).await
 }
 
+/// What `POST /api/v1/pipelines/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "PipelineDeleted")]
 pub struct Deleted {
@@ -1312,7 +1319,7 @@ pub async fn delete_step(
     use crate::operations::Step;
     let connector_id = op.params["connector_id"].as_str().unwrap_or_default();
     match op.step.as_str() {
-        "remove" => match crate::operations::connector_gone(ctx.pool, connector_id).await {
+        "remove" => match crate::operations::connector_gone(&ctx.pool, connector_id).await {
             Ok(true) => Step::Next("forget"),
             Ok(false) => {
                 Step::Wait("waiting for the reconciler to remove the connector from Connect".into())
@@ -1320,15 +1327,15 @@ pub async fn delete_step(
             Err(e) => Step::Wait(e.to_string()),
         },
         "forget" => {
-            let Ok(p) = load(ctx.pool, &op.target_id).await else {
+            let Ok(p) = load(&ctx.pool, &op.target_id).await else {
                 return Step::Done;
             };
             if op.params["drop_slot"].as_bool() == Some(true) && op.params["slot_dropped"].is_null()
             {
-                let dropped = match connections::load(ctx.pool, &p.source_connection_id).await {
+                let dropped = match connections::load(&ctx.pool, &p.source_connection_id).await {
                     Ok(source) => match source.database().and_then(|d| d.slot_name.clone()) {
                         Some(slot) if source.provider == Provider::Postgresql => {
-                            source::drop_slot(ctx.secrets, &source, &slot).await
+                            source::drop_slot(&ctx.secrets, &source, &slot).await
                         }
                         _ => Ok(false),
                     },
@@ -1336,7 +1343,7 @@ pub async fn delete_step(
                 };
                 match dropped {
                     Ok(b) => {
-                        if let Err(e) = sqlx::query("UPDATE operations SET params = json_set(params, '$.slot_dropped', json(?)) WHERE id = ?").bind(b.to_string()).bind(&op.id).execute(ctx.pool).await {
+                        if let Err(e) = sqlx::query("UPDATE operations SET params = json_set(params, '$.slot_dropped', json(?)) WHERE id = ?").bind(b.to_string()).bind(&op.id).execute(&ctx.pool).await {
                             return Step::Wait(e.to_string());
                         }
                     }
@@ -1345,7 +1352,7 @@ pub async fn delete_step(
             }
             match sqlx::query("DELETE FROM pipelines WHERE id = ?")
                 .bind(&p.id)
-                .execute(ctx.pool)
+                .execute(&ctx.pool)
                 .await
             {
                 Ok(_) => Step::Done,
@@ -1395,12 +1402,9 @@ pub struct TopicSize {
     pub newest_record_at: Option<String>,
 }
 
-pub async fn detail(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<Detail> {
+pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<Detail> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     detail_with(pool, store, who, id, &mut TopicsMemo::default()).await
 }
 

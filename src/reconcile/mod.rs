@@ -1191,13 +1191,14 @@ mod tests {
         let key = crate::secrets::keyring::MasterKey::generate().to_base64();
         let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
         let secrets = Arc::new(SecretStore::new(pool.clone(), keyring));
+        let ctx = crate::ctx::Ctx::new(pool.clone(), secrets.clone());
         let who = crate::auth::Principal::cli();
         let input = |url: &str| ConnectClusterInput {
             name: Some("moving".into()),
             url: Some(url.into()),
             ..Default::default()
         };
-        let created = connect::create(&pool, &secrets, &who, &input("http://127.0.0.1:1"))
+        let created = connect::create(&ctx, &who, &input("http://127.0.0.1:1"))
             .await
             .unwrap()
             .cluster;
@@ -1214,15 +1215,9 @@ mod tests {
             reason: "connection refused".into(),
         };
         // What the pass read, then the PATCH, then the pass's verdict.
-        connect::update(
-            &pool,
-            &secrets,
-            &who,
-            &created.id,
-            &input("http://127.0.0.1:2"),
-        )
-        .await
-        .unwrap();
+        connect::update(&ctx, &who, &created.id, &input("http://127.0.0.1:2"))
+            .await
+            .unwrap();
         r.record_unreachable(&created, &refused).await.unwrap();
         let now = connect::get(&pool, &who, &created.id).await.unwrap();
         assert_eq!(now.last_error, None, "the old address's failure stayed out");

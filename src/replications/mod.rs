@@ -19,6 +19,8 @@ use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
 use crate::clusters::kafka::KafkaCluster;
 use crate::connectors;
+use crate::connectors::{restart_pause_resume, Action};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::reconcile::plan::DesiredState;
 use crate::secrets::store::SecretStore;
@@ -156,7 +158,8 @@ pub async fn load(pool: &SqlitePool, id: &str) -> Result<Replication> {
         .ok_or_else(|| Error::NotFound(format!("replication {id}")))
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Replication>> {
+pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Replication>> {
+    let pool = &ctx.pool;
     who.require(Role::Viewer, "see replications")?;
     let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
@@ -611,12 +614,9 @@ async fn accepted(
     Ok(p)
 }
 
-pub async fn preview(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &ReplicationInput,
-) -> Result<Preview> {
+pub async fn preview(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Result<Preview> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Operator, "create replications")?;
     let c = check(pool, who, input).await?;
     preview_of(pool, store, &c).await
@@ -625,13 +625,10 @@ pub async fn preview(
 /// Checks, shows the pattern against the source's topics, validates the three connectors with
 /// the plugin, creates MirrorMaker's internal topics, then stores the replication and its
 /// connectors for the reconciler.
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    input: &ReplicationInput,
-) -> Result<Replication> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Result<Replication> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create replications")?;
     let c = check(pool, who, input).await?;
     if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM replications WHERE name = ?")
@@ -815,13 +812,14 @@ pub async fn preview_update(
 /// agree), validated by the plugin, and each whose config changed gets its next generation for
 /// the reconciler to apply. Nothing changes when a field is refused.
 pub async fn update(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    wake: &crate::reconcile::Handle,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     patch: &ReplicationInput,
 ) -> Result<Replication> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "change replications")?;
     let r = load(pool, id).await?;
     for c in &r.connector_ids {
@@ -914,14 +912,19 @@ pub async fn restart(
     Ok(r)
 }
 
+/// What `POST /api/v1/replications/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<Replication> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
 /// Removes the three connectors (the reconciler deletes them from Connect), then the
 /// replication. The copied topics stay on the target.
-pub async fn delete(
-    pool: &SqlitePool,
-    wake: &crate::reconcile::Handle,
-    who: &Principal,
-    id: &str,
-) -> Result<()> {
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
+    let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "delete replications")?;
     let r = load(pool, id).await?;
     let mut tx = pool.begin().await?;
@@ -974,7 +977,7 @@ pub async fn delete_step(
     match op.step.as_str() {
         "remove" => {
             for id in &ids {
-                match crate::operations::connector_gone(ctx.pool, id).await {
+                match crate::operations::connector_gone(&ctx.pool, id).await {
                     Ok(true) => {}
                     Ok(false) => return Step::Wait("waiting for the reconciler to remove the MirrorMaker connectors from Connect".into()),
                     Err(e) => return Step::Wait(e.to_string()),
@@ -984,7 +987,7 @@ pub async fn delete_step(
         }
         "forget" => match sqlx::query("DELETE FROM replications WHERE id = ?")
             .bind(&op.target_id)
-            .execute(ctx.pool)
+            .execute(&ctx.pool)
             .await
         {
             Ok(_) => Step::Done,
@@ -1007,12 +1010,9 @@ pub struct Detail {
     pub progress: measure::Progress,
 }
 
-pub async fn detail(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<Detail> {
+pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<Detail> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Viewer, "see replications")?;
     let r = load(pool, id).await?;
     let source = crate::clusters::kafka::get(pool, who, &r.source_kafka_cluster_id).await?;
@@ -1069,14 +1069,10 @@ pub struct Readiness {
     pub groups: Vec<String>,
 }
 
-pub async fn readiness(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-    group: &str,
-) -> Result<Readiness> {
-    let d = detail(pool, store, who, id).await?;
+pub async fn readiness(ctx: &Ctx, who: &Principal, id: &str, group: &str) -> Result<Readiness> {
+    let _pool = &ctx.pool;
+    let _store: &SecretStore = &ctx.secrets;
+    let d = detail(ctx, who, id).await?;
     let groups: Vec<String> = d
         .progress
         .checkpoints

@@ -17,15 +17,8 @@ use crate::bulk::{self, Bulk, BulkInput, BulkView, FilterInput, Kind, Planned, T
 use crate::error::Error;
 use crate::listing::ListQuery;
 
-fn services(state: &AppState) -> bulk::Services {
-    bulk::Services {
-        pool: state.pool.clone(),
-        reconciler: state.inner.ctx.reconciler.clone(),
-    }
-}
-
 pub async fn api_start(cx: Ctx, Json(input): Json<BulkInput>) -> ApiResult<AcceptedAt<BulkView>> {
-    let id = bulk::start(&services(&cx.state), &cx.who, &input).await?;
+    let id = bulk::start(cx.state.ctx(), &cx.who, &input).await?;
     let b = bulk::get(&cx.state.pool, &cx.who, &id).await?;
     Ok(AcceptedAt(format!("/api/v1/bulk/{id}"), Accepted(b.view())))
 }
@@ -173,7 +166,7 @@ pub async fn page_confirm(
         error: None,
         danger: sel.action == "delete",
     };
-    let checked = bulk::check(&state.pool, &who, &sel.input()).await;
+    let checked = bulk::check(state.ctx(), &who, &sel.input()).await;
     let status = match checked {
         Ok(req) => {
             let planned = bulk::plan(&state.pool, &req).await?;
@@ -236,7 +229,7 @@ pub async fn page_start(
         .await
         .map_err(|e| Error::Unexpected(anyhow::anyhow!("reading the form failed: {e}")))?;
     let sel = Selection::parse(&bytes);
-    let id = bulk::start(&services(&state), &who, &sel.input()).await?;
+    let id = bulk::start(state.ctx(), &who, &sel.input()).await?;
     Ok(redirect(req, &format!("/bulk/{id}")))
 }
 

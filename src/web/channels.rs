@@ -27,58 +27,19 @@ pub const CHANNELS: &str = "/alerts/channels";
 
 // ---- API ------------------------------------------------------------------------------------
 
-/// `/api/v1/alert-channels`: the standard operations (see [`resource`]).
-pub struct Channels;
-
-impl resource::Resource for Channels {
-    type Item = Channel;
-    type Input = ChannelInput;
-}
-
-impl resource::List for Channels {
-    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<Channel>> {
-        channels::list(&s.pool, &s.inner.ctx.secrets, who).await
-    }
-}
-
-impl resource::Get for Channels {
-    type Detail = Channel;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<Channel> {
-        channels::get(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
-}
-
-impl resource::Create for Channels {
-    async fn create(
-        s: &AppState,
-        who: &Principal,
-        input: ChannelInput,
-    ) -> crate::error::Result<Channel> {
-        channels::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
-    }
-}
-
-impl resource::Update for Channels {
-    async fn update(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-        patch: ChannelInput,
-    ) -> crate::error::Result<Channel> {
-        channels::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for Channels {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
-        channels::delete(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
+resource::resource! {
+    /// `/api/v1/alert-channels`: the standard operations (see [`resource`]).
+    Channels: Channel, ChannelInput;
+    list => channels::list,
+    get(Channel) => channels::get,
+    create => channels::create,
+    update => channels::update,
+    delete => channels::delete,
 }
 
 pub async fn api_test(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<TestResult>> {
-    let s = &cx.state;
     Ok(Json(
-        channels::send_test(&s.pool, &s.inner.ctx.secrets, &cx.who, &id).await?,
+        channels::send_test(cx.state.ctx(), &cx.who, &id).await?,
     ))
 }
 
@@ -98,7 +59,7 @@ pub async fn api_deliveries(
     let s = &cx.state;
     let limit = q.limit.unwrap_or(50);
     Ok(Json(listing::ListPage::all(
-        channels::deliveries(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, limit).await?,
+        channels::deliveries(s.ctx(), &cx.who, &id, limit).await?,
     )))
 }
 
@@ -132,8 +93,8 @@ pub async fn page(
     jar: &CookieJar,
 ) -> PageResult<Response> {
     let mut items = Vec::new();
-    for c in channels::list(&state.pool, &state.inner.ctx.secrets, &who).await? {
-        let last = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 1)
+    for c in channels::list(state.ctx(), &who).await? {
+        let last = channels::deliveries(state.ctx(), &who, &c.id, 1)
             .await?
             .into_iter()
             .next();
@@ -306,9 +267,7 @@ async fn form_page(
         .fetch_all(&state.pool)
         .await?;
     let log = match &channel {
-        Some(c) => {
-            channels::deliveries(&state.pool, &state.inner.ctx.secrets, who, &c.id, 50).await?
-        }
+        Some(c) => channels::deliveries(state.ctx(), who, &c.id, 50).await?,
         None => vec![],
     };
     let title = match &channel {
@@ -370,10 +329,7 @@ pub async fn create_form(
         .await
         .map_err(|e| Error::Unexpected(e.into()))?;
     let result = match form_input(&bytes) {
-        Ok((input, v)) => (
-            channels::create(&state.pool, &state.inner.ctx.secrets, &who, &input).await,
-            v,
-        ),
+        Ok((input, v)) => (channels::create(state.ctx(), &who, &input).await, v),
         Err(fields) => (
             Err(Error::Invalid {
                 message: "check the channel's fields".into(),
@@ -428,7 +384,7 @@ pub async fn detail_page(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let c = channels::get(state.ctx(), &who, &id).await?;
     let v = FormValues::of(&c);
     let view = form_page(&state, &who, jar, Some(c), v, FieldErrors::new()).await?;
     page_with_status(StatusCode::OK, &view)
@@ -443,7 +399,7 @@ pub async fn update_form(
     Path(id): Path<String>,
     body: Body,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let c = channels::get(state.ctx(), &who, &id).await?;
     let bytes = body
         .into_bytes()
         .await
@@ -451,10 +407,7 @@ pub async fn update_form(
     let result = match form_input(&bytes) {
         Ok((mut input, v)) => {
             input.kind = None;
-            (
-                channels::update(&state.pool, &state.inner.ctx.secrets, &who, &c.id, &input).await,
-                v,
-            )
+            (channels::update(state.ctx(), &who, &c.id, &input).await, v)
         }
         Err(fields) => (
             Err(Error::Invalid {
@@ -486,8 +439,8 @@ pub async fn delete_form(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
-    channels::delete(&state.pool, &state.inner.ctx.secrets, &who, &c.id).await?;
+    let c = channels::get(state.ctx(), &who, &id).await?;
+    channels::delete(state.ctx(), &who, &c.id).await?;
     set_flash(jar, &format!("Channel {} removed.", c.name));
     Ok(redirect(req, CHANNELS))
 }
@@ -509,8 +462,8 @@ pub async fn test_form(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
-    let result = channels::send_test(&state.pool, &state.inner.ctx.secrets, &who, &c.id).await?;
+    let c = channels::get(state.ctx(), &who, &id).await?;
+    let result = channels::send_test(state.ctx(), &who, &c.id).await?;
     if !super::home::is_htmx(req) {
         set_flash(
             jar,
@@ -521,7 +474,7 @@ pub async fn test_form(
         );
         return Ok(redirect(req, &format!("{CHANNELS}/{}", c.id)));
     }
-    let log = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 50).await?;
+    let log = channels::deliveries(state.ctx(), &who, &c.id, 50).await?;
     page_with_status(
         StatusCode::OK,
         &TestPartial {
@@ -545,8 +498,8 @@ pub async fn log_fragment(
     who: Data<&Principal>,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = channels::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
-    let log = channels::deliveries(&state.pool, &state.inner.ctx.secrets, &who, &c.id, 50).await?;
+    let c = channels::get(state.ctx(), &who, &id).await?;
+    let log = channels::deliveries(state.ctx(), &who, &c.id, 50).await?;
     page_with_status(
         StatusCode::OK,
         &LogPartial {

@@ -24,43 +24,14 @@ use crate::clusters::provider_jar;
 use crate::clusters::{self, ConnectCluster, ConnectClusterInput, ProviderIdentity, WithToken};
 use crate::error::{Error, FieldErrors};
 
-/// Connect clusters (`/api/v1/connect-clusters`): the standard operations but create, which
-/// answers the provider token once ([`api_create`]); see [`resource`].
-pub struct Clusters;
-
-impl resource::Resource for Clusters {
-    type Item = ConnectCluster;
-    type Input = ConnectClusterInput;
-}
-
-impl resource::List for Clusters {
-    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<ConnectCluster>> {
-        clusters::list(&s.pool, who).await
-    }
-}
-
-impl resource::Get for Clusters {
-    type Detail = ConnectCluster;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<ConnectCluster> {
-        clusters::get(&s.pool, who, id).await
-    }
-}
-
-impl resource::Update for Clusters {
-    async fn update(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-        patch: ConnectClusterInput,
-    ) -> crate::error::Result<ConnectCluster> {
-        clusters::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for Clusters {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
-        clusters::delete(&s.pool, who, id).await
-    }
+resource::resource! {
+    /// Connect clusters (`/api/v1/connect-clusters`): the standard operations but create,
+    /// which answers the provider token once ([`api_create`]); see [`resource`].
+    Clusters: ConnectCluster, ConnectClusterInput;
+    list => clusters::list,
+    get(ConnectCluster) => clusters::detail,
+    update => clusters::update,
+    delete => clusters::delete,
 }
 
 /// 201 with the new cluster and its provider token, shown this once (`no-store`).
@@ -68,67 +39,21 @@ pub async fn api_create(
     cx: Ctx,
     Json(input): Json<ConnectClusterInput>,
 ) -> ApiResult<NoStore<Created<WithToken>>> {
-    let s = &cx.state;
+    let _s = &cx.state;
     Ok(NoStore(Created(
-        clusters::create(&s.pool, &s.inner.ctx.secrets, &cx.who, &input).await?,
+        clusters::create(cx.state.ctx(), &cx.who, &input).await?,
     )))
 }
 
-/// `/api/v1/kafka-clusters`: the standard operations (see [`resource`]); the topics are in
-/// `web::connectors`.
-pub struct KafkaClusters;
-
-impl resource::Resource for KafkaClusters {
-    type Item = KafkaCluster;
-    type Input = KafkaClusterInput;
-}
-
-impl resource::List for KafkaClusters {
-    async fn list(s: &AppState, who: &Principal) -> crate::error::Result<Vec<KafkaCluster>> {
-        kafka::list(&s.pool, who).await
-    }
-}
-
-/// The cluster with its health, checked now: the check stores the health and its time, which
-/// the cluster then shows, so it runs first.
-impl resource::Get for KafkaClusters {
-    type Detail = kafka::KafkaClusterDetail;
-    async fn get(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-    ) -> crate::error::Result<kafka::KafkaClusterDetail> {
-        let health = kafka::check_health(&s.pool, &s.inner.ctx.secrets, who, id).await?;
-        let cluster = kafka::get(&s.pool, who, id).await?;
-        Ok(kafka::KafkaClusterDetail::new(cluster, health))
-    }
-}
-
-impl resource::Create for KafkaClusters {
-    async fn create(
-        s: &AppState,
-        who: &Principal,
-        input: KafkaClusterInput,
-    ) -> crate::error::Result<KafkaCluster> {
-        kafka::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
-    }
-}
-
-impl resource::Update for KafkaClusters {
-    async fn update(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-        patch: KafkaClusterInput,
-    ) -> crate::error::Result<KafkaCluster> {
-        kafka::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for KafkaClusters {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
-        kafka::delete(&s.pool, who, id).await
-    }
+resource::resource! {
+    /// `/api/v1/kafka-clusters`: the standard operations (see [`resource`]); the topics are in
+    /// `web::connectors`.
+    KafkaClusters: KafkaCluster, KafkaClusterInput;
+    list => kafka::list,
+    get(kafka::KafkaClusterDetail) => kafka::detail,
+    create => kafka::create,
+    update => kafka::update,
+    delete => kafka::delete,
 }
 
 pub async fn api_provider_token(
@@ -295,7 +220,7 @@ pub async fn page_kafka_update(
             .and_then(|c| changed(&c, cur.tls_ca_certificate.as_deref())),
         sasl_password: set(&form.sasl_password).map(crate::secrets::Secret::new),
     };
-    match kafka::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &patch).await {
+    match kafka::update(state.ctx(), &who, &id, &patch).await {
         Ok(k) => {
             set_flash(jar, &format!("Kafka cluster {} saved.", k.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -350,7 +275,7 @@ async fn connect_edit_page(
         status,
         &ConnectEditPage {
             layout: Layout::new(format!("Edit {}", c.name), paths::CLUSTERS, who, jar),
-            kafka: kafka::list(&state.pool, who).await?,
+            kafka: kafka::list(state.ctx(), who).await?,
             password_state: stored(state, c.secret_ref.as_deref(), "basic_auth_password").await?,
             c,
             form,
@@ -396,7 +321,7 @@ pub async fn page_connect_update(
         // Shown filled in: emptied, it is removed (the built-in roots again).
         tls_ca_certificate: changed(&form.tls_ca_certificate, cur.tls_ca_certificate.as_deref()),
     };
-    match clusters::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &patch).await {
+    match clusters::update(state.ctx(), &who, &id, &patch).await {
         Ok(c) => {
             set_flash(jar, &format!("Connect cluster {} saved.", c.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -525,7 +450,7 @@ pub async fn page_kafka_forget(
     // The role first: a viewer learns nothing, not even whether the cluster exists.
     who.require(Role::Admin, "manage clusters")?;
     let k = kafka::get(&state.pool, &who, &id).await?;
-    match kafka::delete(&state.pool, &who, &id).await {
+    match kafka::delete(state.ctx(), &who, &id).await {
         Ok(()) => {
             set_flash(jar, &format!("Kafka cluster {} forgotten.", k.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -558,7 +483,7 @@ pub async fn page_connect_forget(
     // The role first: a viewer learns nothing, not even whether the cluster exists.
     who.require(Role::Admin, "manage clusters")?;
     let c = clusters::get(&state.pool, &who, &id).await?;
-    match clusters::delete(&state.pool, &who, &id).await {
+    match clusters::delete(state.ctx(), &who, &id).await {
         Ok(()) => {
             set_flash(jar, &format!("Connect cluster {} forgotten.", c.name));
             Ok(redirect(req, paths::CLUSTERS))

@@ -27,9 +27,7 @@ use crate::secrets::Secret;
 /// Over HTTP, a document's references get their values from the request alone (`Values`).
 fn ctx<'a>(state: &'a AppState, who: &'a Principal, values: &'a Values) -> Ctx<'a> {
     Ctx {
-        pool: &state.pool,
-        store: &state.inner.ctx.secrets,
-        wake: &state.inner.ctx.reconciler,
+        svc: state.ctx(),
         who,
         values,
     }
@@ -129,7 +127,7 @@ impl Media for Yaml {
 /// The export as YAML text, in the format asked for.
 async fn export_text(state: &AppState, who: &Principal, q: &ExportQuery) -> Result<String, Error> {
     match q.format.as_deref().unwrap_or("cluecdc") {
-        "cluecdc" => export::export(&state.pool, &state.inner.ctx.secrets, who).await,
+        "cluecdc" => export::export(state.ctx(), who).await,
         "strimzi" => {
             let given = |v: &Option<String>| v.clone().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
             let mut errors = crate::error::FieldErrors::new();
@@ -143,7 +141,7 @@ async fn export_text(state: &AppState, who: &Principal, q: &ExportQuery) -> Resu
             });
             Error::check(errors)?;
             let target = strimzi::Target { namespace, connect_cluster, kafka_cluster: given(&q.kafka_cluster) };
-            let (text, warnings) = strimzi::export(&state.pool, &state.inner.ctx.secrets, who, &target).await?;
+            let (text, warnings) = strimzi::export(state.ctx(), who, &target).await?;
             // Warnings go on top as YAML comments: they travel with the file.
             let head: String = warnings.iter().map(|w| format!("# NOTE: {w}\n")).collect();
             Ok(format!("{head}{text}"))
@@ -383,7 +381,7 @@ async fn page_of(
         problems: Vec::new(),
         error: None,
         references: Vec::new(),
-        connect_clusters: crate::clusters::connect::list(&state.pool, who)
+        connect_clusters: crate::clusters::connect::list(state.ctx(), who)
             .await?
             .into_iter()
             .map(|c| c.name)

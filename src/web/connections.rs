@@ -19,64 +19,42 @@ use crate::auth::{Principal, Role};
 use crate::connections::settings::{secret_fields, Settings, TlsMode};
 use crate::connections::{self, ConnectionInput, ConnectionView, Provider, TestReport};
 use crate::error::{Error, FieldErrors};
-use crate::listing::{self, ListQuery, Nav, Window};
+use crate::listing::{self, ListQuery, Nav};
 use crate::pipelines::OwnedSlot;
 use schemars::JsonSchema;
 
 // ---- JSON API -------------------------------------------------------------------------------
 
-/// `/api/v1/connections`: the standard operations (see [`resource`]).
-pub struct Connections;
-
-impl resource::Resource for Connections {
-    type Item = ConnectionView;
-    type Input = ConnectionInput;
-}
-
-impl resource::Paged for Connections {
-    const LIST: &'static str = "connections";
-    const STATES: &'static [&'static str] = connections::STATES;
-    async fn page(s: &AppState, who: &Principal, w: &Window) -> crate::error::Result<Value> {
-        Ok(connections::page(&s.pool, &s.inner.ctx.secrets, who, w)
-            .await?
-            .json())
-    }
-}
-
-impl resource::Get for Connections {
-    type Detail = ConnectionView;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<ConnectionView> {
-        connections::get(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
+resource::resource! {
+    /// `/api/v1/connections`: the standard operations (see [`resource`]); create and patch
+    /// first drop the body's nulls (below).
+    Connections: ConnectionView, ConnectionInput;
+    page("connections", connections::STATES) => connections::page,
+    get(ConnectionView) => connections::get,
+    delete => connections::delete,
 }
 
 impl resource::Create for Connections {
     async fn create(
-        s: &AppState,
+        cx: &crate::ctx::Ctx,
         who: &Principal,
         mut input: ConnectionInput,
     ) -> crate::error::Result<ConnectionView> {
         drop_nulls(&mut input.settings);
         drop_nulls(&mut input.secrets);
-        connections::create(&s.pool, &s.inner.ctx.secrets, who, &input).await
+        connections::create(cx, who, &input).await
     }
 }
 
 impl resource::Update for Connections {
     async fn update(
-        s: &AppState,
+        cx: &crate::ctx::Ctx,
         who: &Principal,
         id: &str,
         mut patch: ConnectionInput,
     ) -> crate::error::Result<ConnectionView> {
         drop_nulls(&mut patch.secrets);
-        connections::update(&s.pool, &s.inner.ctx.secrets, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for Connections {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> crate::error::Result<()> {
-        connections::delete(&s.pool, who, id).await
+        connections::update(cx, who, id, &patch).await
     }
 }
 
@@ -367,7 +345,7 @@ pub async fn page_list(
 ) -> PageResult<Response> {
     let w = q.window(connections::STATES)?;
     let page = listing::cached(&state.inner.snapshots, "connections", &w, || {
-        connections::page(&state.pool, &state.inner.ctx.secrets, &who, &w)
+        connections::page(state.ctx(), &who, &w)
     })
     .await?;
     let nav = Nav::new(
@@ -522,7 +500,7 @@ pub async fn page_create(
         .as_deref()
         .and_then(Provider::parse)
         .unwrap_or(Provider::Postgresql);
-    match connections::create(&state.pool, &state.inner.ctx.secrets, &who, &input).await {
+    match connections::create(state.ctx(), &who, &input).await {
         Ok(c) => {
             set_flash(
                 jar,
@@ -599,7 +577,7 @@ pub async fn page_detail(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let c = connections::get(state.ctx(), &who, &id).await?;
     let secret_names = secret_fields(c.connection.provider)
         .iter()
         .map(|(k, _)| {
@@ -632,7 +610,7 @@ pub async fn page_edit(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
-    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let c = connections::get(state.ctx(), &who, &id).await?;
     let values = match serde_json::to_value(&c.connection.settings) {
         Ok(Value::Object(m)) => m,
         _ => Map::new(),
@@ -683,7 +661,7 @@ pub async fn page_update(
         settings.entry(key.to_string()).or_insert(Value::Null);
     }
     input.settings = Some(settings);
-    match connections::update(&state.pool, &state.inner.ctx.secrets, &who, &id, &input).await {
+    match connections::update(state.ctx(), &who, &id, &input).await {
         Ok(c) => {
             set_flash(jar, &format!("Connection {} updated.", c.connection.name));
             Ok(redirect(req, &format!("/connections/{id}")))
@@ -810,7 +788,7 @@ pub async fn page_delete_confirm(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
-    let c = connections::get(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let c = connections::get(state.ctx(), &who, &id).await?;
     let used_by = connections::used_by(&state.pool, &id).await?;
     page_with_status(
         StatusCode::OK,
@@ -837,7 +815,7 @@ pub async fn page_delete(
 ) -> PageResult<Response> {
     who.require(Role::Admin, "manage connections")?;
     let c = connections::load(&state.pool, &id).await?;
-    connections::delete(&state.pool, &who, &id).await?;
+    connections::delete(state.ctx(), &who, &id).await?;
     set_flash(jar, &format!("Connection {} deleted.", c.name));
     Ok(redirect(req, paths::CONNECTIONS))
 }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::resource::{self, Action};
+use super::api::resource::{self};
 use super::api::{paged, Created, Ctx, NoContent, OpDoc, Reply, Serialized};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -54,56 +54,13 @@ pub async fn api_list(
     .await
 }
 
-/// `/api/v1/connectors`: the standard create, get and actions (see [`resource`]); the list
-/// (with the unmanaged connectors) and delete (which answers the connector) are its own.
-pub struct Connectors;
-
-impl resource::Resource for Connectors {
-    type Item = ConnectorView;
-    type Input = ConnectorInput;
-}
-
-impl resource::Create for Connectors {
-    async fn create(
-        s: &AppState,
-        who: &Principal,
-        input: ConnectorInput,
-    ) -> crate::error::Result<ConnectorView> {
-        connectors::create(&s.pool, &s.inner.ctx.reconciler, who, &input).await
-    }
-}
-
-impl resource::Get for Connectors {
-    type Detail = ConnectorDetail;
-    async fn get(
-        s: &AppState,
-        who: &Principal,
-        key: &str,
-    ) -> crate::error::Result<ConnectorDetail> {
-        connectors::detail(&s.pool, who, key).await
-    }
-}
-
-impl resource::Control for Connectors {
-    type Controlled = ConnectorView;
-    async fn act(
-        s: &AppState,
-        who: &Principal,
-        key: &str,
-        action: Action,
-    ) -> crate::error::Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
-        match (action, action.desired_state()) {
-            (Action::Restart, _) => {
-                connectors::request_restart(pool, reconciler, who, key, false).await
-            }
-            (Action::Adopt, _) => {
-                connectors::adopt_live(pool, &s.inner.ctx.secrets, reconciler, who, key).await
-            }
-            (_, Some(to)) => connectors::set_state(pool, reconciler, who, key, to).await,
-            (_, None) => Err(Error::NotFound(format!("action {}", action.as_str()))),
-        }
-    }
+resource::resource! {
+    /// `/api/v1/connectors`: the standard create, get and actions (see [`resource`]); the list
+    /// (with the unmanaged connectors) and delete (which answers the connector) are its own.
+    Connectors: ConnectorView, ConnectorInput;
+    create => connectors::create,
+    get(ConnectorDetail) => connectors::detail,
+    control(ConnectorView) => connectors::act,
 }
 
 /// Deleting a connector is asking for its desired state `DELETED`: the answer is the connector
@@ -519,7 +476,7 @@ async fn new_page(
     errors: FieldErrors,
 ) -> PageResult<NewPage> {
     who.require(Role::Admin, "add connectors by hand")?;
-    let connect = crate::clusters::list(&state.pool, who).await?;
+    let connect = crate::clusters::list(state.ctx(), who).await?;
     if !connect.iter().any(|c| c.id == form.cluster) {
         form.cluster = connect
             .iter()
@@ -695,7 +652,7 @@ pub async fn page_create(
             config: Some(map),
             desired_state: set(&form.state),
         };
-        match connectors::create(&state.pool, &state.inner.ctx.reconciler, &who, &input).await {
+        match connectors::create(state.ctx(), &who, &input).await {
             Ok(c) => {
                 set_flash(
                     jar,
@@ -885,7 +842,7 @@ pub(super) async fn clusters_page(
         h.as_deref()
             .and_then(|h| serde_json::from_str::<Value>(h).ok())
     };
-    let kafka = kafka::list(&state.pool, who)
+    let kafka = kafka::list(state.ctx(), who)
         .await?
         .into_iter()
         .map(|k| {
@@ -898,7 +855,7 @@ pub(super) async fn clusters_page(
             (k, h)
         })
         .collect();
-    let connect = crate::clusters::list(&state.pool, who)
+    let connect = crate::clusters::list(state.ctx(), who)
         .await?
         .into_iter()
         .map(|c| {
@@ -962,7 +919,7 @@ pub async fn kafka_cluster_form(
     req: &Request,
     Form(form): Form<KafkaForm>,
 ) -> PageResult<Response> {
-    match kafka::create(&state.pool, &state.inner.ctx.secrets, &who, &form.input()).await {
+    match kafka::create(state.ctx(), &who, &form.input()).await {
         Ok(k) => {
             set_flash(jar, &format!("Kafka cluster {} registered.", k.name));
             Ok(redirect(req, paths::CLUSTERS))
@@ -991,8 +948,7 @@ pub async fn connect_cluster_form(
     req: &Request,
     Form(form): Form<ConnectForm>,
 ) -> PageResult<Response> {
-    match crate::clusters::create(&state.pool, &state.inner.ctx.secrets, &who, &form.input()).await
-    {
+    match crate::clusters::create(state.ctx(), &who, &form.input()).await {
         Ok(created) => {
             let forms = ClusterForms {
                 created: Some((
@@ -1118,7 +1074,7 @@ async fn topics_page(
 ) -> Result<TopicsPage, Error> {
     who.require(Role::Viewer, "see Kafka clusters")?;
     let clusters = (state.inner.snapshots)
-        .recent("kafka-clusters", || kafka::list(&state.pool, who))
+        .recent("kafka-clusters", || kafka::list(state.ctx(), who))
         .await?;
     let selected = Some(w.cluster.clone())
         .filter(|c| !c.is_empty())

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::resource::{self, Action};
+use super::api::resource::{self};
 use super::api::Ctx;
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -21,75 +21,18 @@ use crate::connectors::ConnectorView;
 use crate::deliveries::config::{JdbcOptions, ObjectStorageOptions};
 use crate::deliveries::{self, Delivery, DeliveryInput, Detail, Kind, Preview};
 use crate::error::{Error, FieldErrors, Result};
-use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
+use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 
-/// `/api/v1/deliveries`: the standard operations (see [`resource`]).
-pub struct Deliveries;
-
-impl resource::Resource for Deliveries {
-    type Item = Delivery;
-    type Input = DeliveryInput;
-}
-
-impl resource::Paged for Deliveries {
-    const LIST: &'static str = "deliveries";
-    const STATES: &'static [&'static str] = CONNECTOR_STATES;
-    async fn page(s: &AppState, who: &Principal, w: &Window) -> Result<Value> {
-        Ok(deliveries::page(&s.pool, who, w).await?.json())
-    }
-}
-
-impl resource::Get for Deliveries {
-    type Detail = Detail;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        deliveries::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
-}
-
-impl resource::Preview for Deliveries {
-    type Preview = Preview;
-    async fn preview(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Preview> {
-        deliveries::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
-    }
-}
-
-impl resource::Create for Deliveries {
-    async fn create(s: &AppState, who: &Principal, input: DeliveryInput) -> Result<Delivery> {
-        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
-        deliveries::create(&s.pool, secrets, reconciler, who, &input).await
-    }
-}
-
-impl resource::Update for Deliveries {
-    async fn update(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-        patch: DeliveryInput,
-    ) -> Result<Delivery> {
-        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
-        deliveries::update(&s.pool, secrets, reconciler, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for Deliveries {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
-        deliveries::delete(&s.pool, &s.inner.ctx.reconciler, who, id).await
-    }
-}
-
-impl resource::Control for Deliveries {
-    type Controlled = ConnectorView;
-    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
-        match (action, action.desired_state()) {
-            (Action::Restart, _) => deliveries::restart(pool, reconciler, who, id, false).await,
-            (Action::Pause | Action::Resume, Some(to)) => {
-                deliveries::set_state(pool, reconciler, who, id, to).await
-            }
-            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
-        }
-    }
+resource::resource! {
+    /// `/api/v1/deliveries`: the standard operations (see [`resource`]).
+    Deliveries: Delivery, DeliveryInput;
+    page("deliveries", CONNECTOR_STATES) => deliveries::page,
+    get(Detail) => deliveries::detail,
+    preview(Preview) => deliveries::preview,
+    create => deliveries::create,
+    update => deliveries::update,
+    delete => deliveries::delete,
+    control(ConnectorView) => deliveries::act,
 }
 
 /// `GET /api/v1/deliveries/{id}/objects` options.
@@ -181,7 +124,7 @@ async fn list_rows(
     who: &Principal,
     w: &listing::Window,
 ) -> crate::error::Result<ListRows> {
-    let page = deliveries::page(&state.pool, who, w).await?;
+    let page = deliveries::page(state.ctx(), who, w).await?;
     let pipelines = listing::names(
         &state.pool,
         "pipelines",
@@ -344,7 +287,7 @@ pub async fn page_detail(
     Path(id): Path<String>,
     Query(sort): Query<crate::web::pipelines::SortQuery>,
 ) -> PageResult<Response> {
-    let mut d = deliveries::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let mut d = deliveries::detail(state.ctx(), &who, &id).await?;
     if sort.stale() {
         crate::tables::freshness::sort_most_behind(&mut d.tables);
     }
@@ -821,7 +764,7 @@ async fn new_page(
         layout: Layout::new("Create delivery", paths::DELIVERIES, who, jar),
         pipelines,
         destinations,
-        connect: crate::clusters::list(&state.pool, who).await?,
+        connect: crate::clusters::list(state.ctx(), who).await?,
         f,
         preview: None,
         problem: None,
@@ -882,15 +825,7 @@ pub async fn page_submit(
         }
     };
     let outcome = if page.f.form.step == "create" {
-        match deliveries::create(
-            &state.pool,
-            &state.inner.ctx.secrets,
-            &state.inner.ctx.reconciler,
-            &who,
-            &input,
-        )
-        .await
-        {
+        match deliveries::create(state.ctx(), &who, &input).await {
             Ok(d) => {
                 set_flash(
                     jar,
@@ -904,7 +839,7 @@ pub async fn page_submit(
             Err(e) => Err(e),
         }
     } else {
-        deliveries::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
+        deliveries::preview(state.ctx(), &who, &input)
             .await
             .map(|p| page.preview = Some(p))
     };
@@ -1018,16 +953,7 @@ pub async fn page_update(
             return page_with_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
         }
     };
-    match deliveries::update(
-        &state.pool,
-        &state.inner.ctx.secrets,
-        &state.inner.ctx.reconciler,
-        &who,
-        &page.d.id,
-        &patch,
-    )
-    .await
-    {
+    match deliveries::update(state.ctx(), &who, &page.d.id, &patch).await {
         Ok(d) => {
             set_flash(jar, "Saved; the reconciler applies the new config.");
             Ok(redirect(req, &format!("/deliveries/{}", d.id)))
@@ -1116,7 +1042,7 @@ pub async fn page_delete(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     let mut page = delete_page(&state, &who, jar, &id).await?;
-    match deliveries::delete(&state.pool, &state.inner.ctx.reconciler, &who, &page.d.id).await {
+    match deliveries::delete(state.ctx(), &who, &page.d.id).await {
         Ok(()) => {
             set_flash(
                 jar,

@@ -110,7 +110,7 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
         paths::CLUSTERS,
         "Register a Kafka cluster",
     );
-    let kafkas = crate::clusters::kafka::list(pool, who).await?;
+    let kafkas = crate::clusters::kafka::list(state.ctx(), who).await?;
     out.push(match kafkas.first() {
         None => kafka.set(StepState::Todo, "No Kafka cluster is registered yet."),
         Some(k) => match crate::clusters::kafka::check_health(pool, store, who, &k.id).await {
@@ -136,7 +136,7 @@ pub async fn steps(state: &AppState, who: &Principal, server_url: &str) -> Resul
         paths::CLUSTERS,
         "Register a Connect cluster",
     );
-    let clusters = crate::clusters::list(pool, who).await?;
+    let clusters = crate::clusters::list(state.ctx(), who).await?;
     let first = clusters.first();
     out.push(match first {
         None => connect.set(StepState::Todo, "No Kafka Connect cluster is registered yet."),

@@ -60,8 +60,8 @@ async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<Ove
         limit: OVERVIEW_ROWS,
         ..Default::default()
     };
-    let pipelines = crate::pipelines::page(&state.pool, who, &first).await?;
-    let deliveries = crate::deliveries::page(&state.pool, who, &first).await?;
+    let pipelines = crate::pipelines::page(state.ctx(), who, &first).await?;
+    let deliveries = crate::deliveries::page(state.ctx(), who, &first).await?;
     let connector_ids: Vec<String> = (pipelines.items.iter().map(|p| p.connector_id.clone()))
         .chain(deliveries.items.iter().map(|d| d.connector_id.clone()))
         .collect();
@@ -170,7 +170,7 @@ async fn overview(state: &AppState, who: &Principal) -> crate::error::Result<Ove
         });
     }
     // Replications: the source connector's state and how far behind the target is.
-    for r in crate::replications::list(&state.pool, who)
+    for r in crate::replications::list(state.ctx(), who)
         .await?
         .into_iter()
         .take(OVERVIEW_ROWS as usize)

@@ -13,7 +13,7 @@ macro_rules! connector_actions {
         #[handler]
         pub async fn $page(req: &Request, state: Data<&AppState>, who: Data<&Principal>, jar: &CookieJar, Path(id): Path<String>) -> PageResult<Response> {
             use $crate::web::api::resource::{Action, Control};
-            <$resource as Control>::act(&state, &who, &id, Action::$action).await?;
+            <$resource as Control>::act(state.ctx(), &who, &id, Action::$action).await?;
             let note = format!("{} requested; the reconciler applies it within seconds.", Action::$action.as_str());
             set_flash(jar, &note);
             Ok(redirect(req, &format!(concat!($page_prefix, "/{}"), id)))

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::api::resource::{self, Action};
+use super::api::resource::{self};
 use super::api::{Accepted, Ctx};
 use super::error::{ApiResult, PageResult};
 use super::pages::{page_with_status, redirect, set_flash, Layout};
@@ -18,58 +18,17 @@ use crate::app::AppState;
 use crate::auth::{Principal, Role};
 use crate::connectors::ConnectorView;
 use crate::error::{Error, FieldErrors, Result};
-use crate::listing::{self, ListQuery, Nav, Window, CONNECTOR_STATES};
+use crate::listing::{self, ListQuery, Nav, CONNECTOR_STATES};
 use crate::pipelines::{self, Detail, Pipeline, PipelineInput, Preview};
 
-/// `/api/v1/pipelines`: the standard operations (see [`resource`]).
-pub struct Pipelines;
-
-impl resource::Resource for Pipelines {
-    type Item = Pipeline;
-    type Input = PipelineInput;
-}
-
-impl resource::Paged for Pipelines {
-    const LIST: &'static str = "pipelines";
-    const STATES: &'static [&'static str] = CONNECTOR_STATES;
-    async fn page(s: &AppState, who: &Principal, w: &Window) -> Result<Value> {
-        Ok(pipelines::page(&s.pool, who, w).await?.json())
-    }
-}
-
-impl resource::Get for Pipelines {
-    type Detail = Detail;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        pipelines::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
-}
-
-impl resource::Preview for Pipelines {
-    type Preview = Preview;
-    async fn preview(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Preview> {
-        pipelines::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
-    }
-}
-
-impl resource::Create for Pipelines {
-    async fn create(s: &AppState, who: &Principal, input: PipelineInput) -> Result<Pipeline> {
-        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
-        pipelines::create(&s.pool, secrets, reconciler, who, &input).await
-    }
-}
-
-impl resource::Control for Pipelines {
-    type Controlled = ConnectorView;
-    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
-        match (action, action.desired_state()) {
-            (Action::Restart, _) => pipelines::restart(pool, reconciler, who, id, false).await,
-            (Action::Pause | Action::Resume, Some(to)) => {
-                pipelines::set_state(pool, reconciler, who, id, to).await
-            }
-            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
-        }
-    }
+resource::resource! {
+    /// `/api/v1/pipelines`: the standard operations (see [`resource`]).
+    Pipelines: Pipeline, PipelineInput;
+    page("pipelines", CONNECTOR_STATES) => pipelines::page,
+    get(Detail) => pipelines::detail,
+    preview(Preview) => pipelines::preview,
+    create => pipelines::create,
+    control(ConnectorView) => pipelines::act,
 }
 
 /// `GET /api/v1/pipelines/{id}/schema`: per captured table its schema versions, the newest
@@ -111,7 +70,7 @@ pub async fn api_patch(
     Path(id): Path<String>,
     Json(patch): Json<Patch>,
 ) -> ApiResult<Json<TablesChanged>> {
-    let (s, who) = (&cx.state, &cx.who);
+    let who = &cx.who;
     who.require(Role::Operator, "change pipelines")?;
     if let Some(key) = patch.rest.keys().next() {
         return Err(Error::field(key, "only tables can change on a running pipeline; create a new pipeline for other settings").into());
@@ -119,15 +78,8 @@ pub async fn api_patch(
     let tables = patch
         .tables
         .ok_or_else(|| Error::field("tables", "send the full list of tables to capture"))?;
-    let (pipeline, incremental_snapshot) = pipelines::set_tables(
-        &s.pool,
-        &s.inner.ctx.secrets,
-        &s.inner.ctx.reconciler,
-        who,
-        &id,
-        tables,
-    )
-    .await?;
+    let (pipeline, incremental_snapshot) =
+        pipelines::set_tables(cx.state.ctx(), who, &id, tables).await?;
     Ok(Json(TablesChanged {
         pipeline,
         incremental_snapshot,
@@ -305,7 +257,7 @@ async fn list_rows(
     listing::Page<(Pipeline, Option<crate::connectors::ConnectorView>)>,
     Vec<(String, String)>,
 )> {
-    let page = pipelines::page(&state.pool, who, w).await?;
+    let page = pipelines::page(state.ctx(), who, w).await?;
     let ids: Vec<String> = page.items.iter().map(|p| p.connector_id.clone()).collect();
     let mut connectors = crate::connectors::views(&state.pool, &ids).await?;
     let clusters = crate::clusters::connect::choices(&state.pool).await?;
@@ -389,7 +341,7 @@ pub async fn page_detail(
     Path(id): Path<String>,
     Query(sort): Query<SortQuery>,
 ) -> PageResult<Response> {
-    let mut d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let mut d = pipelines::detail(state.ctx(), &who, &id).await?;
     if sort.stale() {
         crate::tables::freshness::sort_stalest(&mut d.tables);
     }
@@ -458,7 +410,7 @@ pub async fn page_resnapshot(
         Err(Error::Conflict(why)) => (StatusCode::CONFLICT, why),
         Err(e) => return Err(e.into()),
     };
-    let d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let d = pipelines::detail(state.ctx(), &who, &id).await?;
     let operations = crate::operations::of_target(&state.pool, &d.pipeline.id, 5).await?;
     let schema = crate::tables::schema::pipeline_schema(&state.pool, &who, &d.pipeline.id).await?;
     page_with_status(
@@ -563,16 +515,7 @@ pub async fn page_tables_submit(
 ) -> PageResult<Response> {
     who.require(Role::Operator, "change pipelines")?;
     let tables = ticked_tables(body).await?;
-    match pipelines::set_tables(
-        &state.pool,
-        &state.inner.ctx.secrets,
-        &state.inner.ctx.reconciler,
-        &who,
-        &id,
-        tables.clone(),
-    )
-    .await
-    {
+    match pipelines::set_tables(state.ctx(), &who, &id, tables.clone()).await {
         Ok((p, added)) => {
             let note = if added.is_empty() {
                 String::new()
@@ -718,8 +661,8 @@ async fn new_page(
     Ok(NewPage {
         layout: Layout::new("New pipeline", paths::PIPELINES, who, jar),
         sources,
-        kafka: crate::clusters::kafka::list(&state.pool, who).await?,
-        connect: crate::clusters::list(&state.pool, who).await?,
+        kafka: crate::clusters::kafka::list(state.ctx(), who).await?,
+        connect: crate::clusters::list(state.ctx(), who).await?,
         form,
         tables,
         table_error,
@@ -771,15 +714,7 @@ pub async fn page_submit(
     let form = Form::parse(&bytes);
     let input = form.input();
     if form.step == "create" {
-        match pipelines::create(
-            &state.pool,
-            &state.inner.ctx.secrets,
-            &state.inner.ctx.reconciler,
-            &who,
-            &input,
-        )
-        .await
-        {
+        match pipelines::create(state.ctx(), &who, &input).await {
             Ok(p) => {
                 set_flash(jar, &format!("Pipeline {} created: topics are ready and the connector is being deployed.", p.name));
                 return Ok(redirect(req, &format!("/pipelines/{}", p.id)));
@@ -807,7 +742,7 @@ pub async fn page_submit(
             Err(e) => return Err(e.into()),
         }
     }
-    match pipelines::preview(&state.pool, &state.inner.ctx.secrets, &who, &input).await {
+    match pipelines::preview(state.ctx(), &who, &input).await {
         Ok(p) => page_with_status(
             StatusCode::OK,
             &new_page(&state, &who, jar, form, Some(p), Default::default()).await?,
@@ -835,7 +770,7 @@ pub async fn page_delete_confirm(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     who.require(Role::Operator, "delete pipelines")?;
-    let d = pipelines::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let d = pipelines::detail(state.ctx(), &who, &id).await?;
     page_with_status(
         StatusCode::OK,
         &DeletePage {

@@ -19,72 +19,17 @@ use crate::auth::{Principal, Role};
 use crate::error::{Error, FieldErrors, Result};
 use crate::replications::{self, Detail, Preview, Replication, ReplicationInput};
 
-/// `/api/v1/replications`: the standard operations (see [`resource`]).
-pub struct Replications;
-
-impl resource::Resource for Replications {
-    type Item = Replication;
-    type Input = ReplicationInput;
-}
-
-impl resource::List for Replications {
-    async fn list(s: &AppState, who: &Principal) -> Result<Vec<Replication>> {
-        replications::list(&s.pool, who).await
-    }
-}
-
-impl resource::Get for Replications {
-    type Detail = Detail;
-    async fn get(s: &AppState, who: &Principal, id: &str) -> Result<Detail> {
-        replications::detail(&s.pool, &s.inner.ctx.secrets, who, id).await
-    }
-}
-
-impl resource::Preview for Replications {
-    type Preview = Preview;
-    async fn preview(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Preview> {
-        replications::preview(&s.pool, &s.inner.ctx.secrets, who, &input).await
-    }
-}
-
-impl resource::Create for Replications {
-    async fn create(s: &AppState, who: &Principal, input: ReplicationInput) -> Result<Replication> {
-        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
-        replications::create(&s.pool, secrets, reconciler, who, &input).await
-    }
-}
-
-impl resource::Update for Replications {
-    async fn update(
-        s: &AppState,
-        who: &Principal,
-        id: &str,
-        patch: ReplicationInput,
-    ) -> Result<Replication> {
-        let (secrets, reconciler) = (&s.inner.ctx.secrets, &s.inner.ctx.reconciler);
-        replications::update(&s.pool, secrets, reconciler, who, id, &patch).await
-    }
-}
-
-impl resource::Delete for Replications {
-    async fn delete(s: &AppState, who: &Principal, id: &str) -> Result<()> {
-        replications::delete(&s.pool, &s.inner.ctx.reconciler, who, id).await
-    }
-}
-
-/// The three connectors of a replication act together.
-impl resource::Control for Replications {
-    type Controlled = Replication;
-    async fn act(s: &AppState, who: &Principal, id: &str, action: Action) -> Result<Replication> {
-        let (pool, reconciler) = (&s.pool, &s.inner.ctx.reconciler);
-        match (action, action.desired_state()) {
-            (Action::Restart, _) => replications::restart(pool, reconciler, who, id, false).await,
-            (Action::Pause | Action::Resume, Some(to)) => {
-                replications::set_state(pool, reconciler, who, id, to).await
-            }
-            _ => Err(Error::NotFound(format!("action {}", action.as_str()))),
-        }
-    }
+resource::resource! {
+    /// `/api/v1/replications`: the standard operations (see [`resource`]); the three
+    /// connectors of a replication act together.
+    Replications: Replication, ReplicationInput;
+    list => replications::list,
+    get(Detail) => replications::detail,
+    preview(Preview) => replications::preview,
+    create => replications::create,
+    update => replications::update,
+    delete => replications::delete,
+    control(Replication) => replications::act,
 }
 
 #[derive(Template)]
@@ -97,7 +42,7 @@ struct IndexPage {
 }
 
 async fn cluster_names(state: &AppState, who: &Principal) -> Result<Vec<(String, String)>, Error> {
-    Ok(crate::clusters::kafka::list(&state.pool, who)
+    Ok(crate::clusters::kafka::list(state.ctx(), who)
         .await?
         .into_iter()
         .map(|k| (k.id, k.name))
@@ -119,7 +64,7 @@ pub async fn page_list(
             .map(|(_, n)| n.clone())
             .unwrap_or_else(|| id.to_string())
     };
-    let items = replications::list(&state.pool, &who)
+    let items = replications::list(state.ctx(), &who)
         .await?
         .into_iter()
         .map(|r| {
@@ -297,15 +242,7 @@ pub async fn page_submit(
     let create = f.action == "create";
     let mut page = new_page(&state, &who, jar, f).await?;
     let outcome = if create {
-        match replications::create(
-            &state.pool,
-            &state.inner.ctx.secrets,
-            &state.inner.ctx.reconciler,
-            &who,
-            &input,
-        )
-        .await
-        {
+        match replications::create(state.ctx(), &who, &input).await {
             Ok(r) => {
                 set_flash(
                     jar,
@@ -319,7 +256,7 @@ pub async fn page_submit(
             Err(e) => Err(e),
         }
     } else {
-        replications::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
+        replications::preview(state.ctx(), &who, &input)
             .await
             .map(|p| {
                 page.preview = Some(p);
@@ -330,10 +267,7 @@ pub async fn page_submit(
         Err(Error::Invalid { fields, .. }) => {
             page.errors = fields;
             if create {
-                page.preview =
-                    replications::preview(&state.pool, &state.inner.ctx.secrets, &who, &input)
-                        .await
-                        .ok();
+                page.preview = replications::preview(state.ctx(), &who, &input).await.ok();
             }
             StatusCode::UNPROCESSABLE_ENTITY
         }
@@ -374,7 +308,7 @@ pub async fn page_detail(
     jar: &CookieJar,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    let d = replications::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+    let d = replications::detail(state.ctx(), &who, &id).await?;
     page_with_status(
         StatusCode::OK,
         &DetailPage {
@@ -398,23 +332,23 @@ pub async fn page_act(
         Role::Operator,
         "pause, resume, restart or delete replications",
     )?;
-    let wake = &state.inner.ctx.reconciler;
+    let _wake = &state.inner.ctx.reconciler;
     match action.as_str() {
         "pause" => {
-            Replications::act(&state, &who, &id, Action::Pause).await?;
+            Replications::act(state.ctx(), &who, &id, Action::Pause).await?;
         }
         "resume" => {
-            Replications::act(&state, &who, &id, Action::Resume).await?;
+            Replications::act(state.ctx(), &who, &id, Action::Resume).await?;
         }
         "restart" => {
-            Replications::act(&state, &who, &id, Action::Restart).await?;
+            Replications::act(state.ctx(), &who, &id, Action::Restart).await?;
             set_flash(
                 jar,
                 "Restart requested: the reconciler restarts the three connectors and their tasks.",
             );
         }
         "delete" => {
-            replications::delete(&state.pool, wake, &who, &id).await?;
+            replications::delete(state.ctx(), &who, &id).await?;
             set_flash(
                 jar,
                 "Replication deleted; the copied topics stay on the target.",
@@ -441,7 +375,7 @@ pub async fn api_readiness(
 ) -> ApiResult<Json<replications::Readiness>> {
     let s = &cx.state;
     Ok(Json(
-        replications::readiness(&s.pool, &s.inner.ctx.secrets, &cx.who, &id, &q.group).await?,
+        replications::readiness(s.ctx(), &cx.who, &id, &q.group).await?,
     ))
 }
 
@@ -466,7 +400,7 @@ pub async fn page_readiness(
     let rep = replications::load(&state.pool, &id).await?;
     let mut group = q.group;
     if group.is_empty() {
-        let d = replications::detail(&state.pool, &state.inner.ctx.secrets, &who, &id).await?;
+        let d = replications::detail(state.ctx(), &who, &id).await?;
         group = d
             .progress
             .checkpoints
@@ -474,14 +408,11 @@ pub async fn page_readiness(
             .map(|g| g.group.clone())
             .unwrap_or_default();
     }
-    let (r, problem) =
-        match replications::readiness(&state.pool, &state.inner.ctx.secrets, &who, &id, &group)
-            .await
-        {
-            Ok(r) => (Some(r), None),
-            Err(Error::NotFound(m)) => (None, Some(format!("No {m}."))),
-            Err(e) => return Err(e.into()),
-        };
+    let (r, problem) = match replications::readiness(state.ctx(), &who, &id, &group).await {
+        Ok(r) => (Some(r), None),
+        Err(Error::NotFound(m)) => (None, Some(format!("No {m}."))),
+        Err(e) => return Err(e.into()),
+    };
     page_with_status(
         StatusCode::OK,
         &ReadinessPage {
@@ -615,9 +546,7 @@ pub async fn page_update(
     let mut page = edit_page(&state, &who, jar, &id, Some(f)).await?;
     let (pool, store) = (&state.pool, &state.inner.ctx.secrets);
     let outcome = if save {
-        match replications::update(pool, store, &state.inner.ctx.reconciler, &who, &id, &patch)
-            .await
-        {
+        match replications::update(state.ctx(), &who, &id, &patch).await {
             Ok(r) => {
                 set_flash(
                     jar,

@@ -16,6 +16,7 @@ use sqlx::SqlitePool;
 use super::alerts::Alert;
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
+use crate::ctx::Ctx;
 use crate::error::{Error, FieldErrors, Result};
 use crate::secrets::binding::{self, Binding};
 use crate::secrets::store::{new_ref, SecretStore};
@@ -676,7 +677,9 @@ fn stored_settings(c: &Checked, url_host: Option<String>) -> String {
     json!(s).to_string()
 }
 
-pub async fn list(pool: &SqlitePool, store: &SecretStore, who: &Principal) -> Result<Vec<Channel>> {
+pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Channel>> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
     let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
@@ -700,12 +703,9 @@ async fn load(pool: &SqlitePool, store: &SecretStore, id: &str) -> Result<Option
     }
 }
 
-pub async fn get(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<Channel> {
+pub async fn get(ctx: &Ctx, who: &Principal, id: &str) -> Result<Channel> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
     load(pool, store, id)
         .await?
@@ -732,12 +732,9 @@ fn audit_summary(c: &Checked, secrets: &BTreeMap<String, Secret<String>>) -> Val
     })
 }
 
-pub async fn create(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    input: &ChannelInput,
-) -> Result<Channel> {
+pub async fn create(ctx: &Ctx, who: &Principal, input: &ChannelInput) -> Result<Channel> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
     let rules = known_rules(pool).await?;
     let c = check(input, None, &rules, &[]).map_err(invalid)?;
@@ -787,18 +784,14 @@ pub async fn create(
         .await?;
     store.put(&mut tx, &secret_ref, &secrets).await?;
     tx.commit().await?;
-    get(pool, store, who, &id).await
+    get(ctx, who, &id).await
 }
 
-pub async fn update(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-    input: &ChannelInput,
-) -> Result<Channel> {
+pub async fn update(ctx: &Ctx, who: &Principal, id: &str, input: &ChannelInput) -> Result<Channel> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
-    let cur = get(pool, store, who, id).await?;
+    let cur = get(ctx, who, id).await?;
     let rules = known_rules(pool).await?;
     let stored: Vec<String> = cur
         .secrets
@@ -854,17 +847,14 @@ pub async fn update(
         .await?;
     store.put(&mut tx, &cur.secret_ref, &secrets).await?;
     tx.commit().await?;
-    get(pool, store, who, &cur.id).await
+    get(ctx, who, &cur.id).await
 }
 
-pub async fn delete(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<()> {
+pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
+    let pool = &ctx.pool;
+    let _store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
-    let cur = get(pool, store, who, id).await?;
+    let cur = get(ctx, who, id).await?;
     let mut tx = pool.begin().await?;
     audit::record(
         &mut tx,
@@ -911,14 +901,10 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
-pub async fn deliveries(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-    limit: i64,
-) -> Result<Vec<Attempt>> {
-    let c = get(pool, store, who, id).await?;
+pub async fn deliveries(ctx: &Ctx, who: &Principal, id: &str, limit: i64) -> Result<Vec<Attempt>> {
+    let pool = &ctx.pool;
+    let _store: &SecretStore = &ctx.secrets;
+    let c = get(ctx, who, id).await?;
     Ok(sqlx::query_as("SELECT id, at, event, attempt, status_code, ok, error FROM alert_channel_deliveries WHERE channel_id = ? ORDER BY id DESC LIMIT ?")
         .bind(&c.id)
         .bind(limit.clamp(1, LOG_KEPT))

@@ -2,6 +2,7 @@
 //! logged with secrets redacted; the send test; and the grouping outbox the monitor feeds.
 
 use super::*;
+use crate::ctx::Ctx;
 
 /// A failed attempt: the HTTP status when there was one, and why, without secrets.
 #[derive(Debug, Clone)]
@@ -291,13 +292,10 @@ pub struct TestResult {
 
 /// Sends a test notification now, once (the person is waiting), and logs it. PagerDuty gets a
 /// trigger and its resolve, so no test incident stays open.
-pub async fn send_test(
-    pool: &SqlitePool,
-    store: &SecretStore,
-    who: &Principal,
-    id: &str,
-) -> Result<TestResult> {
-    let c = get(pool, store, who, id).await?;
+pub async fn send_test(ctx: &Ctx, who: &Principal, id: &str) -> Result<TestResult> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
+    let c = get(ctx, who, id).await?;
     let alert = Alert {
         id: 0,
         kind: "test".into(),

@@ -1,8 +1,15 @@
 //! The one way a domain declares its standard API operations (list, get, create, preview,
-//! patch, delete, and the connector actions): it implements the traits below for a marker type
-//! (`web::pipelines::Pipelines`), each method naming the service call behind the operation,
-//! and the route table mounts the generic operations of this module for it
-//! (`resource::get::<Pipelines>`).
+//! patch, delete, and the connector actions): one [`resource!`] declaration in its `web`
+//! module names a marker type (`web::pipelines::Pipelines`), its row and input types and, per
+//! operation, the service function behind it; the route table mounts the generic operations of
+//! this module for it (`resource::get::<Pipelines>`).
+//!
+//! Why a declaration and not hand-written trait impls: every service function behind a
+//! standard operation has the one signature of its kind, `(&Ctx, &Principal, …)` (see
+//! `crate::ctx`), so an impl would only repeat that signature and forward; written by hand, the
+//! impls of seven domains were the same lines over again. The traits stay (the generic
+//! operations are bounded by them, and a domain whose operation does something more, such as
+//! connections dropping a JSON body's nulls, implements that one trait by hand).
 //!
 //! Invariant: the operations here are the only code between a standard route and its service
 //! function, so their request and reply types, their statuses and their error handling are the
@@ -22,9 +29,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Created, Ctx, NoContent, Serialized};
-use crate::app::AppState;
 use crate::auth::Principal;
 pub use crate::connectors::Action;
+use crate::ctx::Ctx as Services;
 use crate::error::Result;
 use crate::listing::{ListPage, ListQuery, Window};
 
@@ -40,7 +47,7 @@ pub trait Resource: Send + Sync + 'static {
 
 /// A short list, answered whole (`GET /api/v1/<collection>`).
 pub trait List: Resource {
-    fn list(s: &AppState, who: &Principal) -> impl Future<Output = Result<Vec<Self::Item>>> + Send;
+    fn list(s: &Services, who: &Principal) -> impl Future<Output = Result<Vec<Self::Item>>> + Send;
 }
 
 /// A list with filters and paging (`GET /api/v1/<collection>?q=&state=&page=…`), answered from
@@ -51,7 +58,7 @@ pub trait Paged: Resource {
     const STATES: &'static [&'static str];
     /// The page as JSON (`listing::Page::json`).
     fn page(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         w: &Window,
     ) -> impl Future<Output = Result<serde_json::Value>> + Send;
@@ -61,7 +68,7 @@ pub trait Paged: Resource {
 pub trait Get: Resource {
     type Detail: Serialize + JsonSchema + Send;
     fn get(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         id: &str,
     ) -> impl Future<Output = Result<Self::Detail>> + Send;
@@ -70,7 +77,7 @@ pub trait Get: Resource {
 /// `POST /api/v1/<collection>`: 201 with the new row.
 pub trait Create: Resource {
     fn create(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         input: Self::Input,
     ) -> impl Future<Output = Result<Self::Item>> + Send;
@@ -80,7 +87,7 @@ pub trait Create: Resource {
 pub trait Preview: Resource {
     type Preview: Serialize + JsonSchema + Send;
     fn preview(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         input: Self::Input,
     ) -> impl Future<Output = Result<Self::Preview>> + Send;
@@ -89,7 +96,7 @@ pub trait Preview: Resource {
 /// `PATCH /api/v1/<collection>/{id}`: the fields given change, the others stay.
 pub trait Update: Resource {
     fn update(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         id: &str,
         patch: Self::Input,
@@ -98,7 +105,7 @@ pub trait Update: Resource {
 
 /// `DELETE /api/v1/<collection>/{id}`: 204.
 pub trait Delete: Resource {
-    fn delete(s: &AppState, who: &Principal, id: &str) -> impl Future<Output = Result<()>> + Send;
+    fn delete(s: &Services, who: &Principal, id: &str) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// `POST /api/v1/<collection>/{id}/<action>`: the reconciler carries the action out; the answer
@@ -107,7 +114,7 @@ pub trait Control: Resource {
     type Controlled: Serialize + JsonSchema + Send;
     /// Carries out `action`, or refuses one the collection does not offer with a 404.
     fn act(
-        s: &AppState,
+        s: &Services,
         who: &Principal,
         id: &str,
         action: Action,
@@ -117,7 +124,7 @@ pub trait Control: Resource {
 // ---- the operations -------------------------------------------------------------------------
 
 pub async fn list<R: List>(cx: Ctx) -> ApiResult<Json<ListPage<R::Item>>> {
-    Ok(Json(ListPage::all(R::list(&cx.state, &cx.who).await?)))
+    Ok(Json(ListPage::all(R::list(cx.state.ctx(), &cx.who).await?)))
 }
 
 /// The list operation of a [`Paged`] collection: named `list` like the other lists (the
@@ -131,28 +138,28 @@ pub mod paged {
     ) -> ApiResult<Serialized<ListPage<R::Item>>> {
         let cx = &cx;
         super::super::paged(cx, R::LIST, &q, R::STATES, |w| async move {
-            R::page(&cx.state, &cx.who, &w).await
+            R::page(cx.state.ctx(), &cx.who, &w).await
         })
         .await
     }
 }
 
 pub async fn get<R: Get>(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<R::Detail>> {
-    Ok(Json(R::get(&cx.state, &cx.who, &id).await?))
+    Ok(Json(R::get(cx.state.ctx(), &cx.who, &id).await?))
 }
 
 pub async fn create<R: Create>(
     cx: Ctx,
     Json(input): Json<R::Input>,
 ) -> ApiResult<Created<R::Item>> {
-    Ok(Created(R::create(&cx.state, &cx.who, input).await?))
+    Ok(Created(R::create(cx.state.ctx(), &cx.who, input).await?))
 }
 
 pub async fn preview<R: Preview>(
     cx: Ctx,
     Json(input): Json<R::Input>,
 ) -> ApiResult<Json<R::Preview>> {
-    Ok(Json(R::preview(&cx.state, &cx.who, input).await?))
+    Ok(Json(R::preview(cx.state.ctx(), &cx.who, input).await?))
 }
 
 pub async fn patch<R: Update>(
@@ -160,16 +167,16 @@ pub async fn patch<R: Update>(
     Path(id): Path<String>,
     Json(patch): Json<R::Input>,
 ) -> ApiResult<Json<R::Item>> {
-    Ok(Json(R::update(&cx.state, &cx.who, &id, patch).await?))
+    Ok(Json(R::update(cx.state.ctx(), &cx.who, &id, patch).await?))
 }
 
 pub async fn delete<R: Delete>(cx: Ctx, Path(id): Path<String>) -> ApiResult<NoContent> {
-    R::delete(&cx.state, &cx.who, &id).await?;
+    R::delete(cx.state.ctx(), &cx.who, &id).await?;
     Ok(NoContent)
 }
 
 async fn act<R: Control>(cx: Ctx, id: &str, action: Action) -> ApiResult<Json<R::Controlled>> {
-    Ok(Json(R::act(&cx.state, &cx.who, id, action).await?))
+    Ok(Json(R::act(cx.state.ctx(), &cx.who, id, action).await?))
 }
 
 pub async fn pause<R: Control>(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<R::Controlled>> {
@@ -194,3 +201,135 @@ pub async fn restart<R: Control>(
 pub async fn adopt<R: Control>(cx: Ctx, Path(id): Path<String>) -> ApiResult<Json<R::Controlled>> {
     act::<R>(cx, &id, Action::Adopt).await
 }
+
+// ---- the declaration ------------------------------------------------------------------------
+
+/// Declares a collection's marker type and its standard operations from the service functions
+/// behind them, each `(&Ctx, &Principal, …)`:
+///
+/// ```text
+/// resource! {
+///     /// doc of the marker type
+///     Pipelines: Pipeline, PipelineInput;
+///     page("pipelines", CONNECTOR_STATES) => pipelines::page,   // Paged
+///     list => replications::list,                               // List
+///     get(Detail) => pipelines::detail,                         // Get, with its answer type
+///     preview(Preview) => pipelines::preview,                   // Preview
+///     create => pipelines::create,                              // Create
+///     update => deliveries::update,                             // Update
+///     delete => deliveries::delete,                             // Delete
+///     control(ConnectorView) => pipelines::act,                 // Control
+/// }
+/// ```
+macro_rules! resource {
+    (
+        $(#[$doc:meta])*
+        $r:ident: $item:ty, $input:ty;
+        $($op:ident $(($($arg:tt)*))? => $f:path),* $(,)?
+    ) => {
+        $(#[$doc])*
+        pub struct $r;
+
+        impl $crate::web::api::resource::Resource for $r {
+            type Item = $item;
+            type Input = $input;
+        }
+
+        $($crate::web::api::resource::resource!(@op $r, $op $(($($arg)*))? => $f);)*
+    };
+    (@op $r:ident, page($list:literal, $states:expr) => $f:path) => {
+        impl $crate::web::api::resource::Paged for $r {
+            const LIST: &'static str = $list;
+            const STATES: &'static [&'static str] = $states;
+            async fn page(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                w: &$crate::listing::Window,
+            ) -> $crate::error::Result<::serde_json::Value> {
+                Ok($f(cx, who, w).await?.json())
+            }
+        }
+    };
+    (@op $r:ident, list => $f:path) => {
+        impl $crate::web::api::resource::List for $r {
+            async fn list(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+            ) -> $crate::error::Result<Vec<Self::Item>> {
+                $f(cx, who).await
+            }
+        }
+    };
+    (@op $r:ident, get($detail:ty) => $f:path) => {
+        impl $crate::web::api::resource::Get for $r {
+            type Detail = $detail;
+            async fn get(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                id: &str,
+            ) -> $crate::error::Result<$detail> {
+                $f(cx, who, id).await
+            }
+        }
+    };
+    (@op $r:ident, preview($preview:ty) => $f:path) => {
+        impl $crate::web::api::resource::Preview for $r {
+            type Preview = $preview;
+            async fn preview(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                input: Self::Input,
+            ) -> $crate::error::Result<$preview> {
+                $f(cx, who, &input).await
+            }
+        }
+    };
+    (@op $r:ident, create => $f:path) => {
+        impl $crate::web::api::resource::Create for $r {
+            async fn create(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                input: Self::Input,
+            ) -> $crate::error::Result<Self::Item> {
+                $f(cx, who, &input).await
+            }
+        }
+    };
+    (@op $r:ident, update => $f:path) => {
+        impl $crate::web::api::resource::Update for $r {
+            async fn update(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                id: &str,
+                patch: Self::Input,
+            ) -> $crate::error::Result<Self::Item> {
+                $f(cx, who, id, &patch).await
+            }
+        }
+    };
+    (@op $r:ident, delete => $f:path) => {
+        impl $crate::web::api::resource::Delete for $r {
+            async fn delete(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                id: &str,
+            ) -> $crate::error::Result<()> {
+                $f(cx, who, id).await
+            }
+        }
+    };
+    (@op $r:ident, control($controlled:ty) => $f:path) => {
+        impl $crate::web::api::resource::Control for $r {
+            type Controlled = $controlled;
+            async fn act(
+                cx: &$crate::ctx::Ctx,
+                who: &$crate::auth::Principal,
+                id: &str,
+                action: $crate::web::api::resource::Action,
+            ) -> $crate::error::Result<$controlled> {
+                $f(cx, who, id, action).await
+            }
+        }
+    };
+}
+pub(crate) use resource;
