@@ -741,13 +741,14 @@ pub async fn create_topic(
 
 /// Deletes a topic: an explicit, confirmed action (the caller repeats the name) that is audited.
 pub async fn delete_topic(
-    pool: &SqlitePool,
-    store: &SecretStore,
+    ctx: &Ctx,
     who: &Principal,
     id: &str,
     name: &str,
     confirm: &str,
 ) -> Result<()> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "delete topics")?;
     if confirm != name {
         return Err(Error::field(

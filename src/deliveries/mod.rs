@@ -1019,6 +1019,14 @@ pub async fn update(
     load(pool, id).await
 }
 
+/// What `POST /api/v1/deliveries/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
 pub async fn set_state(
     pool: &SqlitePool,
     wake: &crate::reconcile::Handle,
@@ -1047,14 +1055,6 @@ pub async fn restart(
     who.require(Role::Operator, "restart deliveries")?;
     let d = load(pool, id).await?;
     connectors::request_restart(pool, wake, who, &d.connector_id, only_failed).await
-}
-
-/// What `POST /api/v1/deliveries/{id}/<action>` and the page buttons ask: restart, pause or
-/// resume (see [`crate::connectors::restart_pause_resume`]).
-pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
-    let restart = restart(pool, wake, who, id, false);
-    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
 }
 
 pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {

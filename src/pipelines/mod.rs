@@ -1202,6 +1202,14 @@ pub async fn reset(
     Ok(op)
 }
 
+/// What `POST /api/v1/pipelines/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
 pub async fn set_state(
     pool: &SqlitePool,
     wake: &crate::reconcile::Handle,
@@ -1224,14 +1232,6 @@ pub async fn restart(
     who.require(Role::Operator, "restart pipelines")?;
     let p = load(pool, id).await?;
     connectors::request_restart(pool, wake, who, &p.connector_id, only_failed).await
-}
-
-/// What `POST /api/v1/pipelines/{id}/<action>` and the page buttons ask: restart, pause or
-/// resume (see [`crate::connectors::restart_pause_resume`]).
-pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<ConnectorView> {
-    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
-    let restart = restart(pool, wake, who, id, false);
-    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -1635,13 +1635,14 @@ pub async fn source_slots(
 
 /// Drops a slot no pipeline owns: an explicit, confirmed (name repeated), audited action.
 pub async fn drop_orphan_slot(
-    pool: &SqlitePool,
-    store: &SecretStore,
+    ctx: &Ctx,
     who: &Principal,
     connection_id: &str,
     name: &str,
     confirm: &str,
 ) -> Result<()> {
+    let pool = &ctx.pool;
+    let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "drop replication slots")?;
     if confirm != name {
         return Err(Error::field("confirm", format!("type the slot name {name} to confirm: whatever reads it loses its position for good")));

@@ -717,6 +717,14 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Res
     load(pool, &id).await
 }
 
+/// What `POST /api/v1/replications/{id}/<action>` and the page buttons ask: restart, pause or
+/// resume (see [`crate::connectors::restart_pause_resume`]).
+pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<Replication> {
+    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
+    let restart = restart(pool, wake, who, id, false);
+    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
+}
+
 /// Pause or resume: all three connectors.
 pub async fn set_state(
     pool: &SqlitePool,
@@ -910,14 +918,6 @@ pub async fn restart(
         connectors::request_restart(pool, wake, who, c, only_failed).await?;
     }
     Ok(r)
-}
-
-/// What `POST /api/v1/replications/{id}/<action>` and the page buttons ask: restart, pause or
-/// resume (see [`crate::connectors::restart_pause_resume`]).
-pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result<Replication> {
-    let (pool, wake) = (&ctx.pool, &*ctx.reconciler);
-    let restart = restart(pool, wake, who, id, false);
-    restart_pause_resume(action, restart, |to| set_state(pool, wake, who, id, to)).await
 }
 
 /// Removes the three connectors (the reconciler deletes them from Connect), then the

@@ -133,15 +133,7 @@ pub async fn api_drop_slot(
     Query(q): Query<SlotConfirm>,
 ) -> ApiResult<NoContent> {
     let s = &cx.state;
-    crate::pipelines::drop_orphan_slot(
-        &s.pool,
-        &s.inner.ctx.secrets,
-        &cx.who,
-        &id,
-        &name,
-        &q.confirm,
-    )
-    .await?;
+    crate::pipelines::drop_orphan_slot(s.ctx(), &cx.who, &id, &name, &q.confirm).await?;
     Ok(NoContent)
 }
 
@@ -894,16 +886,7 @@ pub async fn drop_slot_form(
     Form(form): Form<SlotConfirm>,
 ) -> PageResult<Response> {
     who.require(Role::Admin, "drop replication slots")?;
-    match crate::pipelines::drop_orphan_slot(
-        &state.pool,
-        &state.inner.ctx.secrets,
-        &who,
-        &id,
-        &name,
-        &form.confirm,
-    )
-    .await
-    {
+    match crate::pipelines::drop_orphan_slot(state.ctx(), &who, &id, &name, &form.confirm).await {
         Ok(()) => {
             let notice = format!(
                 "Replication slot {name} dropped: the WAL it retained can be recycled now."

@@ -206,15 +206,7 @@ pub async fn api_topic_delete(
     Query(c): Query<Confirm>,
 ) -> ApiResult<NoContent> {
     let s = &cx.state;
-    kafka::delete_topic(
-        &s.pool,
-        &s.inner.ctx.secrets,
-        &cx.who,
-        &id,
-        &name,
-        &c.confirm,
-    )
-    .await?;
+    kafka::delete_topic(s.ctx(), &cx.who, &id, &name, &c.confirm).await?;
     forget_topics(s, &id);
     Ok(NoContent)
 }
@@ -1292,16 +1284,7 @@ pub async fn page_topic_delete(
     Path((cluster, name)): Path<(String, String)>,
     Form(c): Form<Confirm>,
 ) -> PageResult<Response> {
-    let attempt = match kafka::delete_topic(
-        &state.pool,
-        &state.inner.ctx.secrets,
-        &who,
-        &cluster,
-        &name,
-        &c.confirm,
-    )
-    .await
-    {
+    let attempt = match kafka::delete_topic(state.ctx(), &who, &cluster, &name, &c.confirm).await {
         Ok(()) => {
             forget_topics(&state, &cluster);
             set_flash(jar, &format!("Topic {name} deleted."));

@@ -237,98 +237,59 @@ macro_rules! resource {
 
         $($crate::web::api::resource::resource!(@op $r, $op $(($($arg)*))? => $f);)*
     };
+    // One arm per operation kind: the trait, its associated items, the method's own parameters
+    // and answer, and how the service function is called (`cx` and `who` are named here, so
+    // the call can use them).
     (@op $r:ident, page($list:literal, $states:expr) => $f:path) => {
-        impl $crate::web::api::resource::Paged for $r {
+        $crate::web::api::resource::resource!(@impl $r, Paged {
             const LIST: &'static str = $list;
             const STATES: &'static [&'static str] = $states;
-            async fn page(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                w: &$crate::listing::Window,
-            ) -> $crate::error::Result<::serde_json::Value> {
-                Ok($f(cx, who, w).await?.json())
-            }
-        }
+        } page(cx, who, w: &$crate::listing::Window) -> ::serde_json::Value {
+            Ok($f(cx, who, w).await?.json())
+        });
     };
     (@op $r:ident, list => $f:path) => {
-        impl $crate::web::api::resource::List for $r {
-            async fn list(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-            ) -> $crate::error::Result<Vec<Self::Item>> {
-                $f(cx, who).await
-            }
-        }
+        $crate::web::api::resource::resource!(@impl $r, List {} list(cx, who) -> Vec<Self::Item> {
+            $f(cx, who).await
+        });
     };
     (@op $r:ident, get($detail:ty) => $f:path) => {
-        impl $crate::web::api::resource::Get for $r {
-            type Detail = $detail;
-            async fn get(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                id: &str,
-            ) -> $crate::error::Result<$detail> {
-                $f(cx, who, id).await
-            }
-        }
+        $crate::web::api::resource::resource!(@impl $r, Get { type Detail = $detail; }
+            get(cx, who, id: &str) -> $detail { $f(cx, who, id).await });
     };
     (@op $r:ident, preview($preview:ty) => $f:path) => {
-        impl $crate::web::api::resource::Preview for $r {
-            type Preview = $preview;
-            async fn preview(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                input: Self::Input,
-            ) -> $crate::error::Result<$preview> {
-                $f(cx, who, &input).await
-            }
-        }
+        $crate::web::api::resource::resource!(@impl $r, Preview { type Preview = $preview; }
+            preview(cx, who, input: Self::Input) -> $preview { $f(cx, who, &input).await });
     };
     (@op $r:ident, create => $f:path) => {
-        impl $crate::web::api::resource::Create for $r {
-            async fn create(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                input: Self::Input,
-            ) -> $crate::error::Result<Self::Item> {
-                $f(cx, who, &input).await
-            }
-        }
+        $crate::web::api::resource::resource!(@impl $r, Create {}
+            create(cx, who, input: Self::Input) -> Self::Item { $f(cx, who, &input).await });
     };
     (@op $r:ident, update => $f:path) => {
-        impl $crate::web::api::resource::Update for $r {
-            async fn update(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                id: &str,
-                patch: Self::Input,
-            ) -> $crate::error::Result<Self::Item> {
+        $crate::web::api::resource::resource!(@impl $r, Update {}
+            update(cx, who, id: &str, patch: Self::Input) -> Self::Item {
                 $f(cx, who, id, &patch).await
-            }
-        }
+            });
     };
     (@op $r:ident, delete => $f:path) => {
-        impl $crate::web::api::resource::Delete for $r {
-            async fn delete(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                id: &str,
-            ) -> $crate::error::Result<()> {
-                $f(cx, who, id).await
-            }
-        }
+        $crate::web::api::resource::resource!(@impl $r, Delete {}
+            delete(cx, who, id: &str) -> () { $f(cx, who, id).await });
     };
     (@op $r:ident, control($controlled:ty) => $f:path) => {
-        impl $crate::web::api::resource::Control for $r {
-            type Controlled = $controlled;
-            async fn act(
-                cx: &$crate::ctx::Ctx,
-                who: &$crate::auth::Principal,
-                id: &str,
-                action: $crate::web::api::resource::Action,
-            ) -> $crate::error::Result<$controlled> {
+        $crate::web::api::resource::resource!(@impl $r, Control { type Controlled = $controlled; }
+            act(cx, who, id: &str, action: $crate::web::api::resource::Action) -> $controlled {
                 $f(cx, who, id, action).await
-            }
+            });
+    };
+    (@impl $r:ident, $tr:ident { $($assoc:tt)* }
+        $m:ident($cx:ident, $who:ident $(, $p:ident: $t:ty)*) -> $ret:ty $body:block) => {
+        impl $crate::web::api::resource::$tr for $r {
+            $($assoc)*
+            async fn $m(
+                $cx: &$crate::ctx::Ctx,
+                $who: &$crate::auth::Principal,
+                $($p: $t),*
+            ) -> $crate::error::Result<$ret> $body
         }
     };
 }
