@@ -279,9 +279,13 @@ impl Reconciler {
                     steps.sent += n.sent;
                     steps.failed += n.failed;
                 }
-                Err(e) => {
+                Err(ClusterError::Connect(e)) => {
                     errors += 1;
                     self.record_unreachable(cluster, &e).await?;
+                }
+                Err(ClusterError::Store(e)) => {
+                    errors += 1;
+                    tracing::warn!(cluster = %cluster.name, error = format!("{e:#}"), "reconcile pass: ClueCDC's database refused a read or write; the next pass tries again");
                 }
             }
         }
@@ -563,7 +567,7 @@ impl Reconciler {
         &self,
         cluster: &ConnectCluster,
         read_offsets: bool,
-    ) -> Result<Steps, ConnectError> {
+    ) -> Result<Steps, ClusterError> {
         let client = self.client(cluster).await;
         let (desired, stored) = self
             .load_desired(DesiredOf::Cluster(&cluster.id))
@@ -1125,8 +1129,23 @@ fn step_id(s: &Step) -> Option<&str> {
     }
 }
 
-fn db_err(e: anyhow::Error) -> ConnectError {
-    ConnectError::Decode(format!("ClueCDC database: {e:#}"))
+/// Why a cluster's part of a pass stopped. Only Connect's failures mark the cluster (its error,
+/// a backoff, its connectors shown UNKNOWN); a failure of ClueCDC's own database (a write
+/// refused under contention) says nothing about the cluster, so it is logged and the next pass
+/// tries again.
+enum ClusterError {
+    Connect(ConnectError),
+    Store(anyhow::Error),
+}
+
+impl From<ConnectError> for ClusterError {
+    fn from(e: ConnectError) -> Self {
+        ClusterError::Connect(e)
+    }
+}
+
+fn db_err(e: anyhow::Error) -> ClusterError {
+    ClusterError::Store(e)
 }
 
 /// What the API shows about the reconciler (`GET /api/v1/reconciler`).
