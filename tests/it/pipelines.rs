@@ -416,20 +416,28 @@ async fn a_table_added_to_a_running_pipeline_is_snapshotted_alone_and_delete_wit
                 .contains("not captured by this pipeline"),
             "{err}"
         );
+        // A watermark the list could not fetch in time reads -1 (unknown): asked again.
         let end_of = |topic: String| {
             let (api, kafka) = (&api, &kafka);
-            async move {
-                let (_, t) = api
-                    .get(&format!("/api/v1/kafka-clusters/{kafka}/topics?q={topic}"))
-                    .await;
-                t["items"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|x| x["name"] == topic.as_str())
-                    .map(|x| x["partitions"][0]["high_watermark"].as_i64().unwrap())
-                    .unwrap()
-            }
+            eventually(
+                Duration::from_secs(30),
+                "a known high watermark",
+                move || {
+                    let topic = topic.clone();
+                    async move {
+                        let (_, t) = api
+                            .get(&format!("/api/v1/kafka-clusters/{kafka}/topics?q={topic}"))
+                            .await;
+                        t["items"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|x| x["name"] == topic.as_str())
+                            .and_then(|x| x["partitions"][0]["high_watermark"].as_i64())
+                            .filter(|end| *end >= 0)
+                    }
+                },
+            )
         };
         let second_end = end_of(second.clone()).await;
         let (status, sent) = api
