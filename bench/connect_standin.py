@@ -15,6 +15,7 @@ import random
 import re
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -41,6 +42,10 @@ class State:
         # call is counted and before it is answered, so the caller (ClueCDC) waits while it
         # runs. scripts/bench uses it to read ClueCDC's CPU at the start of a reconcile pass.
         self.hook = None
+        # (ClueCDC's URL, the cluster's provider token): set, the stand-in resolves
+        # ${cluecdc:<ref>:<field>} before it validates, as a worker with the ClueCDC config
+        # provider does (so ClueCDC's provider check passes and creates are not refused).
+        self.provider = None
 
     def snapshot(self, reset=False):
         """The calls counted so far, by "METHOD /path-shape"; optionally zeroed."""
@@ -49,6 +54,25 @@ class State:
             if reset:
                 self.calls.clear()
         return calls
+
+
+REFERENCE = re.compile(r"^\$\{cluecdc:([^:}]+):([^}]+)\}$")
+
+
+def resolve(provider, value):
+    """A whole-value ${cluecdc:<ref>:<field>} asked of ClueCDC, as the config provider does;
+    anything else (or no provider configured) unchanged."""
+    m = REFERENCE.match(str(value))
+    if not m or provider is None:
+        return value
+    url, token = provider
+    req = urllib.request.Request(
+        url.rstrip("/") + "/internal/v1/config-provider/resolve",
+        data=json.dumps({"secret_ref": m.group(1), "fields": [m.group(2)]}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST")
+    with urllib.request.urlopen(req, timeout=10) as res:
+        return json.load(res)["values"][m.group(2)]
 
 
 def kind_of(config):
@@ -124,6 +148,10 @@ class Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/connector-plugins/([^/]+)/config/validate", path)
         if m and method == "PUT":
             config = self.body() or {}
+            try:
+                config = {k: resolve(s.provider, v) for k, v in config.items()}
+            except Exception as e:  # what Connect answers when a config provider throws
+                return self.reply(500, {"error_code": 500, "message": f"org.apache.kafka.common.config.ConfigException: {e}"})
             configs = [{"definition": {"name": k, "type": "STRING", "required": False, "default_value": None, "importance": "LOW", "documentation": "", "group": None, "width": "NONE", "display_name": k, "dependents": [], "order_in_group": -1},
                         "value": {"name": k, "value": v, "recommended_values": [], "errors": [], "visible": True}} for k, v in config.items()]
             return self.reply(200, {"name": unquote(m.group(1)), "error_count": 0, "groups": ["Common"], "configs": configs})
