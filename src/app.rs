@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::db::Pool;
 use anyhow::Context;
 use poem::listener::{Acceptor, Listener, TcpAcceptor, TcpListener};
 use poem::Server;
-use sqlx::SqlitePool;
 
 use crate::auth::ratelimit::{Limits, LoginLimiter};
 use crate::auth::sessions::Lifetimes;
@@ -26,7 +26,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// What every request handler can reach. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub pool: SqlitePool,
+    pub pool: Pool,
     pub started_at: Instant,
     pub inner: Arc<StateInner>,
 }
@@ -193,7 +193,7 @@ impl Application {
 }
 
 /// Opens the database in the data directory and applies migrations.
-pub async fn open_database(data: &crate::config::DataSettings) -> anyhow::Result<SqlitePool> {
+pub async fn open_database(data: &crate::config::DataSettings) -> anyhow::Result<Pool> {
     let pool = db::open(&data.database_path()).await?;
     db::migrate(&pool).await?;
     Ok(pool)
@@ -223,7 +223,7 @@ pub async fn shutdown_signal() {
 
 /// The background tasks `serve` and `worker` both run, by name.
 pub fn spawn_background(
-    pool: &SqlitePool,
+    pool: &Pool,
     inner: &Arc<StateInner>,
     runtime: &crate::config::RuntimeSettings,
     role: &str,

@@ -1,9 +1,9 @@
 //! The audit trail: append-only rows written in the caller's transaction, so a change and its
 //! record commit or roll back together. Summaries are sanitized: never a secret.
 
+use crate::db::{Db, Pool, Tx};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::auth::{Principal, Role};
 use crate::error::Result;
@@ -98,7 +98,7 @@ pub fn sanitize(value: Value) -> Value {
 }
 
 /// Appends one row inside the caller's transaction.
-pub async fn record(tx: &mut Transaction<'_, Sqlite>, entry: Entry<'_>) -> Result<()> {
+pub async fn record(tx: &mut Tx<'_>, entry: Entry<'_>) -> Result<()> {
     let summary = sanitize(entry.summary).to_string();
     sqlx::query(
         "INSERT INTO audit_log (at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id)
@@ -120,7 +120,7 @@ pub async fn record(tx: &mut Transaction<'_, Sqlite>, entry: Entry<'_>) -> Resul
 
 /// Records an event that is not part of a change (a failed login, a denied action) in a
 /// transaction of its own.
-pub async fn record_alone(pool: &SqlitePool, entry: Entry<'_>) -> Result<()> {
+pub async fn record_alone(pool: &Pool, entry: Entry<'_>) -> Result<()> {
     let mut tx = pool.begin().await?;
     record(&mut tx, entry).await?;
     tx.commit().await?;
@@ -371,7 +371,7 @@ pub struct Page {
 }
 
 /// The filter's conditions (all but paging); `outcome` too unless counting by outcome.
-fn push_filters(q: &mut sqlx::QueryBuilder<'_, Sqlite>, filter: &Filter, outcome: bool) {
+fn push_filters(q: &mut sqlx::QueryBuilder<'_, Db>, filter: &Filter, outcome: bool) {
     if !filter.actor.is_empty() {
         q.push(" AND actor = ").push_bind(filter.actor.clone());
     }
@@ -402,10 +402,10 @@ fn push_filters(q: &mut sqlx::QueryBuilder<'_, Sqlite>, filter: &Filter, outcome
 }
 
 /// Anyone signed in may read the audit trail; it holds no secrets.
-pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
+pub async fn list(pool: &Pool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
     who.require(Role::Viewer, "read the audit trail")?;
     let limit = filter.limit.clamp(1, max);
-    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+    let mut q = sqlx::QueryBuilder::<Db>::new(
         "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1",
     );
     push_filters(&mut q, filter, true);
@@ -421,8 +421,7 @@ pub async fn list(pool: &SqlitePool, who: &Principal, filter: &Filter, max: u32)
     } else {
         None
     };
-    let mut q =
-        sqlx::QueryBuilder::<Sqlite>::new("SELECT outcome, COUNT(*) FROM audit_log WHERE 1=1");
+    let mut q = sqlx::QueryBuilder::<Db>::new("SELECT outcome, COUNT(*) FROM audit_log WHERE 1=1");
     push_filters(&mut q, filter, false);
     q.push(" GROUP BY outcome");
     let counts: std::collections::BTreeMap<String, u64> = q

@@ -15,10 +15,10 @@
 //!   operations engine ends it once no item is left, and marks the items left as failed if
 //!   that process stopped.
 
+use crate::db::Pool;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -404,7 +404,7 @@ pub async fn check(ctx: &Ctx, who: &Principal, input: &BulkInput) -> Result<Requ
 }
 
 /// One item by its id (or name, where the single actions accept a name).
-async fn find(pool: &SqlitePool, kind: Kind, id: &str) -> Result<Target> {
+async fn find(pool: &Pool, kind: Kind, id: &str) -> Result<Target> {
     Ok(match kind {
         Kind::Pipeline => {
             let p = crate::pipelines::load(pool, id).await?;
@@ -563,7 +563,7 @@ fn too_many(n: usize) -> Result<()> {
 }
 
 /// What would happen to each item, read now: the confirmation page and the request itself.
-pub async fn plan(pool: &SqlitePool, req: &Request) -> Result<Vec<Planned>> {
+pub async fn plan(pool: &Pool, req: &Request) -> Result<Vec<Planned>> {
     let ids: Vec<String> = req
         .targets
         .iter()
@@ -712,7 +712,7 @@ impl Bulk {
     }
 }
 
-pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Bulk> {
+pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<Bulk> {
     who.require(Role::Viewer, "see bulk actions")?;
     let op = operations::load(pool, id).await?;
     if op.kind != "bulk" {

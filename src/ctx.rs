@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 use tokio::sync::Notify;
 
 use crate::secrets::store::SecretStore;
@@ -18,14 +18,14 @@ use crate::secrets::store::SecretStore;
 /// The service context. Cheap to clone (three shared handles).
 #[derive(Clone)]
 pub struct Ctx {
-    pub pool: SqlitePool,
+    pub pool: Pool,
     pub secrets: Arc<SecretStore>,
     pub reconciler: Arc<Handle>,
 }
 
 impl Ctx {
     /// A context over `pool` and `secrets` with a new reconciler handle (one a process).
-    pub fn new(pool: SqlitePool, secrets: Arc<SecretStore>) -> Self {
+    pub fn new(pool: Pool, secrets: Arc<SecretStore>) -> Self {
         Ctx {
             pool,
             secrets,
@@ -80,7 +80,7 @@ impl Handle {
 #[cfg(test)]
 impl Ctx {
     /// A context over `pool` with a fresh master key, for unit tests.
-    pub fn for_test(pool: &SqlitePool) -> Self {
+    pub fn for_test(pool: &Pool) -> Self {
         let key = crate::secrets::keyring::MasterKey::generate().to_base64();
         let keyring = crate::secrets::keyring::Keyring::from_env(&key).unwrap();
         Ctx::new(

@@ -10,6 +10,16 @@ use anyhow::Context;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+/// The database engine the whole crate is written against. Domains name these aliases, never
+/// an engine's own types, so the engine is chosen in this module alone.
+pub type Db = sqlx::Sqlite;
+/// The shared connection pool.
+pub type Pool = sqlx::Pool<Db>;
+/// A transaction on [`Pool`].
+pub type Tx<'c> = sqlx::Transaction<'c, Db>;
+/// A result row.
+pub type Row = <Db as sqlx::Database>::Row;
+
 /// Migrations compiled into the binary, so a copy of the binary alone can create its schema.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

@@ -485,7 +485,7 @@ pub struct ListSql<'a> {
 /// One page of row ids in the window's order, with the total and the counts by state: two
 /// queries, whatever the table size. The caller loads the rows for those ids.
 pub async fn page_ids(
-    pool: &sqlx::SqlitePool,
+    pool: &crate::db::Pool,
     sql: &ListSql<'_>,
     w: &Window,
 ) -> Result<Page<String>> {
@@ -563,7 +563,7 @@ pub async fn page_ids(
 /// `id → name` of the rows of `table` (a table of this crate's, never user input) with these
 /// ids: the names a page's rows point at, loaded for that page only.
 pub async fn names(
-    pool: &sqlx::SqlitePool,
+    pool: &crate::db::Pool,
     table: &str,
     ids: impl IntoIterator<Item = &String>,
 ) -> Result<std::collections::HashMap<String, String>> {
@@ -577,13 +577,13 @@ pub async fn names(
 /// The rows `select` (a query of this crate's, ending before its WHERE) finds whose `id_column`
 /// is one of `ids`, in any order: the rows of one page, loaded after `page_ids`.
 pub async fn rows_by_id<R>(
-    pool: &sqlx::SqlitePool,
+    pool: &crate::db::Pool,
     select: &str,
     id_column: &str,
     ids: &[String],
 ) -> Result<Vec<R>>
 where
-    R: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+    R: for<'r> sqlx::FromRow<'r, crate::db::Row> + Send + Unpin,
 {
     if ids.is_empty() {
         return Ok(vec![]);

@@ -305,7 +305,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    async fn db() -> (tempfile::TempDir, sqlx::SqlitePool, Snapshots) {
+    async fn db() -> (tempfile::TempDir, crate::db::Pool, Snapshots) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         let pool = crate::db::open(&path).await.unwrap();
@@ -316,7 +316,7 @@ mod tests {
         (dir, pool, Snapshots::new(&path))
     }
 
-    async fn insert(pool: &sqlx::SqlitePool, v: i64) {
+    async fn insert(pool: &crate::db::Pool, v: i64) {
         sqlx::query("INSERT INTO t VALUES (?)")
             .bind(v)
             .execute(pool)
@@ -324,7 +324,7 @@ mod tests {
             .unwrap();
     }
 
-    async fn count(pool: &sqlx::SqlitePool, loads: &AtomicUsize) -> Result<i64> {
+    async fn count(pool: &crate::db::Pool, loads: &AtomicUsize) -> Result<i64> {
         loads.fetch_add(1, Ordering::SeqCst);
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM t")
             .fetch_one(pool)

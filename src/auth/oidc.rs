@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::db::Pool;
 use openidconnect::core::{
     CoreAuthenticationFlow, CoreClient, CoreJsonWebKeySet, CoreJwsSigningAlgorithm,
     CoreTokenResponse,
@@ -18,7 +19,6 @@ use openidconnect::{
     RequestTokenError, Scope, SignatureVerificationError, TokenResponse,
 };
 use serde_json::{json, Value};
-use sqlx::SqlitePool;
 
 use super::users::{self, User};
 use super::{token_hash, Role};
@@ -699,11 +699,7 @@ pub fn local_name(preferred: &str) -> String {
 
 /// Finds or creates the user for a verified identity and sets its role from the groups; the
 /// role change (or the creation) is audited in the same transaction.
-pub async fn account(
-    pool: &SqlitePool,
-    mapping: &RoleMapping,
-    who: &Identity,
-) -> Result<User, SsoError> {
+pub async fn account(pool: &Pool, mapping: &RoleMapping, who: &Identity) -> Result<User, SsoError> {
     let Some((role, source)) = mapping.role_for(&who.groups) else {
         return Err(SsoError::NoMatchingGroup {
             groups: if who.groups.is_empty() {
@@ -808,7 +804,7 @@ pub async fn account(
 }
 
 /// A refused single sign-on, audited without tokens.
-pub async fn record_refusal(pool: &SqlitePool, e: &SsoError, address: &str) {
+pub async fn record_refusal(pool: &Pool, e: &SsoError, address: &str) {
     let mut summary = json!({"address": address, "reason": e.reason(), "via": "oidc"});
     if let SsoError::NoMatchingGroup { groups } = e {
         summary["groups"] = json!(groups);

@@ -1,8 +1,8 @@
 //! Server-side browser sessions: the cookie carries a random id, the table keeps its hash,
 //! the CSRF token, and idle and absolute expiry. Revoking a row ends the session at once.
 
+use crate::db::Pool;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::{random_token, token_hash, Credential, Principal, Role};
 use crate::audit::{self, Entry, Outcome};
@@ -23,7 +23,7 @@ pub struct NewSession {
 
 /// Starts a session for a verified user; the login audit row commits with it.
 pub async fn start(
-    pool: &SqlitePool,
+    pool: &Pool,
     user: &super::users::User,
     lifetimes: Lifetimes,
     address: Option<&str>,
@@ -79,7 +79,7 @@ pub async fn start(
 /// Resolves a cookie to a principal if the session is live: not revoked, not past its
 /// absolute expiry, used within the idle window, and its user enabled. Touches `last_seen_at`.
 pub async fn resolve(
-    pool: &SqlitePool,
+    pool: &Pool,
     cookie_value: &str,
     lifetimes: Lifetimes,
 ) -> Result<Option<Principal>> {
@@ -130,7 +130,7 @@ pub async fn resolve(
 }
 
 /// Ends the caller's own session (logout).
-pub async fn end(pool: &SqlitePool, who: &Principal) -> Result<()> {
+pub async fn end(pool: &Pool, who: &Principal) -> Result<()> {
     let Credential::Session { session_id, .. } = &who.credential else {
         return Ok(());
     };
@@ -168,7 +168,7 @@ pub struct SessionInfo {
 }
 
 /// Live sessions (admins see all; used by the settings page).
-pub async fn list_live(pool: &SqlitePool, who: &Principal) -> Result<Vec<SessionInfo>> {
+pub async fn list_live(pool: &Pool, who: &Principal) -> Result<Vec<SessionInfo>> {
     who.require(Role::Admin, "see everyone's sessions")?;
     Ok(sqlx::query_as(
         "SELECT substr(s.id_hash, 1, 12) AS id, u.name AS user_name, s.created_at, s.last_seen_at, s.expires_at, s.address
@@ -181,7 +181,7 @@ pub async fn list_live(pool: &SqlitePool, who: &Principal) -> Result<Vec<Session
 }
 
 /// Revokes a session by its short id (admin).
-pub async fn revoke(pool: &SqlitePool, who: &Principal, short_id: &str) -> Result<()> {
+pub async fn revoke(pool: &Pool, who: &Principal, short_id: &str) -> Result<()> {
     who.require(Role::Admin, "revoke sessions")?;
     if short_id.len() != 12 || !short_id.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(crate::error::Error::NotFound(format!("session {short_id}")));

@@ -1,7 +1,7 @@
 //! First run: while no user exists, a one-time setup token lets the first admin be created
 //! from the browser. Only its hash is stored; the URL with the token goes to the log.
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 
 use super::{random_token, secure_eq, token_hash, users};
 use crate::audit::Actor;
@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 const KEY: &str = "setup_token_hash";
 
 /// Issues a fresh token when no user exists (replacing any earlier one) and returns it.
-pub async fn issue_if_needed(pool: &SqlitePool) -> Result<Option<String>> {
+pub async fn issue_if_needed(pool: &Pool) -> Result<Option<String>> {
     if users::count(pool).await? > 0 {
         sqlx::query("DELETE FROM instance_meta WHERE key = ?")
             .bind(KEY)
@@ -28,7 +28,7 @@ pub async fn issue_if_needed(pool: &SqlitePool) -> Result<Option<String>> {
 }
 
 /// True while the token is the current one and no user exists.
-pub async fn is_valid(pool: &SqlitePool, token: &str) -> Result<bool> {
+pub async fn is_valid(pool: &Pool, token: &str) -> Result<bool> {
     let stored: Option<String> =
         sqlx::query_scalar("SELECT value FROM instance_meta WHERE key = ?")
             .bind(KEY)
@@ -41,11 +41,7 @@ pub async fn is_valid(pool: &SqlitePool, token: &str) -> Result<bool> {
 }
 
 /// Creates the first admin and burns the token.
-pub async fn complete(
-    pool: &SqlitePool,
-    token: &str,
-    input: &users::NewUser,
-) -> Result<users::User> {
+pub async fn complete(pool: &Pool, token: &str, input: &users::NewUser) -> Result<users::User> {
     if !is_valid(pool, token).await? {
         return Err(Error::Unauthenticated);
     }

@@ -1,9 +1,9 @@
 //! API tokens for `Authorization: Bearer`. The token is shown once at creation; only its
 //! SHA-256 is stored. Revocation and expiry take effect on the next request.
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::{random_token, token_hash, users, Credential, Principal, Role};
 use crate::audit::{self, Entry, Outcome};
@@ -44,7 +44,7 @@ pub struct Created {
     pub info: TokenInfo,
 }
 
-pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewToken) -> Result<Created> {
+pub async fn create(pool: &Pool, who: &Principal, input: &NewToken) -> Result<Created> {
     who.require(Role::Admin, "create API tokens")?;
     let mut fields = FieldErrors::new();
     let user = users::find_by_name(pool, input.user.trim()).await?;
@@ -123,7 +123,7 @@ pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewToken) -> Res
 }
 
 /// Resolves a bearer token to its user, if the token is live and the user enabled.
-pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>> {
+pub async fn resolve(pool: &Pool, token: &str) -> Result<Option<Principal>> {
     if !token.starts_with(PREFIX) {
         return Ok(None);
     }
@@ -176,7 +176,7 @@ pub async fn resolve(pool: &SqlitePool, token: &str) -> Result<Option<Principal>
     }))
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<TokenInfo>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<TokenInfo>> {
     who.require(Role::Admin, "list API tokens")?;
     Ok(sqlx::query_as(
         "SELECT t.id, u.name AS user_name, t.label, t.prefix, t.created_at, t.expires_at, t.last_used_at, t.revoked_at
@@ -186,7 +186,7 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<TokenInfo>> 
     .await?)
 }
 
-pub async fn revoke(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn revoke(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "revoke API tokens")?;
     let mut tx = pool.begin().await?;
     audit::record(

@@ -1,9 +1,9 @@
 //! User accounts. Only admins manage them; the first admin comes from the setup page or
 //! `cluecdc user create`.
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::{password, Principal, Role};
 use crate::audit::{self, Actor, Entry, Outcome};
@@ -88,13 +88,13 @@ fn validate(input: &NewUser) -> Result<(String, Role)> {
     Ok((name, role.unwrap_or(Role::Viewer)))
 }
 
-pub async fn count(pool: &SqlitePool) -> Result<i64> {
+pub async fn count(pool: &Pool) -> Result<i64> {
     Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
         .fetch_one(pool)
         .await?)
 }
 
-pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>> {
+pub async fn find_by_name(pool: &Pool, name: &str) -> Result<Option<User>> {
     Ok(sqlx::query_as(
         "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE name = ?",
     )
@@ -103,7 +103,7 @@ pub async fn find_by_name(pool: &SqlitePool, name: &str) -> Result<Option<User>>
     .await?)
 }
 
-pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
+pub async fn find_by_id(pool: &Pool, id: &str) -> Result<Option<User>> {
     Ok(sqlx::query_as(
         "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE id = ?",
     )
@@ -113,11 +113,7 @@ pub async fn find_by_id(pool: &SqlitePool, id: &str) -> Result<Option<User>> {
 }
 
 /// A single sign-on account by the provider's issuer and subject (never by e-mail).
-pub async fn find_by_identity(
-    pool: &SqlitePool,
-    issuer: &str,
-    subject: &str,
-) -> Result<Option<User>> {
+pub async fn find_by_identity(pool: &Pool, issuer: &str, subject: &str) -> Result<Option<User>> {
     Ok(sqlx::query_as(
         "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE oidc_issuer = ? AND oidc_subject = ?",
     )
@@ -127,7 +123,7 @@ pub async fn find_by_identity(
     .await?)
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<User>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<User>> {
     who.require(Role::Admin, "manage users")?;
     Ok(sqlx::query_as(
         "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users ORDER BY name",
@@ -137,17 +133,13 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<User>> {
 }
 
 /// Creates a user; the audit row and the user commit together.
-pub async fn create(pool: &SqlitePool, who: &Principal, input: &NewUser) -> Result<User> {
+pub async fn create(pool: &Pool, who: &Principal, input: &NewUser) -> Result<User> {
     who.require(Role::Admin, "create users")?;
     create_unchecked(pool, Actor::from(who), input).await
 }
 
 /// The first admin (setup page) has no principal yet; callers guarantee no user exists.
-pub(crate) async fn create_unchecked(
-    pool: &SqlitePool,
-    actor: Actor,
-    input: &NewUser,
-) -> Result<User> {
+pub(crate) async fn create_unchecked(pool: &Pool, actor: Actor, input: &NewUser) -> Result<User> {
     let (name, role) = validate(input)?;
     let hash = password::hash(&input.password)?;
     let id = format!("usr_{}", uuid::Uuid::new_v4().simple());
@@ -205,12 +197,7 @@ pub(crate) async fn create_unchecked(
 }
 
 /// Changes a user's role; takes effect on the user's next request (roles are read per request).
-pub async fn set_role(
-    pool: &SqlitePool,
-    who: &Principal,
-    user_id: &str,
-    role: &str,
-) -> Result<User> {
+pub async fn set_role(pool: &Pool, who: &Principal, user_id: &str, role: &str) -> Result<User> {
     who.require(Role::Admin, "change roles")?;
     let role = Role::parse(role)
         .ok_or_else(|| Error::field("role", "choose viewer, operator or admin"))?;
@@ -248,7 +235,7 @@ pub async fn set_role(
 
 /// Disabling signs the user out everywhere and stops their tokens at once.
 pub async fn set_disabled(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     user_id: &str,
     disabled: bool,
@@ -296,7 +283,7 @@ pub async fn set_disabled(
 
 /// Sets a new password (the CLI's `user reset-password`) and signs the user out everywhere.
 pub async fn reset_password(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     name: &str,
     new_password: &str,
@@ -336,7 +323,7 @@ pub async fn reset_password(
 }
 
 /// There must always be an enabled admin, or nobody could manage users again.
-async fn ensure_another_admin(pool: &SqlitePool, except_id: &str) -> Result<()> {
+async fn ensure_another_admin(pool: &Pool, except_id: &str) -> Result<()> {
     let others: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> ?",
     )

@@ -2,9 +2,9 @@
 //! manages their connectors, observed health, and the per-cluster token their `cluecdc`
 //! config provider presents when it resolves `${cluecdc:<secret_ref>:<field>}` references.
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{random_token, token_hash, Principal, Role};
@@ -158,7 +158,7 @@ pub fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)>
 }
 
 /// A Connect cluster may name the Kafka cluster it works with; it must be a registered one.
-async fn check_kafka_cluster(pool: &SqlitePool, id: Option<&str>) -> Result<()> {
+async fn check_kafka_cluster(pool: &Pool, id: Option<&str>) -> Result<()> {
     let Some(id) = id else { return Ok(()) };
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
         .bind(id)
@@ -184,7 +184,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<ConnectCluster>> {
 }
 
 /// (id, name) of every cluster, for the cluster filter of list pages.
-pub async fn choices(pool: &SqlitePool) -> Result<Vec<(String, String)>> {
+pub async fn choices(pool: &Pool) -> Result<Vec<(String, String)>> {
     Ok(
         sqlx::query_as("SELECT id, name FROM connect_clusters ORDER BY name")
             .fetch_all(pool)
@@ -193,13 +193,13 @@ pub async fn choices(pool: &SqlitePool) -> Result<Vec<(String, String)>> {
 }
 
 /// Every cluster, for background tasks that act as the system.
-pub async fn all(pool: &SqlitePool) -> Result<Vec<ConnectCluster>> {
+pub async fn all(pool: &Pool) -> Result<Vec<ConnectCluster>> {
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?)
 }
 
-pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<ConnectCluster> {
+pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<ConnectCluster> {
     who.require(Role::Viewer, "see Connect clusters")?;
     sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
         .bind(id)
@@ -439,7 +439,7 @@ fn checked_token(t: &crate::secrets::Secret<String>) -> Result<String> {
 /// Issues a new provider token, or takes the one given (the declarative apply, whose document
 /// names the token the workers hold); the old one stops working at once.
 pub async fn rotate_provider_token(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     id: &str,
     given: Option<&crate::secrets::Secret<String>>,
@@ -479,7 +479,7 @@ pub async fn rotate_provider_token(
 
 /// The pipelines, deliveries and replications that run on a Connect cluster; deleting it is
 /// refused while this is not empty (their rows reference it even when no connector is left).
-pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
+pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
     let users: Vec<String> = sqlx::query_scalar(
         "SELECT 'pipeline ' || name FROM pipelines WHERE connect_cluster_id = ?1 \
          UNION ALL SELECT 'delivery ' || name FROM deliveries WHERE connect_cluster_id = ?1 \
@@ -543,10 +543,7 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
 }
 
 /// Resolves a provider token to its cluster; only the hash is compared.
-pub async fn resolve_provider_token(
-    pool: &SqlitePool,
-    token: &str,
-) -> Result<Option<ProviderIdentity>> {
+pub async fn resolve_provider_token(pool: &Pool, token: &str) -> Result<Option<ProviderIdentity>> {
     if !token.starts_with(PROVIDER_TOKEN_PREFIX) {
         return Ok(None);
     }
@@ -588,7 +585,7 @@ pub async fn client_for(
 }
 
 pub async fn check_health(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &crate::secrets::store::SecretStore,
     who: &Principal,
     id: &str,

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -453,7 +453,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<KafkaCluster>> {
         .await?)
 }
 
-pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<KafkaCluster> {
+pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<KafkaCluster> {
     who.require(Role::Viewer, "see Kafka clusters")?;
     sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
         .bind(id)
@@ -464,7 +464,7 @@ pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<KafkaCl
 
 /// The pipelines and replications whose topics live on a Kafka cluster; deleting it is refused
 /// while this is not empty.
-pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
+pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
     let users: Vec<String> = sqlx::query_scalar(
         "SELECT 'pipeline ' || name FROM pipelines WHERE kafka_cluster_id = ?1 \
          UNION ALL SELECT 'replication ' || name FROM replications \
@@ -540,7 +540,7 @@ pub async fn access(store: &SecretStore, c: &KafkaCluster) -> Result<KafkaAccess
 
 /// Checks the cluster now and stores the result with its time.
 pub async fn check_health(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -569,7 +569,7 @@ pub async fn detail(ctx: &Ctx, who: &Principal, id: &str) -> Result<KafkaCluster
 }
 
 pub async fn topics(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -581,7 +581,7 @@ pub async fn topics(
 }
 
 pub async fn topic(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -694,7 +694,7 @@ pub fn topic_spec(input: &NewTopicInput) -> Result<TopicSpec> {
 }
 
 pub async fn create_topic(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,

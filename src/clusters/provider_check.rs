@@ -21,8 +21,8 @@
 
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
-use sqlx::SqlitePool;
 
 use super::connect::{client_for, ConnectCluster};
 use crate::auth::Principal;
@@ -325,7 +325,7 @@ fn targets(c: &ConnectCluster, workers: &[String]) -> Vec<(String, Option<String
 /// Runs the check on every worker of cluster `c` now, stores it, and answers it. `server_url`
 /// is this ClueCDC as workers should reach it (`--public-url`), for the fixes it names.
 pub async fn run(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     c: &ConnectCluster,
     server_url: Option<&str>,
@@ -359,18 +359,14 @@ pub async fn run(
     Ok(check)
 }
 
-async fn names(pool: &SqlitePool) -> Result<Vec<(String, String)>> {
+async fn names(pool: &Pool) -> Result<Vec<(String, String)>> {
     Ok(sqlx::query_as("SELECT id, name FROM connect_clusters")
         .fetch_all(pool)
         .await?)
 }
 
 /// Asks one address: its plugins, then the probe (a nonce stored first, taken after).
-async fn observe(
-    pool: &SqlitePool,
-    cluster_id: &str,
-    client: &ConnectClient,
-) -> Result<Observation> {
+async fn observe(pool: &Pool, cluster_id: &str, client: &ConnectClient) -> Result<Observation> {
     let plugins = match tokio::time::timeout(Duration::from_secs(10), client.plugins_all()).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return Ok(unreachable(e.to_string())),
@@ -446,7 +442,7 @@ fn unreachable(why: String) -> Observation {
 /// The check as a page or the API shows it: the stored one while it is younger than
 /// `FRESH_SECS` (a page view does not probe every worker each time), else one run now.
 pub async fn current(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     c: &ConnectCluster,
     server_url: Option<&str>,
@@ -470,7 +466,7 @@ pub const FRESH_SECS: i64 = 60;
 
 /// Marks a probe as arrived (the resolve endpoint): `cluster_id` None for an unknown token.
 /// Only an existing, not yet arrived nonce changes; anything else changes nothing.
-pub async fn arrived(pool: &SqlitePool, secret_ref: &str, cluster_id: Option<&str>) -> Result<()> {
+pub async fn arrived(pool: &Pool, secret_ref: &str, cluster_id: Option<&str>) -> Result<()> {
     let Some(nonce) = secret_ref.strip_prefix(PROBE_PREFIX) else {
         return Ok(());
     };
@@ -487,7 +483,7 @@ pub async fn arrived(pool: &SqlitePool, secret_ref: &str, cluster_id: Option<&st
 }
 
 /// The stored check of a cluster, if it ever ran.
-pub async fn latest(pool: &SqlitePool, cluster_id: &str) -> Result<Option<ProviderCheck>> {
+pub async fn latest(pool: &Pool, cluster_id: &str) -> Result<Option<ProviderCheck>> {
     let row: Option<Option<String>> =
         sqlx::query_scalar("SELECT provider_check FROM connect_clusters WHERE id = ?")
             .bind(cluster_id)
@@ -502,7 +498,7 @@ pub async fn latest(pool: &SqlitePool, cluster_id: &str) -> Result<Option<Provid
 /// it still fails, naming the worker, what is wrong and the fix. Never checked, or passing:
 /// the deploy goes on (the plugin validation that follows resolves references anyway).
 pub async fn gate(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     c: &ConnectCluster,
     server_url: Option<&str>,
@@ -520,7 +516,7 @@ pub async fn gate(
 }
 
 /// The clusters whose check is due (the monitor's round): never checked ones too.
-pub async fn due(pool: &SqlitePool) -> Result<Vec<String>> {
+pub async fn due(pool: &Pool) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
         "SELECT id FROM connect_clusters WHERE provider_check_at IS NULL OR provider_check_at < ? ORDER BY id",
     )

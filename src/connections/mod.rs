@@ -14,10 +14,10 @@ pub mod settings;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::db::Pool;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use sqlx::SqlitePool;
 
 use self::settings::{parse_database, parse_object_storage, parse_secrets, Settings};
 use crate::audit::{self, Entry, Outcome};
@@ -473,7 +473,7 @@ fn summary(c: &Connection, secret_fields: &[String]) -> Value {
     json!({"name": c.name, "provider": c.provider, "capabilities": c.capabilities, "settings": c.settings, "secret_fields_set": secret_fields})
 }
 
-async fn name_taken(pool: &SqlitePool, name: &str, except_id: &str) -> Result<bool> {
+async fn name_taken(pool: &Pool, name: &str, except_id: &str) -> Result<bool> {
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE name = ? AND id <> ?")
         .bind(name)
         .bind(except_id)
@@ -484,7 +484,7 @@ async fn name_taken(pool: &SqlitePool, name: &str, except_id: &str) -> Result<bo
 
 /// MySQL/MariaDB server ids must be unique across the replication topology; across our own
 /// connections is what we can check.
-async fn server_id_taken(pool: &SqlitePool, settings: &Settings, except_id: &str) -> Result<bool> {
+async fn server_id_taken(pool: &Pool, settings: &Settings, except_id: &str) -> Result<bool> {
     let Settings::Database(d) = settings else {
         return Ok(false);
     };
@@ -575,7 +575,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectionInput) -> Resu
 }
 
 pub async fn list(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
 ) -> Result<Vec<ConnectionView>> {
@@ -623,7 +623,7 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Connect
     Ok(ids.with_items(items))
 }
 
-pub async fn load(pool: &SqlitePool, id: &str) -> Result<Connection> {
+pub async fn load(pool: &Pool, id: &str) -> Result<Connection> {
     let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
         .bind(id)
         .fetch_optional(pool)
@@ -770,7 +770,7 @@ pub async fn update(
 /// given are removed. `secret_ref` stays, so deployed connector configs keep resolving after
 /// their tasks restart.
 pub async fn rotate(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -826,7 +826,7 @@ pub fn rebound(
 }
 
 /// What uses a connection; deleting it is refused while this is not empty.
-pub async fn used_by(pool: &SqlitePool, id: &str) -> Result<Vec<String>> {
+pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
     let mut users: Vec<String> = sqlx::query_scalar(
         "SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name",
     )
@@ -880,7 +880,7 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(45);
 /// Runs the provider's checks off the request's task, under a deadline; stores and audits
 /// the (sanitized) report.
 pub async fn test(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -932,7 +932,7 @@ pub async fn test(
 pub const DISCOVERY_LIMIT: usize = 2000;
 
 pub async fn discover(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,

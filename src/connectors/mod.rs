@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -335,10 +335,7 @@ pub struct NewConnector<'a> {
 
 /// Stores a desired connector in the caller's transaction; a name taken on that cluster is a
 /// conflict.
-pub async fn insert(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    c: &NewConnector<'_>,
-) -> Result<()> {
+pub async fn insert(tx: &mut crate::db::Tx<'_>, c: &NewConnector<'_>) -> Result<()> {
     let now = crate::time::now();
     sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
         .bind(c.id)
@@ -356,7 +353,7 @@ pub async fn insert(
     Ok(())
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorView>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<ConnectorView>> {
     who.require(Role::Viewer, "see connectors")?;
     let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name"))
         .fetch_all(pool)
@@ -366,7 +363,7 @@ pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<ConnectorVie
 
 /// One page of connectors: `q` matches the name, `state` the phase, `cluster` the Connect
 /// cluster's id or name.
-pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<ConnectorView>> {
+pub async fn page(pool: &Pool, who: &Principal, w: &Window) -> Result<Page<ConnectorView>> {
     who.require(Role::Viewer, "see connectors")?;
     let ids = listing::page_ids(
         pool,
@@ -390,14 +387,14 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
 /// The connectors with these ids, by id (ids not found are left out): the connectors of a page
 /// of pipelines or deliveries.
 pub async fn views(
-    pool: &SqlitePool,
+    pool: &Pool,
     ids: &[String],
 ) -> Result<std::collections::HashMap<String, ConnectorView>> {
     let rows = listing::rows_by_id::<Row>(pool, SELECT, "c.id", ids).await?;
     Ok(rows.into_iter().map(|r| (r.id.clone(), view(r))).collect())
 }
 
-async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {
+async fn load(pool: &Pool, key: &str) -> Result<ConnectorView> {
     let row: Option<Row> = sqlx::query_as(&format!(
         "{SELECT} WHERE c.id = ?1 OR c.name = ?1 ORDER BY c.id = ?1 DESC LIMIT 1"
     ))
@@ -409,7 +406,7 @@ async fn load(pool: &SqlitePool, key: &str) -> Result<ConnectorView> {
 }
 
 /// By id or by name.
-pub async fn get(pool: &SqlitePool, who: &Principal, key: &str) -> Result<ConnectorView> {
+pub async fn get(pool: &Pool, who: &Principal, key: &str) -> Result<ConnectorView> {
     who.require(Role::Viewer, "see connectors")?;
     load(pool, key).await
 }
@@ -562,7 +559,7 @@ pub fn validate_config(
     out
 }
 
-async fn changed(pool: &SqlitePool, wake: &crate::reconcile::Handle) -> Result<()> {
+async fn changed(pool: &Pool, wake: &crate::reconcile::Handle) -> Result<()> {
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
     Ok(())
@@ -633,7 +630,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectorInput) -> Resul
 /// `PUT /connector-plugins/{class}/config/validate` the pipeline and delivery previews use):
 /// errors by `config.<key>`, empty when the plugin accepts it. Stores nothing.
 pub async fn check_with_plugin(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &crate::secrets::store::SecretStore,
     who: &Principal,
     cluster_id: &str,
@@ -659,7 +656,7 @@ pub async fn check_with_plugin(
 
 /// Pause, resume, stop or delete: recorded as the desired state; the reconciler acts.
 pub async fn set_state(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     key: &str,
@@ -708,7 +705,7 @@ pub async fn set_state(
 /// Asks the reconciler to restart the connector and all its tasks once, or (`only_failed`)
 /// only the connector and tasks that failed.
 pub async fn request_restart(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     key: &str,
@@ -747,7 +744,7 @@ pub async fn request_restart(
 /// Takes the live config from Connect, read now, as the desired one (an admin accepting a
 /// change made directly in Connect), instead of letting the reconciler put ClueCDC's back.
 pub async fn adopt_live(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &crate::secrets::store::SecretStore,
     wake: &crate::reconcile::Handle,
     who: &Principal,
@@ -885,7 +882,7 @@ pub struct ConnectorDetail {
 }
 
 pub async fn history(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     key: &str,
 ) -> Result<(ConnectorView, Vec<DriftEvent>, Vec<RestartRecord>)> {
@@ -985,12 +982,12 @@ pub struct Unmanaged {
     pub last_seen: String,
 }
 
-pub async fn unmanaged(pool: &SqlitePool, who: &Principal) -> Result<Vec<Unmanaged>> {
+pub async fn unmanaged(pool: &Pool, who: &Principal) -> Result<Vec<Unmanaged>> {
     who.require(Role::Viewer, "see connectors")?;
     Ok(sqlx::query_as("SELECT connect_cluster_id, name, state, first_seen, last_seen FROM unmanaged_connectors ORDER BY name").fetch_all(pool).await?)
 }
 
-pub async fn all_drift(pool: &SqlitePool, who: &Principal) -> Result<Vec<DriftEvent>> {
+pub async fn all_drift(pool: &Pool, who: &Principal) -> Result<Vec<DriftEvent>> {
     who.require(Role::Viewer, "see drift")?;
     Ok(sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events ORDER BY id DESC LIMIT 200").fetch_all(pool).await?)
 }

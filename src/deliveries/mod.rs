@@ -7,9 +7,9 @@ pub mod config;
 pub mod objects;
 pub mod replay;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use self::config::{jdbc, JdbcOptions, ObjectStorageOptions, JDBC_SINK, S3_SINK};
 use crate::audit::{self, Entry, Outcome};
@@ -193,7 +193,7 @@ impl From<Row> for Delivery {
 
 const SELECT: &str = "SELECT id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at FROM deliveries";
 
-pub async fn load(pool: &SqlitePool, id: &str) -> Result<Delivery> {
+pub async fn load(pool: &Pool, id: &str) -> Result<Delivery> {
     let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
         .bind(id)
         .fetch_optional(pool)
@@ -202,7 +202,7 @@ pub async fn load(pool: &SqlitePool, id: &str) -> Result<Delivery> {
         .ok_or_else(|| Error::NotFound(format!("delivery {id}")))
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Delivery>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Delivery>> {
     who.require(Role::Viewer, "see deliveries")?;
     let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
@@ -298,7 +298,7 @@ impl Checked {
     }
 }
 
-async fn check(pool: &SqlitePool, who: &Principal, input: &DeliveryInput) -> Result<Checked> {
+async fn check(pool: &Pool, who: &Principal, input: &DeliveryInput) -> Result<Checked> {
     let mut errors = FieldErrors::new();
     let name = input.name.clone().unwrap_or_default().trim().to_string();
     if let Err(why) = connections::validate_name(&name) {
@@ -473,7 +473,7 @@ pub fn normalize_options(
 }
 
 /// The topics a delivery of this pipeline may read: its table topics and its heartbeat topic.
-pub async fn topics_of(pool: &SqlitePool, p: &pipelines::Pipeline) -> Vec<String> {
+pub async fn topics_of(pool: &Pool, p: &pipelines::Pipeline) -> Vec<String> {
     let mut available: Vec<String> = p
         .tables
         .iter()
@@ -636,7 +636,7 @@ async fn config_of(store: &SecretStore, c: &Checked) -> Result<config::Config> {
 
 /// The plugin on the cluster, its validation of the config, and the destination's test.
 async fn preview_of(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     c: &Checked,
@@ -816,7 +816,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &DeliveryInput) -> Result
 /// The preview, when the destination passed its test and the sink plugin accepts the config;
 /// a refusal names the failed checks or each refused config key.
 async fn accepted_preview(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     c: &Checked,
@@ -860,7 +860,7 @@ async fn accepted_preview(
 
 /// Creates the dead-letter topic when one is configured (an existing one is fine).
 async fn ensure_dead_letter_topic(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     c: &Checked,
@@ -930,7 +930,7 @@ fn merged(d: &Delivery, patch: &DeliveryInput) -> DeliveryInput {
 /// A change checked as `update` checks it (the plugin's validation and the destination's test
 /// included), without storing anything.
 async fn checked_update(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -969,7 +969,7 @@ async fn checked_update(
 
 /// What `update` would deploy, checked the same way; changes nothing.
 pub async fn preview_update(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -1028,7 +1028,7 @@ pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result
 }
 
 pub async fn set_state(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1046,7 +1046,7 @@ pub async fn set_state(
 }
 
 pub async fn restart(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1271,7 +1271,7 @@ async fn lag_in_time(
 /// table name can be told from the name format), the newest heartbeat line in the newest
 /// objects of the heartbeat topic in object storage.
 async fn heartbeat_at(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     d: &Delivery,
     pipeline: &pipelines::Pipeline,
@@ -1310,7 +1310,7 @@ async fn heartbeat_at(
 
 /// The newest objects an object-storage delivery wrote, across its topics (metadata only).
 pub async fn objects(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -1357,7 +1357,7 @@ pub async fn objects(
 }
 
 /// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).
-pub async fn of_pipeline(pool: &SqlitePool, pipeline_id: &str) -> Result<Vec<String>> {
+pub async fn of_pipeline(pool: &Pool, pipeline_id: &str) -> Result<Vec<String>> {
     Ok(
         sqlx::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = ? ORDER BY name")
             .bind(pipeline_id)

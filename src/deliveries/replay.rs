@@ -8,9 +8,9 @@
 //! brokers' offsets-for-times), so what the preview counted is what is done; records that
 //! arrive meanwhile are delivered as usual.
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::{load, Delivery};
 use crate::audit::{self, Entry, Outcome};
@@ -107,7 +107,7 @@ fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 
 /// What a replay would do, partition by partition; checks everything and changes nothing.
 pub async fn plan(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -323,7 +323,7 @@ pub struct Started {
 /// Plans, checks the typed name, and starts the operation: the connector's desired state
 /// becomes STOPPED under the operation in the same transaction.
 pub async fn start(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     wake: &crate::reconcile::Handle,
     who: &Principal,
@@ -422,7 +422,7 @@ pub struct HistoryEntry {
     pub after: Option<Vec<SinkOffset>>,
 }
 
-pub async fn history(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Vec<HistoryEntry>> {
+pub async fn history(pool: &Pool, who: &Principal, id: &str) -> Result<Vec<HistoryEntry>> {
     who.require(Role::Viewer, "see deliveries")?;
     let d = load(pool, id).await?;
     /// `before` and `after` are JSON lists of offsets.
@@ -457,7 +457,7 @@ pub async fn history(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Vec
 /// The input that restores a history entry's "before" offsets: the same workflow, with the
 /// saved set as explicit offsets (so an offset retention has deleted since is refused).
 pub async fn restore_input(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     id: &str,
     entry: i64,

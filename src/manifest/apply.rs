@@ -12,9 +12,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::plan::{Ctx, Plan, Step};
 use crate::audit::{self, Entry, Outcome};
@@ -171,7 +171,7 @@ const TABLES: [(&str, &str, &str); 6] = [
 ];
 
 /// The id of a resource by name (by URL for webhooks), as stored now.
-async fn id_of(pool: &SqlitePool, section: &str, name: &str) -> Result<String> {
+async fn id_of(pool: &Pool, section: &str, name: &str) -> Result<String> {
     let (_, table, key) = TABLES
         .iter()
         .find(|(s, _, _)| *s == section)
@@ -184,7 +184,7 @@ async fn id_of(pool: &SqlitePool, section: &str, name: &str) -> Result<String> {
 }
 
 /// Every name → id, as stored now (for the inputs of a pipeline or delivery to create).
-async fn all_ids(pool: &SqlitePool) -> Result<super::export::Current> {
+async fn all_ids(pool: &Pool) -> Result<super::export::Current> {
     let mut cur = super::export::Current::default();
     for (section, table, key) in TABLES {
         let rows: Vec<(String, String)> = sqlx::query_as(&format!("SELECT {key}, id FROM {table}"))
@@ -205,7 +205,7 @@ fn state(s: &str) -> Result<DesiredState> {
 /// How long a delete may wait for the reconciler to remove its connector from Connect.
 const DELETE_WAIT: Duration = Duration::from_secs(180);
 
-async fn wait_gone(pool: &SqlitePool, section: &str, name: &str) -> Result<()> {
+async fn wait_gone(pool: &Pool, section: &str, name: &str) -> Result<()> {
     let deadline = tokio::time::Instant::now() + DELETE_WAIT;
     loop {
         match id_of(pool, section, name).await {

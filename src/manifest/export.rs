@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::db::Pool;
 use serde_json::Value;
-use sqlx::SqlitePool;
 
 use super::doc::{self, Document, SecretSource};
 use crate::auth::{Principal, Role};
@@ -72,7 +72,7 @@ impl EnvNames {
 
 /// The state a connector is meant to be in: its desired state, or while an operation holds it,
 /// the state the operation gives it back in. `None` for a connector being deleted.
-async fn intended_states(pool: &SqlitePool) -> Result<HashMap<String, String>> {
+async fn intended_states(pool: &Pool) -> Result<HashMap<String, String>> {
     let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT c.id, c.desired_state, o.params FROM connectors c LEFT JOIN operations o ON o.id = c.operation_id AND o.state = 'running'",
     )
@@ -91,7 +91,7 @@ async fn intended_states(pool: &SqlitePool) -> Result<HashMap<String, String>> {
 }
 
 pub async fn current(ctx: &Ctx, who: &Principal) -> Result<Current> {
-    let (pool, store): (&SqlitePool, &SecretStore) = (&ctx.pool, &ctx.secrets);
+    let (pool, store): (&Pool, &SecretStore) = (&ctx.pool, &ctx.secrets);
     who.require(Role::Admin, "export or apply the configuration")?;
     let mut cur = Current::default();
     let mut env = EnvNames::new();

@@ -1,7 +1,7 @@
 //! Alerts: one firing row per (kind, subject) until it resolves; history is kept.
 
+use crate::db::Pool;
 use serde::Serialize;
-use sqlx::SqlitePool;
 
 use crate::auth::{Principal, Role};
 use crate::error::Result;
@@ -85,7 +85,7 @@ enum AlertState {
 
 /// Opens an alert, or refreshes the open one for the same kind and subject.
 pub async fn fire(
-    pool: &SqlitePool,
+    pool: &Pool,
     kind: &str,
     subject: &str,
     severity: &str,
@@ -116,12 +116,7 @@ pub async fn fire(
 }
 
 /// Resolves open alerts of `kind` whose subject starts with `scope` and is not in `still`.
-pub async fn resolve_absent(
-    pool: &SqlitePool,
-    kind: &str,
-    scope: &str,
-    still: &[String],
-) -> Result<()> {
+pub async fn resolve_absent(pool: &Pool, kind: &str, scope: &str, still: &[String]) -> Result<()> {
     let open: Vec<(i64, String)> = sqlx::query_as("SELECT id, subject FROM alerts WHERE kind = ? AND state = 'firing' AND substr(subject, 1, length(?)) = ?")
         .bind(kind)
         .bind(scope)
@@ -143,7 +138,7 @@ pub async fn resolve_absent(
 
 /// Like `fire`, and returns the alert when this call opened it (a transition to notify).
 pub async fn fire_returning(
-    pool: &SqlitePool,
+    pool: &Pool,
     kind: &str,
     subject: &str,
     severity: &str,
@@ -170,7 +165,7 @@ pub async fn fire_returning(
 }
 
 /// Resolves the open alert for (kind, subject); returns it when there was one.
-pub async fn resolve(pool: &SqlitePool, kind: &str, subject: &str) -> Result<Option<Alert>> {
+pub async fn resolve(pool: &Pool, kind: &str, subject: &str) -> Result<Option<Alert>> {
     let open: Option<Alert> =
         sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'")
             .bind(kind)
@@ -191,7 +186,7 @@ pub async fn resolve(pool: &SqlitePool, kind: &str, subject: &str) -> Result<Opt
 }
 
 /// A person says they have seen it; it stays firing until its cause goes away.
-pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn acknowledge(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Operator, "acknowledge alerts")?;
     let id: i64 = id
         .parse()
@@ -215,7 +210,7 @@ pub async fn acknowledge(pool: &SqlitePool, who: &Principal, id: &str) -> Result
     Ok(())
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal, only_firing: bool) -> Result<Vec<Alert>> {
+pub async fn list(pool: &Pool, who: &Principal, only_firing: bool) -> Result<Vec<Alert>> {
     who.require(Role::Viewer, "see alerts")?;
     let sql = if only_firing {
         "SELECT * FROM alerts WHERE state = 'firing' ORDER BY severity, first_seen DESC"
@@ -230,7 +225,7 @@ pub const STATES: &[&str] = &["FIRING", "RESOLVED"];
 
 /// One page of alerts, open ones first, then newest first: `q` matches subject, kind and
 /// message, `state` firing or resolved.
-pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page<Alert>> {
+pub async fn page(pool: &Pool, who: &Principal, w: &Window) -> Result<Page<Alert>> {
     who.require(Role::Viewer, "see alerts")?;
     let ids = listing::page_ids(
         pool,
@@ -251,7 +246,7 @@ pub async fn page(pool: &SqlitePool, who: &Principal, w: &Window) -> Result<Page
     Ok(ids.with_items(items))
 }
 
-pub async fn firing_count(pool: &SqlitePool) -> Result<i64> {
+pub async fn firing_count(pool: &Pool) -> Result<i64> {
     Ok(
         sqlx::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'")
             .fetch_one(pool)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 
 use super::alerts;
 use crate::connect::version_serves_tasks_config;
@@ -39,7 +39,7 @@ pub fn find_in<'a>(
 
 /// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
 /// reachability is reported elsewhere).
-pub async fn scan(pool: &SqlitePool, store: &SecretStore) -> anyhow::Result<usize> {
+pub async fn scan(pool: &Pool, store: &SecretStore) -> anyhow::Result<usize> {
     let refs: Vec<(String, String)> = sqlx::query_as("SELECT secret_ref, name FROM connections")
         .fetch_all(pool)
         .await?;
@@ -154,7 +154,7 @@ fn capitalize(s: &str) -> String {
 
 /// Runs `scan` every `interval` until shutdown.
 pub fn spawn(
-    pool: SqlitePool,
+    pool: Pool,
     state: Arc<crate::app::StateInner>,
     interval: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

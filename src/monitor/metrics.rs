@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 
 const BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -56,7 +56,7 @@ fn escape(v: &str) -> String {
 }
 
 pub async fn render(
-    pool: &SqlitePool,
+    pool: &Pool,
     http: &HttpMetrics,
     reconciler: &crate::reconcile::Handle,
 ) -> anyhow::Result<String> {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 
 use crate::auth::Principal;
 use crate::clusters::provider_check;
@@ -15,7 +15,7 @@ use crate::clusters::provider_check;
 const ROUND: Duration = Duration::from_secs(60);
 
 pub fn spawn(
-    pool: SqlitePool,
+    pool: Pool,
     state: Arc<crate::app::StateInner>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
@@ -33,7 +33,7 @@ pub fn spawn(
     })
 }
 
-async fn round(pool: &SqlitePool, state: &crate::app::StateInner) -> crate::error::Result<()> {
+async fn round(pool: &Pool, state: &crate::app::StateInner) -> crate::error::Result<()> {
     let system = Principal::cli();
     for id in provider_check::due(pool).await? {
         let c = crate::clusters::get(pool, &system, &id).await?;

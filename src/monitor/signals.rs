@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::{alerts, channels, webhooks};
 use crate::auth::{Principal, Role};
@@ -31,7 +31,7 @@ pub struct Rule {
     pub description: String,
 }
 
-pub async fn rules(pool: &SqlitePool, who: &Principal) -> Result<Vec<Rule>> {
+pub async fn rules(pool: &Pool, who: &Principal) -> Result<Vec<Rule>> {
     who.require(Role::Viewer, "see alert rules")?;
     Ok(sqlx::query_as(
         "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules ORDER BY kind",
@@ -65,12 +65,7 @@ pub fn check_rule(patch: &RulePatch) -> crate::error::FieldErrors {
     errors
 }
 
-pub async fn set_rule(
-    pool: &SqlitePool,
-    who: &Principal,
-    kind: &str,
-    patch: &RulePatch,
-) -> Result<Rule> {
+pub async fn set_rule(pool: &Pool, who: &Principal, kind: &str, patch: &RulePatch) -> Result<Rule> {
     who.require(Role::Admin, "change alert rules")?;
     Error::check(check_rule(patch))?;
     let done = sqlx::query("UPDATE alert_rules SET threshold = COALESCE(?, threshold), for_secs = COALESCE(?, for_secs), enabled = COALESCE(?, enabled) WHERE kind = ?")
@@ -1017,7 +1012,7 @@ impl Monitor {
 /// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms), in one transaction:
 /// each becomes its series' latest value and a point of its history.
 pub async fn record_samples(
-    pool: &SqlitePool,
+    pool: &Pool,
     samples: &[(&str, &str, f64)],
     at: i64,
 ) -> sqlx::Result<()> {
@@ -1046,7 +1041,7 @@ pub async fn record_samples(
 /// Drops the history older than `before` (unix ms): the retention setting. Works series by
 /// series along the primary key, so its cost follows what is dropped, not what is kept. A
 /// series not measured since then (its subject deleted) goes with its points.
-pub async fn trim_samples(pool: &SqlitePool, before: i64) -> sqlx::Result<u64> {
+pub async fn trim_samples(pool: &Pool, before: i64) -> sqlx::Result<u64> {
     let mut tx = pool.begin().await?;
     let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM series")
         .fetch_all(&mut *tx)
@@ -1078,7 +1073,7 @@ pub struct Sample {
 
 /// A subject's recent samples, oldest first (for charts and the API).
 pub async fn history(
-    pool: &SqlitePool,
+    pool: &Pool,
     who: &Principal,
     kind: &str,
     subject: &str,

@@ -1,11 +1,11 @@
 //! Webhook notifications: JSON, signed with HMAC-SHA256 over the body under a shared secret,
 //! retried with backoff. The secret lives in the secret store.
 
+use crate::db::Pool;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::Sha256;
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -107,7 +107,7 @@ pub fn check(input: &WebhookInput) -> Result<(String, Secret<String>, Option<&st
 }
 
 pub async fn create(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     input: &WebhookInput,
@@ -155,14 +155,14 @@ pub async fn create(
     })
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Webhook>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Webhook>> {
     who.require(Role::Admin, "manage webhooks")?;
     Ok(sqlx::query_as(&format!("{SELECT} ORDER BY created_at"))
         .fetch_all(pool)
         .await?)
 }
 
-pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> {
+pub async fn delete(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage webhooks")?;
     let mut tx = pool.begin().await?;
     audit::record(
@@ -190,7 +190,7 @@ pub async fn delete(pool: &SqlitePool, who: &Principal, id: &str) -> Result<()> 
 }
 
 /// Sends `payload` to every webhook in the background: up to 4 attempts, 1 s, 2 s, 4 s apart.
-pub fn notify(pool: SqlitePool, store: std::sync::Arc<SecretStore>, payload: Value) {
+pub fn notify(pool: Pool, store: std::sync::Arc<SecretStore>, payload: Value) {
     tokio::spawn(async move {
         let hooks: Vec<Webhook> = match sqlx::query_as(SELECT).fetch_all(&pool).await {
             Ok(h) => h,

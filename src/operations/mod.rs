@@ -18,9 +18,9 @@ pub mod offsets;
 
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::{json, Value};
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Actor, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -226,12 +226,12 @@ impl From<Row> for Operation {
 
 const SELECT: &str = "SELECT id, kind, target_kind, target_id, target_name, step, state, params, error, actor, actor_kind, started_at, step_started_at, finished_at FROM operations";
 
-pub async fn get(pool: &SqlitePool, who: &Principal, id: &str) -> Result<Operation> {
+pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<Operation> {
     who.require(Role::Viewer, "see operations")?;
     load(pool, id).await
 }
 
-pub async fn load(pool: &SqlitePool, id: &str) -> Result<Operation> {
+pub async fn load(pool: &Pool, id: &str) -> Result<Operation> {
     let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
         .bind(id)
         .fetch_optional(pool)
@@ -241,7 +241,7 @@ pub async fn load(pool: &SqlitePool, id: &str) -> Result<Operation> {
 }
 
 /// The newest operations on one target (a delivery's or a pipeline's id), newest first.
-pub async fn of_target(pool: &SqlitePool, target_id: &str, limit: i64) -> Result<Vec<Operation>> {
+pub async fn of_target(pool: &Pool, target_id: &str, limit: i64) -> Result<Vec<Operation>> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "{SELECT} WHERE target_id = ? ORDER BY started_at DESC, rowid DESC LIMIT ?"
     ))
@@ -253,7 +253,7 @@ pub async fn of_target(pool: &SqlitePool, target_id: &str, limit: i64) -> Result
 }
 
 /// Every open operation, oldest first.
-pub async fn open(pool: &SqlitePool) -> Result<Vec<Operation>> {
+pub async fn open(pool: &Pool) -> Result<Vec<Operation>> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "{SELECT} WHERE state = 'running' ORDER BY started_at, rowid"
     ))
@@ -263,7 +263,7 @@ pub async fn open(pool: &SqlitePool) -> Result<Vec<Operation>> {
 }
 
 /// The operation holding a connector, if one does: (id, kind).
-pub async fn holding(pool: &SqlitePool, connector_id: &str) -> Result<Option<(String, String)>> {
+pub async fn holding(pool: &Pool, connector_id: &str) -> Result<Option<(String, String)>> {
     Ok(sqlx::query_as(
         "SELECT o.id, o.kind FROM connectors c JOIN operations o ON o.id = c.operation_id WHERE c.id = ? AND o.state = 'running'",
     )
@@ -273,7 +273,7 @@ pub async fn holding(pool: &SqlitePool, connector_id: &str) -> Result<Option<(St
 }
 
 /// Refuses a change to a connector an operation holds, naming the operation.
-pub async fn refuse_if_held(pool: &SqlitePool, connector_id: &str, change: &str) -> Result<()> {
+pub async fn refuse_if_held(pool: &Pool, connector_id: &str, change: &str) -> Result<()> {
     match holding(pool, connector_id).await? {
         Some((id, kind)) => Err(Error::Conflict(format!(
             "cannot {change} now: operation {id} ({}) holds this connector until it finishes; follow it on its page or at /api/v1/operations/{id}",
@@ -296,7 +296,7 @@ pub struct NewOperation<'a> {
 /// starts with, e.g. a connector's desired state, commits with it). A second open
 /// connector-holding operation on the same target is refused.
 pub async fn insert(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut crate::db::Tx<'_>,
     who: &Principal,
     new: NewOperation<'_>,
 ) -> Result<String> {
@@ -349,7 +349,7 @@ pub fn resume_to(
 /// Inserts an offset operation and takes its connector in the same transaction: desired state
 /// STOPPED under the operation's id. Refused while another operation holds the connector.
 pub async fn hold(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut crate::db::Tx<'_>,
     who: &Principal,
     new: NewOperation<'_>,
     connector_id: &str,
@@ -577,7 +577,7 @@ async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String
 /// The offsets an offset operation saved before its change and found after it (None before
 /// its "save" step).
 pub async fn saved_offsets(
-    pool: &SqlitePool,
+    pool: &Pool,
     operation_id: &str,
 ) -> Result<Option<(Value, Option<Value>)>> {
     let row: Option<(String, Option<String>)> =
@@ -594,7 +594,7 @@ pub async fn saved_offsets(
 }
 
 /// The reconciler forgets a connector's row once Connect no longer has it.
-pub async fn connector_gone(pool: &SqlitePool, connector_id: &str) -> Result<bool> {
+pub async fn connector_gone(pool: &Pool, connector_id: &str) -> Result<bool> {
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
         .bind(connector_id)
         .fetch_one(pool)
@@ -604,16 +604,11 @@ pub async fn connector_gone(pool: &SqlitePool, connector_id: &str) -> Result<boo
 
 /// What a delete request answers: waits up to 60 s for the delete operation, and says it goes
 /// on without the request when Connect is slower than that. `what` names the connectors.
-pub async fn delete_finished(pool: &SqlitePool, id: &str, what: &str) -> Result<Operation> {
+pub async fn delete_finished(pool: &Pool, id: &str, what: &str) -> Result<Operation> {
     finished_within(pool, id, what, Duration::from_secs(60)).await
 }
 
-async fn finished_within(
-    pool: &SqlitePool,
-    id: &str,
-    what: &str,
-    within: Duration,
-) -> Result<Operation> {
+async fn finished_within(pool: &Pool, id: &str, what: &str, within: Duration) -> Result<Operation> {
     let op = wait(pool, id, within).await?;
     let secs = within.as_secs();
     match op.state.as_str() {
@@ -637,7 +632,7 @@ async fn finished_within(
 }
 
 /// Waits (up to `within`) for an operation to end; its last state either way.
-pub async fn wait(pool: &SqlitePool, id: &str, within: Duration) -> Result<Operation> {
+pub async fn wait(pool: &Pool, id: &str, within: Duration) -> Result<Operation> {
     let deadline = std::time::Instant::now() + within;
     loop {
         let op = load(pool, id).await?;
@@ -652,7 +647,7 @@ pub async fn wait(pool: &SqlitePool, id: &str, within: Duration) -> Result<Opera
 mod tests {
     use super::*;
 
-    async fn pool_with_connector() -> (tempfile::TempDir, SqlitePool) {
+    async fn pool_with_connector() -> (tempfile::TempDir, Pool) {
         let dir = tempfile::tempdir().unwrap();
         let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         crate::db::migrate(&pool).await.unwrap();

@@ -8,9 +8,9 @@ pub mod source;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use sqlx::SqlitePool;
 
 use self::config::{build, schema_history_topic, signal_collection, table_topic, CaptureSpec};
 use crate::audit::{self, Entry, Outcome};
@@ -245,7 +245,7 @@ fn parse_options(raw: Option<&Map<String, Value>>, errors: &mut FieldErrors) -> 
 }
 
 async fn check(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     input: &PipelineInput,
@@ -699,7 +699,7 @@ impl From<Row> for Pipeline {
     }
 }
 
-pub async fn load(pool: &SqlitePool, id: &str) -> Result<Pipeline> {
+pub async fn load(pool: &Pool, id: &str) -> Result<Pipeline> {
     let row: Option<Row> = sqlx::query_as("SELECT * FROM pipelines WHERE id = ?1 OR name = ?1")
         .bind(id)
         .fetch_optional(pool)
@@ -708,7 +708,7 @@ pub async fn load(pool: &SqlitePool, id: &str) -> Result<Pipeline> {
         .ok_or_else(|| Error::NotFound(format!("pipeline {id}")))
 }
 
-pub async fn list(pool: &SqlitePool, who: &Principal) -> Result<Vec<Pipeline>> {
+pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Pipeline>> {
     who.require(Role::Viewer, "see pipelines")?;
     let rows: Vec<Row> = sqlx::query_as("SELECT * FROM pipelines ORDER BY name")
         .fetch_all(pool)
@@ -857,7 +857,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result
 /// A table change checked as `set_tables` checks it (the tables in the source, the plugin's
 /// validation), without storing anything.
 async fn checked_tables(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -897,7 +897,7 @@ async fn checked_tables(
 
 /// What `set_tables` would deploy, checked the same way; changes nothing.
 pub async fn preview_tables(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -982,7 +982,7 @@ pub async fn set_tables(
 /// Whether the connector runs its current config (observed at its generation and RUNNING),
 /// and its phase as last observed (PENDING before any observation). A signal sent before then
 /// would not be read by the config it was meant for.
-async fn runs_current_config(pool: &SqlitePool, connector_id: &str) -> Result<(bool, String)> {
+async fn runs_current_config(pool: &Pool, connector_id: &str) -> Result<(bool, String)> {
     let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
         .bind(connector_id)
         .fetch_optional(pool)
@@ -1064,7 +1064,7 @@ pub struct Resnapshot {
 /// again as new objects. The connector must be running its current config (it reads the signal
 /// from the change stream; a paused one would act on it only when resumed).
 pub async fn resnapshot(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -1145,7 +1145,7 @@ pub const RESET_EXPLAINED: &[&str] = &[
 /// workflow (see [`crate::operations::offsets`]) so it snapshots everything again. The louder
 /// alternative to [`resnapshot`]; the pipeline's name must be typed.
 pub async fn reset(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1211,7 +1211,7 @@ pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result
 }
 
 pub async fn set_state(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1223,7 +1223,7 @@ pub async fn set_state(
 }
 
 pub async fn restart(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1246,7 +1246,7 @@ pub struct Deleted {
 /// Deletes the pipeline's connector; drops the replication slot only when asked (a dropped
 /// slot loses the stream's position); never deletes topics.
 pub async fn delete(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -1430,7 +1430,7 @@ impl TopicsMemo {
 
 /// [`detail`], reading each Kafka cluster's topics through `memo`.
 pub async fn detail_with(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -1600,7 +1600,7 @@ pub struct OwnedSlot {
 
 /// The logical slots in a PostgreSQL source's database, each with its owning pipeline.
 pub async fn source_slots(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     connection_id: &str,

@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use sqlx::SqlitePool;
+use crate::db::Pool;
 
 pub const RECONCILER: &str = "reconciler";
 
 #[derive(Clone)]
 pub struct Lease {
-    pool: SqlitePool,
+    pool: Pool,
     name: &'static str,
     pub holder: String,
     ttl_ms: i64,
@@ -25,7 +25,7 @@ pub fn now_ms() -> i64 {
 }
 
 impl Lease {
-    pub fn new(pool: SqlitePool, name: &'static str, holder: String, ttl_ms: i64) -> Self {
+    pub fn new(pool: Pool, name: &'static str, holder: String, ttl_ms: i64) -> Self {
         Lease {
             pool,
             name,
@@ -79,7 +79,7 @@ impl Lease {
     }
 
     /// Who holds it now (if anyone does).
-    pub async fn current(pool: &SqlitePool, name: &str) -> anyhow::Result<Option<(String, i64)>> {
+    pub async fn current(pool: &Pool, name: &str) -> anyhow::Result<Option<(String, i64)>> {
         Ok(sqlx::query_as(
             "SELECT holder, expires_at FROM leases WHERE name = ? AND expires_at > ?",
         )
@@ -94,7 +94,7 @@ impl Lease {
 mod tests {
     use super::*;
 
-    async fn pool() -> (tempfile::TempDir, SqlitePool) {
+    async fn pool() -> (tempfile::TempDir, Pool) {
         let dir = tempfile::tempdir().unwrap();
         let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         crate::db::migrate(&pool).await.unwrap();

@@ -15,11 +15,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::db::Pool;
 use futures::StreamExt;
 use rand::Rng;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 use tokio::sync::watch;
 
 use self::lease::{now_ms, Lease, RECONCILER};
@@ -55,12 +55,14 @@ pub use crate::ctx::Handle;
 use crate::ctx::{Unrecorded, RECORD_EVERY};
 
 /// Records a desired-state change so a reconciler in any process runs soon.
-pub async fn bump_desired_version<'e>(db: impl sqlx::SqliteExecutor<'e>) -> anyhow::Result<()> {
+pub async fn bump_desired_version<'e>(
+    db: impl sqlx::Executor<'e, Database = crate::db::Db>,
+) -> anyhow::Result<()> {
     sqlx::query("UPDATE instance_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'desired_version'").execute(db).await?;
     Ok(())
 }
 
-async fn desired_version(pool: &SqlitePool) -> i64 {
+async fn desired_version(pool: &Pool) -> i64 {
     sqlx::query_scalar::<_, String>("SELECT value FROM instance_meta WHERE key = 'desired_version'")
         .fetch_one(pool)
         .await
@@ -70,7 +72,7 @@ async fn desired_version(pool: &SqlitePool) -> i64 {
 }
 
 pub struct Reconciler {
-    pool: SqlitePool,
+    pool: Pool,
     secrets: Arc<SecretStore>,
     settings: Settings,
     lease: Lease,
@@ -98,7 +100,7 @@ pub fn holder_id(role: &str) -> String {
 
 impl Reconciler {
     pub fn new(
-        pool: SqlitePool,
+        pool: Pool,
         secrets: Arc<SecretStore>,
         settings: Settings,
         handle: Arc<Handle>,
@@ -1179,7 +1181,7 @@ pub struct PassRecord {
 }
 
 /// The reconciler's lease holder and last pass, as the API shows them.
-pub async fn status(pool: &SqlitePool, handle: &Handle) -> anyhow::Result<Status> {
+pub async fn status(pool: &Pool, handle: &Handle) -> anyhow::Result<Status> {
     let lease = lease::Lease::current(pool, lease::RECONCILER).await?;
     let last_pass: Option<PassRecord> = sqlx::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(pool).await?;
     let passes_recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")

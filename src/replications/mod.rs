@@ -11,9 +11,9 @@ pub mod measure;
 
 use std::collections::BTreeMap;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use crate::audit::{self, Entry, Outcome};
 use crate::auth::{Principal, Role};
@@ -149,7 +149,7 @@ impl From<Row> for Replication {
 
 const SELECT: &str = "SELECT id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at FROM replications";
 
-pub async fn load(pool: &SqlitePool, id: &str) -> Result<Replication> {
+pub async fn load(pool: &Pool, id: &str) -> Result<Replication> {
     let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
         .bind(id)
         .fetch_optional(pool)
@@ -448,7 +448,7 @@ fn judge(input: &ReplicationInput, found: &Found) -> std::result::Result<Setting
 }
 
 /// Looks up what the input names, then [`judge`]s it.
-async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> Result<Checked> {
+async fn check(pool: &Pool, who: &Principal, input: &ReplicationInput) -> Result<Checked> {
     let kafka = |id: &Option<String>| {
         let id = id.clone().unwrap_or_default();
         async move {
@@ -518,7 +518,7 @@ async fn check(pool: &SqlitePool, who: &Principal, input: &ReplicationInput) -> 
     })
 }
 
-async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Result<Preview> {
+async fn preview_of(pool: &Pool, store: &SecretStore, c: &Checked) -> Result<Preview> {
     let spec = c.spec();
     let access = crate::clusters::kafka::access(store, &c.source).await?;
     let all = crate::kafka::topics(&access, None)
@@ -590,7 +590,7 @@ async fn preview_of(pool: &SqlitePool, store: &SecretStore, c: &Checked) -> Resu
 /// The preview of a replication about to be stored, refused when its pattern matches no topic
 /// now (unless `confirmed`: topics created later are picked up) or the plugin refuses a config.
 async fn accepted(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     c: &Checked,
     confirmed: bool,
@@ -727,7 +727,7 @@ pub async fn act(ctx: &Ctx, who: &Principal, id: &str, action: Action) -> Result
 
 /// Pause or resume: all three connectors.
 pub async fn set_state(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,
@@ -803,7 +803,7 @@ fn merged(r: &Replication, patch: &ReplicationInput) -> Result<ReplicationInput>
 /// What a change would make of the replication: its topics against the source's list and the
 /// three configs as validated by the plugin. Changes nothing.
 pub async fn preview_update(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &Principal,
     id: &str,
@@ -903,7 +903,7 @@ pub async fn update(
 
 /// Restarts all three connectors and their tasks once (the reconciler asks Connect).
 pub async fn restart(
-    pool: &SqlitePool,
+    pool: &Pool,
     wake: &crate::reconcile::Handle,
     who: &Principal,
     id: &str,

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use super::store::SecretStore;
 use crate::audit::{self, Actor, Entry, Outcome};
@@ -25,7 +25,7 @@ pub struct Resolved {
 pub const CA_CERTIFICATE: &str = "ca_certificate";
 
 pub async fn resolve(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     who: &ProviderIdentity,
     secret_ref: &str,
@@ -107,7 +107,7 @@ pub async fn resolve(
 /// minutes): whoever can create connectors in Connect cannot read the secrets of other
 /// connections through the provider. A Strimzi-managed cluster has no connectors of ClueCDC's,
 /// so there any stored reference resolves (its KafkaConnector resources name them).
-async fn in_scope(pool: &SqlitePool, who: &ProviderIdentity, secret_ref: &str) -> Result<bool> {
+async fn in_scope(pool: &Pool, who: &ProviderIdentity, secret_ref: &str) -> Result<bool> {
     let needle = format!("${{cluecdc:{secret_ref}:");
     Ok(sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM connect_clusters WHERE id = ?1 AND managed_by = 'strimzi')
@@ -146,7 +146,7 @@ pub fn references(config: &BTreeMap<String, String>) -> Vec<String> {
 /// writes nothing here after the first; otherwise one transaction behind the write gate (two
 /// autocommit writes per create met every concurrent writer in SQLite's busy sleeps).
 pub async fn grant_for_validation(
-    pool: &SqlitePool,
+    pool: &Pool,
     cluster_id: &str,
     config: &BTreeMap<String, String>,
 ) -> Result<()> {

@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use std::sync::RwLock;
 use std::time::SystemTime;
 
+use crate::db::{Pool, Tx};
 use anyhow::{anyhow, Context};
-use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::keyring::{KeySource, Keyring, MasterKey};
 use super::Secret;
 
 pub struct SecretStore {
-    pool: SqlitePool,
+    pool: Pool,
     keyring: RwLock<(Keyring, Option<SystemTime>)>,
 }
 
@@ -33,7 +33,7 @@ pub fn new_ref() -> String {
 }
 
 impl SecretStore {
-    pub fn new(pool: SqlitePool, keyring: Keyring) -> Self {
+    pub fn new(pool: Pool, keyring: Keyring) -> Self {
         let m = mtime(&keyring);
         SecretStore {
             pool,
@@ -42,7 +42,7 @@ impl SecretStore {
     }
 
     /// The database the secrets live in (grants and audit rows go beside them).
-    pub fn pool(&self) -> &SqlitePool {
+    pub fn pool(&self) -> &Pool {
         &self.pool
     }
 
@@ -84,7 +84,7 @@ impl SecretStore {
     /// Replaces the given fields of `secret_ref` (other fields stay) inside the caller's transaction.
     pub async fn put(
         &self,
-        tx: &mut Transaction<'_, Sqlite>,
+        tx: &mut Tx<'_>,
         secret_ref: &str,
         fields: &BTreeMap<String, Secret<String>>,
     ) -> anyhow::Result<()> {
@@ -112,7 +112,7 @@ impl SecretStore {
     /// Removes fields no longer set (an optional session token dropped on rotation).
     pub async fn remove(
         &self,
-        tx: &mut Transaction<'_, Sqlite>,
+        tx: &mut Tx<'_>,
         secret_ref: &str,
         field: &str,
     ) -> anyhow::Result<()> {
@@ -194,7 +194,7 @@ pub struct Rotation {
 /// Re-encrypts every secret under a fresh master key; see the module comment for why readers
 /// keep working throughout.
 pub async fn rotate_master_key(
-    pool: &SqlitePool,
+    pool: &Pool,
     settings: &crate::config::DataSettings,
 ) -> anyhow::Result<Rotation> {
     let current = Keyring::load(settings)?;

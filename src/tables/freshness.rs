@@ -21,8 +21,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::Serialize;
-use sqlx::SqlitePool;
 
 use crate::auth::Principal;
 use crate::connections::{Connection, Provider};
@@ -493,7 +493,7 @@ fn rfc3339(ms: i64) -> Option<String> {
     chrono::DateTime::from_timestamp_millis(ms).map(crate::time::format)
 }
 
-async fn window_secs(pool: &SqlitePool) -> sqlx::Result<f64> {
+async fn window_secs(pool: &Pool) -> sqlx::Result<f64> {
     Ok(
         sqlx::query_scalar("SELECT threshold FROM alert_rules WHERE kind = ?")
             .bind(RULE)
@@ -503,10 +503,7 @@ async fn window_secs(pool: &SqlitePool) -> sqlx::Result<f64> {
     )
 }
 
-async fn load_stored(
-    pool: &SqlitePool,
-    pipeline_id: &str,
-) -> sqlx::Result<HashMap<String, Stored>> {
+async fn load_stored(pool: &Pool, pipeline_id: &str) -> sqlx::Result<HashMap<String, Stored>> {
     let rows: Vec<Stored> = sqlx::query_as(
         "SELECT table_name, end_offset, changed_at, first_seen_at, source_changes, source_checked_at, source_changed_at, pending_since, confirmed_at, no_counter, cause, cause_at FROM table_freshness WHERE pipeline_id = ?",
     )
@@ -522,7 +519,7 @@ async fn load_stored(
 /// The pipeline's tables in its own order, from what the monitor stored and the topics just
 /// read (`topics`, live). Reads SQLite only: a page load never queries the source.
 pub async fn pipeline_tables(
-    pool: &SqlitePool,
+    pool: &Pool,
     p: &Pipeline,
     topics: &[TopicSize],
 ) -> sqlx::Result<Vec<TableFreshness>> {
@@ -612,7 +609,7 @@ pub fn lag_from_marks(marks: &[(i64, i64)], committed: i64, waiting: i64, now: i
 /// The delivery's tables (its topics that are tables of `pipeline`), with their lag summed
 /// from the group's lag per partition (`lag`, already read) and the stored marks.
 pub async fn delivery_tables(
-    pool: &SqlitePool,
+    pool: &Pool,
     pipeline: &Pipeline,
     topics: &[String],
     lag: &[crate::kafka::PartitionLag],
@@ -786,11 +783,7 @@ async fn read_publication(
         .collect())
 }
 
-async fn save(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    pipeline_id: &str,
-    s: &Stored,
-) -> sqlx::Result<()> {
+async fn save(tx: &mut crate::db::Tx<'_>, pipeline_id: &str, s: &Stored) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO table_freshness (pipeline_id, table_name, end_offset, changed_at, first_seen_at, source_changes, source_checked_at, source_changed_at, pending_since, confirmed_at, no_counter, cause, cause_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -832,7 +825,7 @@ fn marks_to_drop(at: &[i64], max: usize) -> Vec<i64> {
 /// already read (`memo`), one counter query per source, the stall rule's value and, for a
 /// table stalled past the window, its likely causes.
 pub(crate) async fn observe(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     memo: &TopicsMemo,
     now: i64,

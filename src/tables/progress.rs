@@ -41,8 +41,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
-use sqlx::SqlitePool;
 
 use crate::auth::Principal;
 use crate::connections::{Connection, Provider};
@@ -700,7 +700,7 @@ struct TableRow {
 }
 
 /// The pipeline's newest snapshots, oldest first.
-async fn load_runs(pool: &SqlitePool, pipeline_id: &str, limit: i64) -> sqlx::Result<Vec<Run>> {
+async fn load_runs(pool: &Pool, pipeline_id: &str, limit: i64) -> sqlx::Result<Vec<Run>> {
     let rows: Vec<RunRow> = sqlx::query_as("SELECT id, kind, state, correlation_id, started_at, finished_at, estimated FROM snapshot_runs WHERE pipeline_id = ? ORDER BY id DESC LIMIT ?")
         .bind(pipeline_id)
         .bind(limit)
@@ -748,7 +748,7 @@ async fn load_runs(pool: &SqlitePool, pipeline_id: &str, limit: i64) -> sqlx::Re
 }
 
 /// Writes a snapshot and its tables (all of them: a handful of rows).
-async fn save_run(pool: &SqlitePool, pipeline_id: &str, r: &mut Run) -> sqlx::Result<()> {
+async fn save_run(pool: &Pool, pipeline_id: &str, r: &mut Run) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     let id = match r.id {
         Some(id) => {
@@ -812,7 +812,7 @@ async fn save_run(pool: &SqlitePool, pipeline_id: &str, r: &mut Run) -> sqlx::Re
 /// notifications (a pipeline created before them, until its config is rendered again): no
 /// notice would ever come, and a snapshot waiting for ever would mislead.
 pub async fn requested(
-    pool: &SqlitePool,
+    pool: &Pool,
     pipeline_id: &str,
     signal_id: &str,
     tables: &[String],
@@ -833,7 +833,7 @@ pub async fn requested(
 /// The pipeline's newest snapshot with live figures (None: no snapshot was ever seen), given
 /// its topics as just read (end offsets from the broker's watermarks).
 pub async fn for_detail(
-    pool: &SqlitePool,
+    pool: &Pool,
     p: &Pipeline,
     topics: &[TopicSize],
 ) -> sqlx::Result<Option<Snapshot>> {
@@ -947,7 +947,7 @@ fn caught_up(from: &HashMap<i32, i64>, ends: &HashMap<i32, i64>) -> bool {
 /// Kafka client per pipeline per cycle was most of what snapshot progress cost a quiet
 /// pipeline).
 async fn ingest(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     p: &Pipeline,
     access: &crate::kafka::KafkaAccess,
@@ -1057,7 +1057,7 @@ async fn ingest(
 /// `snapshot_stalled` per scanning table. `topics`: the pipeline's topics as the cycle read
 /// them. A failed read of the notifications still reports what is stored.
 pub(crate) async fn observe(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     p: &Pipeline,
     topics: &[TopicSize],

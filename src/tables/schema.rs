@@ -22,9 +22,9 @@ pub mod verdict;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
-use sqlx::SqlitePool;
 
 use self::classify::{Change, Column, TableDef};
 use self::verdict::{Severity, Sink};
@@ -135,7 +135,7 @@ pub const POLICY_HELP: &str = "warn (default: an alert and an audit row) or paus
 
 /// The newest stored version of a table: (version, definition; None = table absent).
 async fn newest(
-    pool: &SqlitePool,
+    pool: &Pool,
     side: &str,
     owner: &str,
     table: &str,
@@ -152,7 +152,7 @@ async fn newest(
 }
 
 async fn at_version(
-    pool: &SqlitePool,
+    pool: &Pool,
     owner: &str,
     table: &str,
     version: i64,
@@ -171,7 +171,7 @@ async fn at_version(
 /// Keeps `def` as the table's newest version if it differs from the stored newest one.
 /// A table never seen is not recorded as absent. Returns the newest version after it.
 async fn keep(
-    pool: &SqlitePool,
+    pool: &Pool,
     side: &str,
     owner: &str,
     table: &str,
@@ -204,7 +204,7 @@ async fn keep(
 /// versions for each delivery that takes the table, applies the policies, and returns one
 /// `schema_change` observation per delivery (1 while a breaking change is open, with what it
 /// is). Sources that cannot be read this cycle change nothing.
-pub(crate) async fn cycle(pool: &SqlitePool, store: &SecretStore) -> Vec<Observation> {
+pub(crate) async fn cycle(pool: &Pool, store: &SecretStore) -> Vec<Observation> {
     match run(pool, store).await {
         Ok(seen) => seen,
         Err(e) => {
@@ -214,7 +214,7 @@ pub(crate) async fn cycle(pool: &SqlitePool, store: &SecretStore) -> Vec<Observa
     }
 }
 
-async fn run(pool: &SqlitePool, store: &SecretStore) -> Result<Vec<Observation>> {
+async fn run(pool: &Pool, store: &SecretStore) -> Result<Vec<Observation>> {
     let system = Principal::cli();
     let now = crate::time::now();
     let deliveries = crate::deliveries::list(pool, &system).await?;
@@ -302,7 +302,7 @@ struct Destinations {
 }
 
 async fn destinations(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     p: &crate::pipelines::Pipeline,
     source: &Connection,
@@ -347,7 +347,7 @@ async fn destinations(
 }
 
 async fn judge_delivery(
-    pool: &SqlitePool,
+    pool: &Pool,
     p: &crate::pipelines::Pipeline,
     d: &crate::deliveries::Delivery,
     dest: Destinations,
@@ -431,7 +431,7 @@ async fn judge_delivery(
     Ok(())
 }
 
-async fn set_baseline(pool: &SqlitePool, delivery: &str, table: &str, version: i64) -> Result<()> {
+async fn set_baseline(pool: &Pool, delivery: &str, table: &str, version: i64) -> Result<()> {
     sqlx::query("INSERT INTO schema_baselines (delivery_id, table_name, version) VALUES (?, ?, ?) ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version")
         .bind(delivery)
         .bind(table)
@@ -446,7 +446,7 @@ async fn set_baseline(pool: &SqlitePool, delivery: &str, table: &str, version: i
 /// policy, pauses the delivery's connector for the reconciler to apply.
 #[allow(clippy::too_many_arguments)]
 async fn record_verdict(
-    pool: &SqlitePool,
+    pool: &Pool,
     d: &crate::deliveries::Delivery,
     table: &str,
     from: i64,
@@ -532,7 +532,7 @@ async fn record_verdict(
 
 /// A person resumed the delivery (or accepted its changes): its tables' current versions
 /// become its baseline and its open verdicts are accepted.
-pub async fn accept(pool: &SqlitePool, delivery_id: &str) -> Result<u64> {
+pub async fn accept(pool: &Pool, delivery_id: &str) -> Result<u64> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO schema_baselines (delivery_id, table_name, version)
@@ -615,7 +615,7 @@ fn verdict_of(r: VerdictRow, delivery: &str) -> DeliveryVerdict {
 
 const VERDICTS: &str = "SELECT delivery_id, table_name, from_version, to_version, severity, changes, says, state, paused, seen_at FROM schema_verdicts";
 
-async fn open_breaking(pool: &SqlitePool, delivery_id: &str) -> Result<Vec<DeliveryVerdict>> {
+async fn open_breaking(pool: &Pool, delivery_id: &str) -> Result<Vec<DeliveryVerdict>> {
     let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
         "{VERDICTS} WHERE delivery_id = ? AND state = 'open' ORDER BY seen_at DESC, to_version DESC"
     ))
@@ -628,7 +628,7 @@ async fn open_breaking(pool: &SqlitePool, delivery_id: &str) -> Result<Vec<Deliv
 /// Why a failed delivery failed, when a schema change explains it: an open breaking verdict
 /// on one of its tables (newest first), or a recent change whose column the trace names.
 pub async fn failure_cause(
-    pool: &SqlitePool,
+    pool: &Pool,
     delivery_id: &str,
     trace: Option<&str>,
 ) -> Result<Option<String>> {
@@ -726,7 +726,7 @@ pub struct PipelineSchema {
     pub tables: Vec<TableSchema>,
 }
 
-async fn versions(pool: &SqlitePool, side: &str, owner: &str, table: &str) -> Result<Vec<Version>> {
+async fn versions(pool: &Pool, side: &str, owner: &str, table: &str) -> Result<Vec<Version>> {
     let rows: Vec<(i64, String, String)> = sqlx::query_as(
         "SELECT version, first_seen, definition FROM schema_versions WHERE side = ? AND owner_id = ? AND table_name = ? ORDER BY version",
     )
@@ -746,11 +746,7 @@ async fn versions(pool: &SqlitePool, side: &str, owner: &str, table: &str) -> Re
 }
 
 /// `GET /api/v1/pipelines/{id}/schema` and the pipeline page's schema card.
-pub async fn pipeline_schema(
-    pool: &SqlitePool,
-    who: &Principal,
-    id: &str,
-) -> Result<PipelineSchema> {
+pub async fn pipeline_schema(pool: &Pool, who: &Principal, id: &str) -> Result<PipelineSchema> {
     who.require(Role::Viewer, "see pipelines")?;
     let p = crate::pipelines::load(pool, id).await?;
     let deliveries: Vec<crate::deliveries::Delivery> = crate::deliveries::list(pool, who)
@@ -820,7 +816,7 @@ impl DeliverySchema {
 }
 
 pub async fn delivery_schema(
-    pool: &SqlitePool,
+    pool: &Pool,
     d: &crate::deliveries::Delivery,
 ) -> Result<DeliverySchema> {
     let rows: Vec<VerdictRow> = sqlx::query_as(&format!(

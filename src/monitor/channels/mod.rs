@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sqlx::SqlitePool;
 
 use super::alerts::Alert;
 use crate::audit::{self, Entry, Outcome};
@@ -647,7 +647,7 @@ fn checked_of(c: &Channel) -> Checked {
     }
 }
 
-async fn known_rules(pool: &SqlitePool) -> Result<Vec<String>> {
+async fn known_rules(pool: &Pool) -> Result<Vec<String>> {
     Ok(
         sqlx::query_scalar("SELECT kind FROM alert_rules ORDER BY kind")
             .fetch_all(pool)
@@ -691,7 +691,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Channel>> {
     Ok(out)
 }
 
-async fn load(pool: &SqlitePool, store: &SecretStore, id: &str) -> Result<Option<Channel>> {
+async fn load(pool: &Pool, store: &SecretStore, id: &str) -> Result<Option<Channel>> {
     let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ? OR name = ?"))
         .bind(id)
         .bind(id)
@@ -912,7 +912,7 @@ pub async fn deliveries(ctx: &Ctx, who: &Principal, id: &str, limit: i64) -> Res
         .await?)
 }
 
-async fn log_attempt(pool: &SqlitePool, channel: &str, event: &str, n: u32, r: &Sent) {
+async fn log_attempt(pool: &Pool, channel: &str, event: &str, n: u32, r: &Sent) {
     let (code, ok, error) = match r {
         Ok(code) => (Some(*code as i64), true, None),
         Err(f) => (f.status.map(i64::from), false, Some(f.why.clone())),

@@ -137,7 +137,7 @@ pub(super) async fn send_email(c: &Channel, password: &str, events: &[Event]) ->
 /// One message to one channel, tried up to `attempts` times (1 s, 2 s, 4 s … apart); each
 /// attempt is logged. The message is built by `send` on each attempt.
 pub(super) async fn with_retries<F, Fut>(
-    pool: &SqlitePool,
+    pool: &Pool,
     c: &Channel,
     event: &str,
     attempts: u32,
@@ -180,7 +180,7 @@ pub(super) fn event_label(events: &[Event]) -> String {
 /// Sends one group to one channel: one message (Slack, Teams, e-mail), or for PagerDuty one
 /// trigger for what newly fires and one resolve per incident whose alerts all resolved.
 pub async fn deliver(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &SecretStore,
     c: &Channel,
     events: &[Event],
@@ -402,7 +402,7 @@ pub struct Outbox(Arc<Mutex<HashMap<String, Vec<Event>>>>);
 /// rules and severities select; the first opens a group that closes `group_wait_secs` later,
 /// and the group goes as one message (one PagerDuty incident).
 pub async fn dispatch(
-    pool: &SqlitePool,
+    pool: &Pool,
     store: &Arc<SecretStore>,
     outbox: &Outbox,
     events: &[Event],
