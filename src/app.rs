@@ -79,6 +79,7 @@ impl Application {
     pub async fn build(settings: &ServeSettings) -> anyhow::Result<Self> {
         let pool = open_database(&settings.data).await?;
         let keyring = Keyring::load(&settings.data)?;
+        crate::secrets::store::verify_key(&pool, &keyring).await?;
         tracing::info!(
             active_key = keyring.active().fingerprint(),
             "secret store ready"
@@ -194,7 +195,7 @@ impl Application {
 
 /// Opens the database in the data directory and applies migrations.
 pub async fn open_database(data: &crate::config::DataSettings) -> anyhow::Result<Pool> {
-    let pool = db::open(&data.database_path()).await?;
+    let pool = db::open_store(&data.store()?).await?;
     db::migrate(&pool).await?;
     Ok(pool)
 }
@@ -299,6 +300,7 @@ pub async fn run_worker(
 ) -> anyhow::Result<()> {
     let pool = open_database(&settings.data).await?;
     let keyring = Keyring::load(&settings.data)?;
+    crate::secrets::store::verify_key(&pool, &keyring).await?;
     let inner = Arc::new(StateInner {
         version: env!("CARGO_PKG_VERSION"),
         ctx: crate::ctx::Ctx::new(

@@ -1,7 +1,8 @@
 //! The audit trail: append-only rows written in the caller's transaction, so a change and its
 //! record commit or roll back together. Summaries are sanitized: never a secret.
 
-use crate::db::{Db, Pool, Tx};
+use crate::db;
+use crate::db::{Pool, Tx};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -100,9 +101,9 @@ pub fn sanitize(value: Value) -> Value {
 /// Appends one row inside the caller's transaction.
 pub async fn record(tx: &mut Tx<'_>, entry: Entry<'_>) -> Result<()> {
     let summary = sanitize(entry.summary).to_string();
-    sqlx::query(
+    db::query(
         "INSERT INTO audit_log (at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(crate::time::now())
     .bind(&entry.actor.name)
@@ -370,62 +371,79 @@ pub struct Page {
     pub counts: std::collections::BTreeMap<String, u64>,
 }
 
-/// The filter's conditions (all but paging); `outcome` too unless counting by outcome.
-fn push_filters(q: &mut sqlx::QueryBuilder<'_, Db>, filter: &Filter, outcome: bool) {
+/// The filter's conditions (all but paging) as ` AND …` text with `$1…` placeholders, and
+/// their values in order; `outcome` too unless counting by outcome.
+fn filters(filter: &Filter, outcome: bool) -> (String, Vec<String>) {
+    let mut sql = String::new();
+    let mut binds: Vec<String> = Vec::new();
+    let mut bind = |sql: &mut String, text: &str, value: String| {
+        binds.push(value);
+        sql.push_str(&text.replace('#', &format!("${}", binds.len())));
+    };
     if !filter.actor.is_empty() {
-        q.push(" AND actor = ").push_bind(filter.actor.clone());
+        bind(&mut sql, " AND actor = #", filter.actor.clone());
     }
     if !filter.action.is_empty() {
-        q.push(" AND action LIKE ")
-            .push_bind(format!("{}%", filter.action.replace('%', "")));
+        bind(
+            &mut sql,
+            " AND action LIKE #",
+            format!("{}%", filter.action.replace('%', "")),
+        );
     }
     if !filter.target.is_empty() {
-        q.push(" AND (target_id = ")
-            .push_bind(filter.target.clone());
-        q.push(" OR target_kind = ")
-            .push_bind(filter.target.clone())
-            .push(")");
+        bind(
+            &mut sql,
+            " AND (target_id = # OR target_kind = #)",
+            filter.target.clone(),
+        );
     }
     if !filter.request.is_empty() {
-        q.push(" AND request_id = ")
-            .push_bind(filter.request.clone());
+        bind(&mut sql, " AND request_id = #", filter.request.clone());
     }
     if outcome && !filter.outcome.is_empty() {
-        q.push(" AND outcome = ").push_bind(filter.outcome.clone());
+        bind(&mut sql, " AND outcome = #", filter.outcome.clone());
     }
     if !filter.since.is_empty() {
-        q.push(" AND at >= ").push_bind(filter.since.clone());
+        bind(&mut sql, " AND at >= #", filter.since.clone());
     }
     if !filter.until.is_empty() {
-        q.push(" AND at < ").push_bind(filter.until.clone());
+        bind(&mut sql, " AND at < #", filter.until.clone());
     }
+    (sql, binds)
 }
 
 /// Anyone signed in may read the audit trail; it holds no secrets.
 pub async fn list(pool: &Pool, who: &Principal, filter: &Filter, max: u32) -> Result<Page> {
     who.require(Role::Viewer, "read the audit trail")?;
     let limit = filter.limit.clamp(1, max);
-    let mut q = sqlx::QueryBuilder::<Db>::new(
-        "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1",
+    let (conds, binds) = filters(filter, true);
+    // The paging values are integers, written into the text.
+    let before = filter
+        .before_id
+        .map(|b| format!(" AND id < {b}"))
+        .unwrap_or_default();
+    let sql = format!(
+        "SELECT id, at, actor, actor_kind, action, target_kind, target_id, outcome, summary, request_id FROM audit_log WHERE 1=1{conds}{before} ORDER BY id DESC LIMIT {}",
+        i64::from(limit) + 1
     );
-    push_filters(&mut q, filter, true);
-    if let Some(before) = filter.before_id {
-        q.push(" AND id < ").push_bind(before);
+    let mut q = db::query_as::<Row>(&sql);
+    for b in &binds {
+        q = q.bind(b);
     }
-    q.push(" ORDER BY id DESC LIMIT ")
-        .push_bind(i64::from(limit) + 1);
-    let mut rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    let mut rows: Vec<Row> = q.fetch_all(pool).await?;
     let next_before_id = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|r| r.id)
     } else {
         None
     };
-    let mut q = sqlx::QueryBuilder::<Db>::new("SELECT outcome, COUNT(*) FROM audit_log WHERE 1=1");
-    push_filters(&mut q, filter, false);
-    q.push(" GROUP BY outcome");
+    let (conds, binds) = filters(filter, false);
+    let sql = format!("SELECT outcome, COUNT(*) FROM audit_log WHERE 1=1{conds} GROUP BY outcome");
+    let mut q = db::query_as::<(String, i64)>(&sql);
+    for b in &binds {
+        q = q.bind(b);
+    }
     let counts: std::collections::BTreeMap<String, u64> = q
-        .build_query_as::<(String, i64)>()
         .fetch_all(pool)
         .await?
         .into_iter()

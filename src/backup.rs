@@ -63,6 +63,17 @@ async fn check_intact(pool: &SqlitePool, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `backup` and `restore` copy the embedded SQLite file. PostgreSQL has its own tools, which
+/// also see one transaction's view: this says which commands to use instead.
+fn embedded_only(data: &DataSettings, what: &str) -> anyhow::Result<()> {
+    if let crate::config::Store::Postgres { url, .. } = data.store()? {
+        bail!(
+            "`cluecdc {what}` copies the embedded SQLite file, and this instance's metadata is in PostgreSQL ({url}); use PostgreSQL's tools: `pg_dump --format=custom --file=cluecdc.dump DATABASE` to back up (consistent while ClueCDC runs), and to restore, with every ClueCDC process stopped, `pg_restore --clean --if-exists --dbname=DATABASE cluecdc.dump`; keep the master key with the dump, as for a SQLite backup"
+        );
+    }
+    Ok(())
+}
+
 fn key_source(data: &DataSettings) -> String {
     if data.master_key.is_some() {
         "the CLUECDC_MASTER_KEY environment variable".into()
@@ -77,6 +88,7 @@ fn key_source(data: &DataSettings) -> String {
 
 /// Copies the database to `to` while it is in use.
 pub async fn backup(data: &DataSettings, to: &Path) -> anyhow::Result<BackupReport> {
+    embedded_only(data, "backup")?;
     let db = data.database_path();
     if !db.exists() {
         bail!("no database at {}: nothing to back up", db.display());
@@ -99,7 +111,7 @@ pub async fn backup(data: &DataSettings, to: &Path) -> anyhow::Result<BackupRepo
     ));
     let _ = std::fs::remove_file(&tmp);
     let pool = crate::db::open(&db).await?;
-    sqlx::query("VACUUM INTO ?")
+    sqlx::query("VACUUM INTO $1")
         .bind(tmp.to_string_lossy().to_string())
         .execute(&pool)
         .await
@@ -160,6 +172,7 @@ pub struct RestoreReport {
 
 /// Replaces the data directory's database with a backup, after checking it.
 pub async fn restore(data: &DataSettings, from: &Path) -> anyhow::Result<RestoreReport> {
+    embedded_only(data, "restore")?;
     if !from.is_file() {
         bail!("no backup file at {}", from.display());
     }
@@ -200,7 +213,7 @@ pub async fn restore(data: &DataSettings, from: &Path) -> anyhow::Result<Restore
     if db.exists() {
         let pool = crate::db::open(&db).await?;
         let holders: Vec<(String, String)> =
-            sqlx::query_as("SELECT name, holder FROM leases WHERE expires_at > ?")
+            sqlx::query_as("SELECT name, holder FROM leases WHERE expires_at > $1")
                 .bind(crate::reconcile::lease::now_ms())
                 .fetch_all(&pool)
                 .await

@@ -15,6 +15,7 @@
 //!   operations engine ends it once no item is left, and marks the items left as failed if
 //!   that process stopped.
 
+use crate::db;
 use crate::db::Pool;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -718,8 +719,8 @@ pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<Bulk> {
     if op.kind != "bulk" {
         return Err(Error::NotFound(format!("bulk action {id}")));
     }
-    let mut items: Vec<Item> = sqlx::query_as(
-        "SELECT position, kind, target_id, name, state, detail, connector_ids, updated_at FROM bulk_items WHERE operation_id = ? ORDER BY position",
+    let mut items: Vec<Item> = db::query_as(
+        "SELECT position, kind, target_id, name, state, detail, connector_ids, updated_at FROM bulk_items WHERE operation_id = $1 ORDER BY position",
     )
     .bind(id)
     .fetch_all(pool)
@@ -790,7 +791,7 @@ pub async fn start(ctx: &Ctx, who: &Principal, input: &BulkInput) -> Result<Stri
     .await?;
     let now = crate::time::now();
     for (i, p) in planned.iter().enumerate() {
-        sqlx::query("INSERT INTO bulk_items (operation_id, position, kind, target_id, name, state, detail, connector_ids, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        db::query("INSERT INTO bulk_items (operation_id, position, kind, target_id, name, state, detail, connector_ids, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
             .bind(&id)
             .bind(i as i64)
             .bind(p.target.kind.as_str())
@@ -865,8 +866,8 @@ impl Runner {
     }
 
     async fn heartbeat(&self) {
-        let _ = sqlx::query(
-            "UPDATE operations SET step_started_at = ? WHERE id = ? AND state = 'running'",
+        let _ = db::query(
+            "UPDATE operations SET step_started_at = $1 WHERE id = $2 AND state = 'running'",
         )
         .bind(now_ms())
         .bind(&self.id)
@@ -875,7 +876,7 @@ impl Runner {
     }
 
     async fn set(&self, pos: i64, state: &str, detail: &str) {
-        let done = sqlx::query("UPDATE bulk_items SET state = ?, detail = ?, updated_at = ? WHERE operation_id = ? AND position = ?")
+        let done = db::query("UPDATE bulk_items SET state = $1, detail = $2, updated_at = $3 WHERE operation_id = $4 AND position = $5")
             .bind(state)
             .bind(detail)
             .bind(crate::time::now())
@@ -992,8 +993,8 @@ async fn act(ctx: &Ctx, who: &Principal, action: Action, t: &Target) -> Result<S
 /// The operations engine's step for a bulk: done once no item is open; if the process running
 /// the items stopped (no heartbeat), the open items fail with the reason.
 pub async fn step(ctx: &operations::Ctx<'_>, op: &Operation) -> Step {
-    let open: std::result::Result<i64, sqlx::Error> = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM bulk_items WHERE operation_id = ? AND state IN ('pending', 'running')",
+    let open: std::result::Result<i64, sqlx::Error> = db::query_scalar(
+        "SELECT COUNT(*) FROM bulk_items WHERE operation_id = $1 AND state IN ('pending', 'running')",
     )
     .bind(&op.id)
     .fetch_one(&ctx.pool)
@@ -1002,7 +1003,7 @@ pub async fn step(ctx: &operations::Ctx<'_>, op: &Operation) -> Step {
         Err(e) => Step::Wait(e.to_string()),
         Ok(0) => Step::Done,
         Ok(n) if now_ms() - op.step_started_at > HEARTBEAT_LOST_MS => {
-            let failed = sqlx::query("UPDATE bulk_items SET state = 'failed', detail = CASE state WHEN 'pending' THEN 'not run: the ClueCDC process carrying this bulk action out stopped first; nothing was changed for this item' ELSE 'interrupted: the ClueCDC process carrying this bulk action out stopped while it ran; check the item''s own page' END, updated_at = ? WHERE operation_id = ? AND state IN ('pending', 'running')")
+            let failed = db::query("UPDATE bulk_items SET state = 'failed', detail = CASE state WHEN 'pending' THEN 'not run: the ClueCDC process carrying this bulk action out stopped first; nothing was changed for this item' ELSE 'interrupted: the ClueCDC process carrying this bulk action out stopped while it ran; check the item''s own page' END, updated_at = $1 WHERE operation_id = $2 AND state IN ('pending', 'running')")
                 .bind(crate::time::now())
                 .bind(&op.id)
                 .execute(&ctx.pool)

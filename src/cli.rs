@@ -1,6 +1,8 @@
 //! Administrative subcommands that work on the database directly (`user`, `token`, `routes`).
 //! They act as a local admin: whoever can run them can read the database file anyway.
 
+use crate::db;
+use anyhow::Context as _;
 use std::io::{BufRead, IsTerminal, Write};
 
 use clap::Subcommand;
@@ -274,6 +276,23 @@ pub struct BackupArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct MigrateStoreArgs {
+    /// The store to copy from: `sqlite://PATH` or `postgres://USER@HOST:PORT/DATABASE`.
+    #[arg(long)]
+    pub from: String,
+    /// The store to copy into (empty; it is migrated first). A PostgreSQL password comes from
+    /// `CLUECDC_DATABASE_PASSWORD` or `--database-password-file`, never from the URL here.
+    #[arg(long)]
+    pub to: String,
+    /// File holding the PostgreSQL password.
+    #[arg(long, env = "CLUECDC_DATABASE_PASSWORD_FILE")]
+    pub database_password_file: Option<std::path::PathBuf>,
+    /// CA certificate PostgreSQL's server certificate must chain to (TLS, verify-full).
+    #[arg(long, env = "CLUECDC_DATABASE_CA_FILE")]
+    pub database_ca_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct RestoreArgs {
     /// The backup file to restore.
     #[arg(long)]
@@ -321,6 +340,7 @@ impl Local {
     async fn open(data: &DataSettings) -> anyhow::Result<Local> {
         let pool = app::open_database(data).await?;
         let keyring = crate::secrets::Keyring::load(data)?;
+        crate::secrets::store::verify_key(&pool, &keyring).await?;
         let store = crate::secrets::store::SecretStore::new(pool.clone(), keyring);
         Ok(Local {
             svc: crate::ctx::Ctx::new(pool, std::sync::Arc::new(store)),
@@ -410,10 +430,9 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let mut refs = std::collections::HashMap::new();
     if args.data.database_path().exists() {
         let pool = app::open_database(&args.data).await?;
-        let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT secret_ref, name FROM connections")
-                .fetch_all(&pool)
-                .await?;
+        let rows: Vec<(String, String)> = db::query_as("SELECT secret_ref, name FROM connections")
+            .fetch_all(&pool)
+            .await?;
         refs.extend(rows);
     }
     let lookup = |r: &str| refs.get(r).cloned();
@@ -442,6 +461,40 @@ pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     eprintln!(
         "Keep the master key with it ({}): without that key the credentials in the backup cannot be decrypted, and restore refuses it.",
         r.key_source
+    );
+    Ok(())
+}
+
+/// Opens the store one `migrate-store` URL names, with the password and CA settings.
+async fn open_named(url: &str, args: &MigrateStoreArgs) -> anyhow::Result<crate::db::Pool> {
+    let settings = DataSettings {
+        data_dir: std::path::PathBuf::from("."),
+        master_key: None,
+        master_key_file: None,
+        database_url: Some(url.to_string()),
+        database_password_file: args.database_password_file.clone(),
+        database_ca_file: args.database_ca_file.clone(),
+    };
+    crate::db::open_store(&settings.store()?).await
+}
+
+pub async fn migrate_store(args: MigrateStoreArgs) -> anyhow::Result<()> {
+    let from = open_named(&args.from, &args).await.context("--from")?;
+    let to = open_named(&args.to, &args).await.context("--to")?;
+    let r = crate::store_copy::copy(&from, &to).await?;
+    let rows: i64 = r.tables.values().sum();
+    for (t, n) in &r.tables {
+        if *n > 0 {
+            eprintln!("{t:>32}  {n}");
+        }
+    }
+    eprintln!(
+        "copied {rows} rows in {} tables; every table holds as many rows in the target as in the source.",
+        r.tables.len()
+    );
+    eprintln!(
+        "Start ClueCDC on the target with the same master key (CLUECDC_DATABASE_URL={}).",
+        args.to
     );
     Ok(())
 }

@@ -28,6 +28,22 @@ pub struct DataSettings {
     /// File holding the master key; the embedded default generates `<data-dir>/master.key`.
     #[arg(long, env = "CLUECDC_MASTER_KEY_FILE")]
     pub master_key_file: Option<PathBuf>,
+
+    /// Where the metadata lives: absent (or `sqlite://PATH`) is the embedded SQLite file
+    /// `<data-dir>/cluecdc.db`; `postgres://USER@HOST:PORT/DB` is a PostgreSQL database that
+    /// several replicas share. Its password comes from `CLUECDC_DATABASE_PASSWORD` or
+    /// `--database-password-file`, never from the command line.
+    #[arg(long, env = "CLUECDC_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// File holding the PostgreSQL password (one line).
+    #[arg(long, env = "CLUECDC_DATABASE_PASSWORD_FILE")]
+    pub database_password_file: Option<PathBuf>,
+
+    /// CA certificate (PEM) that PostgreSQL's server certificate must chain to; given, the
+    /// connection is TLS with `verify-full` (host name checked) unless the URL says otherwise.
+    #[arg(long, env = "CLUECDC_DATABASE_CA_FILE")]
+    pub database_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -236,8 +252,119 @@ impl ServeSettings {
     }
 }
 
-impl DataSettings {
-    pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("cluecdc.db")
+/// The metadata store [`DataSettings`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    Sqlite(PathBuf),
+    /// The URL without its password, and the password apart (never logged).
+    Postgres {
+        url: String,
+        password: Option<crate::secrets::Secret<String>>,
+    },
+}
+
+impl Store {
+    /// The store in words, for messages (a PostgreSQL URL without its password).
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(p) => format!("at {}", p.display()),
+            Store::Postgres { url, .. } => url.clone(),
+        }
     }
+}
+
+impl DataSettings {
+    /// The embedded SQLite file (the default store, and where `backup` reads).
+    pub fn database_path(&self) -> PathBuf {
+        match self.store() {
+            Ok(Store::Sqlite(p)) => p,
+            _ => self.data_dir.join("cluecdc.db"),
+        }
+    }
+
+    /// Which store to open, checked: a password on the command line is refused (other users
+    /// of the machine read argv), a PostgreSQL URL gets its password from the environment or
+    /// the password file and its CA from `--database-ca-file`.
+    pub fn store(&self) -> anyhow::Result<Store> {
+        let Some(raw) = self.database_url.as_deref().filter(|u| !u.is_empty()) else {
+            return Ok(Store::Sqlite(self.data_dir.join("cluecdc.db")));
+        };
+        if let Some(path) = raw.strip_prefix("sqlite://") {
+            let path = path.split('?').next().unwrap_or_default();
+            anyhow::ensure!(
+                !path.is_empty(),
+                "--database-url: sqlite:// needs a file path, e.g. sqlite:///var/lib/cluecdc/cluecdc.db"
+            );
+            return Ok(Store::Sqlite(PathBuf::from(path)));
+        }
+        let mut url = url::Url::parse(raw).map_err(|e| {
+            anyhow::anyhow!("--database-url: not a URL ({e}); use postgres://USER@HOST:PORT/DATABASE or sqlite://PATH")
+        })?;
+        anyhow::ensure!(
+            matches!(url.scheme(), "postgres" | "postgresql"),
+            "--database-url: unknown scheme {:?}; use postgres://USER@HOST:PORT/DATABASE or sqlite://PATH",
+            url.scheme()
+        );
+        let from_argv = std::env::var("CLUECDC_DATABASE_URL").ok().as_deref() != Some(raw);
+        let mut password = None;
+        if let Some(p) = url.password() {
+            anyhow::ensure!(
+                !from_argv,
+                "--database-url: the URL holds a password, and the command line is readable by every user of this machine; put the password in CLUECDC_DATABASE_PASSWORD or --database-password-file"
+            );
+            let decoded = percent_decode(p);
+            password = Some(decoded);
+            let _ = url.set_password(None);
+        }
+        if let Some(file) = &self.database_password_file {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                anyhow::anyhow!(
+                    "--database-password-file: cannot read {}: {e}",
+                    file.display()
+                )
+            })?;
+            password = Some(text.trim_end_matches(['\r', '\n']).to_string());
+        } else if let Ok(p) = std::env::var("CLUECDC_DATABASE_PASSWORD") {
+            password = Some(p);
+        }
+        if let Some(ca) = &self.database_ca_file {
+            anyhow::ensure!(
+                ca.is_file(),
+                "--database-ca-file: {} is not a file",
+                ca.display()
+            );
+            let has = |k: &str| url.query_pairs().any(|(key, _)| key == k);
+            let (mode, root) = (has("sslmode"), has("sslrootcert"));
+            let mut q = url.query_pairs_mut();
+            if !mode {
+                q.append_pair("sslmode", "verify-full");
+            }
+            if !root {
+                q.append_pair("sslrootcert", &ca.display().to_string());
+            }
+        }
+        Ok(Store::Postgres {
+            url: url.to_string(),
+            password: password.map(crate::secrets::Secret::new),
+        })
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 3 <= bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -132,11 +132,8 @@ mod tests {
 
     #[tokio::test]
     async fn foreign_key_violation_is_a_conflict() {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect("sqlite::memory:")
-            .await
-            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         for sql in [
             "PRAGMA foreign_keys = ON",
             "CREATE TABLE parent (id TEXT PRIMARY KEY)",
@@ -144,9 +141,9 @@ mod tests {
             "INSERT INTO parent VALUES ('p')",
             "INSERT INTO child VALUES ('c', 'p')",
         ] {
-            sqlx::query(sql).execute(&pool).await.unwrap();
+            crate::db::query(sql).execute(&pool).await.unwrap();
         }
-        let e: Error = sqlx::query("DELETE FROM parent WHERE id = 'p'")
+        let e: Error = crate::db::query("DELETE FROM parent WHERE id = 'p'")
             .execute(&pool)
             .await
             .unwrap_err()
@@ -154,7 +151,7 @@ mod tests {
         assert_eq!(e.code(), ErrorCode::Conflict, "{e:?}");
         assert!(e.to_string().contains("still in use"), "{e}");
         // Any other database error stays a server bug.
-        let e: Error = sqlx::query("SELECT * FROM missing_table")
+        let e: Error = crate::db::query("SELECT * FROM missing_table")
             .execute(&pool)
             .await
             .unwrap_err()

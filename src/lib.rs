@@ -32,6 +32,7 @@ pub mod reconcile;
 pub mod replications;
 pub mod secrets;
 pub mod snapshots;
+pub mod store_copy;
 pub mod tables;
 pub mod telemetry;
 pub mod time;

@@ -6,6 +6,7 @@
 //! the order is total (ties broken by name, then id), so paging is stable; counts by state
 //! ignore the state filter, so they always show what the other states hold.
 
+use crate::db;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -492,13 +493,17 @@ pub async fn page_ids(
     let mut conds: Vec<String> = Vec::new();
     let mut binds: Vec<String> = Vec::new();
     if !w.q.is_empty() {
-        conds.push(format!("{} LIKE ? ESCAPE '\\'", sql.name));
+        // LOWER on both sides: SQLite's LIKE ignores ASCII case, PostgreSQL's does not.
         binds.push(w.like());
+        conds.push(format!(
+            "LOWER({}) LIKE LOWER(${}) ESCAPE '\\'",
+            sql.name,
+            binds.len()
+        ));
     }
     if let (Some((id, name)), false) = (sql.cluster, w.cluster.is_empty()) {
-        conds.push(format!("({id} = ? OR {name} = ?)"));
         binds.push(w.cluster.clone());
-        binds.push(w.cluster.clone());
+        conds.push(format!("({id} = ${n} OR {name} = ${n})", n = binds.len()));
     }
     let glue = if sql.from.contains(" WHERE ") {
         " AND "
@@ -514,7 +519,7 @@ pub async fn page_ids(
         "{} SELECT {} AS st, COUNT(*) FROM {}{filter} GROUP BY st",
         sql.with, sql.state, sql.from
     );
-    let mut query = sqlx::query_as::<_, (String, i64)>(&counts_sql);
+    let mut query = db::query_as::<(String, i64)>(&counts_sql);
     for b in &binds {
         query = query.bind(b);
     }
@@ -536,8 +541,8 @@ pub async fn page_ids(
         } else {
             " AND "
         });
-        page_filter.push_str(&format!("{} = ?", sql.state));
         binds.push(w.state.clone());
+        page_filter.push_str(&format!("{} = ${}", sql.state, binds.len()));
     }
     let order = if w.by_state {
         format!("{}, {}, {}", rank_sql(sql.state), sql.order, sql.id)
@@ -552,7 +557,7 @@ pub async fn page_ids(
         w.limit,
         w.offset()
     );
-    let mut query = sqlx::query_scalar::<_, String>(&ids_sql);
+    let mut query = db::query_scalar::<String>(&ids_sql);
     for b in &binds {
         query = query.bind(b);
     }
@@ -590,9 +595,9 @@ where
     }
     let sql = format!(
         "{select} WHERE {id_column} IN ({})",
-        vec!["?"; ids.len()].join(", ")
+        db::placeholders(1, ids.len())
     );
-    let mut q = sqlx::query_as::<_, R>(&sql);
+    let mut q = db::query_as::<R>(&sql);
     for id in ids {
         q = q.bind(id);
     }

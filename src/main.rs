@@ -54,6 +54,8 @@ enum Command {
     Backup(cli::BackupArgs),
     /// Replace the database with a backup (ClueCDC stopped; the master key must decrypt it).
     Restore(cli::RestoreArgs),
+    /// Copy a whole setup to another metadata store (SQLite to PostgreSQL or back), checked.
+    MigrateStore(cli::MigrateStoreArgs),
 }
 
 /// `cluecdc` with no subcommand behaves as `cluecdc serve`.
@@ -83,6 +85,7 @@ async fn main() -> std::process::ExitCode {
         Some(Command::Import(args)) => cli::import(args).await,
         Some(Command::Backup(args)) => cli::backup(args).await,
         Some(Command::Restore(args)) => cli::restore(args).await,
+        Some(Command::MigrateStore(args)) => cli::migrate_store(args).await,
         Some(Command::Openapi) => {
             println!(
                 "{}",
@@ -119,9 +122,6 @@ async fn serve(settings: ServeSettings) -> anyhow::Result<()> {
 
 async fn migrate(data: DataSettings) -> anyhow::Result<()> {
     app::open_database(&data).await?;
-    println!(
-        "database at {} is up to date",
-        data.database_path().display()
-    );
+    println!("database {} is up to date", data.store()?.describe());
     Ok(())
 }

@@ -309,7 +309,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         let pool = crate::db::open(&path).await.unwrap();
-        sqlx::query("CREATE TABLE t (v INTEGER)")
+        crate::db::query("CREATE TABLE t (v INTEGER)")
             .execute(&pool)
             .await
             .unwrap();
@@ -317,7 +317,7 @@ mod tests {
     }
 
     async fn insert(pool: &crate::db::Pool, v: i64) {
-        sqlx::query("INSERT INTO t VALUES (?)")
+        crate::db::query("INSERT INTO t VALUES ($1)")
             .bind(v)
             .execute(pool)
             .await
@@ -326,7 +326,7 @@ mod tests {
 
     async fn count(pool: &crate::db::Pool, loads: &AtomicUsize) -> Result<i64> {
         loads.fetch_add(1, Ordering::SeqCst);
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM t")
+        Ok(crate::db::query_scalar("SELECT COUNT(*) FROM t")
             .fetch_one(pool)
             .await?)
     }

@@ -4,6 +4,7 @@
 //! when a token names a key it does not hold), and the provider's groups mapped to a role at
 //! every sign-in. Users are keyed by (issuer, subject), never by e-mail.
 
+use crate::db;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -730,8 +731,8 @@ pub async fn account(pool: &Pool, mapping: &RoleMapping, who: &Identity) -> Resu
                     },
                 )
                 .await?;
-                sqlx::query(
-                    "UPDATE users SET role = ?, role_source = ?, updated_at = ? WHERE id = ?",
+                db::query(
+                    "UPDATE users SET role = $1, role_source = $2, updated_at = $3 WHERE id = $4",
                 )
                 .bind(role.as_str())
                 .bind(source.as_str())
@@ -772,9 +773,9 @@ pub async fn account(pool: &Pool, mapping: &RoleMapping, who: &Identity) -> Resu
             )
             .await?;
             // No password: an empty hash never verifies.
-            sqlx::query(
+            db::query(
                 "INSERT INTO users (id, name, role, password_hash, created_at, updated_at, oidc_issuer, oidc_subject, role_source)
-                 VALUES (?, ?, ?, '', ?, ?, ?, ?, ?)",
+                 VALUES ($1, $2, $3, '', $4, $5, $6, $7, $8)",
             )
             .bind(&id)
             .bind(&name)

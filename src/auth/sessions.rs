@@ -1,6 +1,7 @@
 //! Server-side browser sessions: the cookie carries a random id, the table keeps its hash,
 //! the CSRF token, and idle and absolute expiry. Revoking a row ends the session at once.
 
+use crate::db;
 use crate::db::Pool;
 use serde_json::json;
 
@@ -34,9 +35,9 @@ pub async fn start(
     let csrf = random_token();
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    db::query(
         "INSERT INTO sessions (id_hash, user_id, csrf_token, created_at, last_seen_at, expires_at, address, user_agent)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(&id_hash)
     .bind(&user.id)
@@ -84,15 +85,15 @@ pub async fn resolve(
     lifetimes: Lifetimes,
 ) -> Result<Option<Principal>> {
     let id_hash = token_hash(cookie_value);
-    let row: Option<(String, String, String, String, String, String, bool)> = sqlx::query_as(
+    let row: Option<(String, String, String, String, String, String, db::Flag)> = db::query_as(
         "SELECT s.csrf_token, s.last_seen_at, s.expires_at, u.id, u.name, u.role, u.disabled
          FROM sessions s JOIN users u ON u.id = s.user_id
-         WHERE s.id_hash = ? AND s.revoked_at IS NULL",
+         WHERE s.id_hash = $1 AND s.revoked_at IS NULL",
     )
     .bind(&id_hash)
     .fetch_optional(pool)
     .await?;
-    let Some((csrf, last_seen, expires, user_id, user_name, role, disabled)) = row else {
+    let Some((csrf, last_seen, expires, user_id, user_name, role, db::Flag(disabled))) = row else {
         return Ok(None);
     };
     let now = chrono::Utc::now();
@@ -112,7 +113,7 @@ pub async fn resolve(
     let seen_secs_ago =
         crate::time::parse(&last_seen).map_or(i64::MAX, |t| (now - t).num_seconds());
     if seen_secs_ago >= refresh_after {
-        sqlx::query("UPDATE sessions SET last_seen_at = ? WHERE id_hash = ?")
+        db::query("UPDATE sessions SET last_seen_at = $1 WHERE id_hash = $2")
             .bind(crate::time::now())
             .bind(&id_hash)
             .execute(pool)
@@ -147,7 +148,7 @@ pub async fn end(pool: &Pool, who: &Principal) -> Result<()> {
         },
     )
     .await?;
-    sqlx::query("UPDATE sessions SET revoked_at = ? WHERE id_hash = ? AND revoked_at IS NULL")
+    db::query("UPDATE sessions SET revoked_at = $1 WHERE id_hash = $2 AND revoked_at IS NULL")
         .bind(crate::time::now())
         .bind(session_id)
         .execute(&mut *tx)
@@ -170,10 +171,10 @@ pub struct SessionInfo {
 /// Live sessions (admins see all; used by the settings page).
 pub async fn list_live(pool: &Pool, who: &Principal) -> Result<Vec<SessionInfo>> {
     who.require(Role::Admin, "see everyone's sessions")?;
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT substr(s.id_hash, 1, 12) AS id, u.name AS user_name, s.created_at, s.last_seen_at, s.expires_at, s.address
          FROM sessions s JOIN users u ON u.id = s.user_id
-         WHERE s.revoked_at IS NULL AND s.expires_at > ? ORDER BY s.last_seen_at DESC LIMIT 200",
+         WHERE s.revoked_at IS NULL AND s.expires_at > $1 ORDER BY s.last_seen_at DESC LIMIT 200",
     )
     .bind(crate::time::now())
     .fetch_all(pool)
@@ -199,7 +200,7 @@ pub async fn revoke(pool: &Pool, who: &Principal, short_id: &str) -> Result<()> 
         },
     )
     .await?;
-    let done = sqlx::query("UPDATE sessions SET revoked_at = ? WHERE substr(id_hash, 1, 12) = ? AND revoked_at IS NULL")
+    let done = db::query("UPDATE sessions SET revoked_at = $1 WHERE substr(id_hash, 1, 12) = $2 AND revoked_at IS NULL")
         .bind(crate::time::now())
         .bind(short_id)
         .execute(&mut *tx)

@@ -1,6 +1,7 @@
 //! API tokens for `Authorization: Bearer`. The token is shown once at creation; only its
 //! SHA-256 is stored. Revocation and expiry take effect on the next request.
 
+use crate::db;
 use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
@@ -106,8 +107,8 @@ pub async fn create(pool: &Pool, who: &Principal, input: &NewToken) -> Result<Cr
         },
     )
     .await?;
-    sqlx::query(
-        "INSERT INTO api_tokens (id, user_id, label, token_hash, prefix, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    db::query(
+        "INSERT INTO api_tokens (id, user_id, label, token_hash, prefix, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(&id)
     .bind(&user.id)
@@ -135,17 +136,18 @@ pub async fn resolve(pool: &Pool, token: &str) -> Result<Option<Principal>> {
         String,
         String,
         String,
-        bool,
+        db::Flag,
     );
-    let row: Option<TokenRow> = sqlx::query_as(
+    let row: Option<TokenRow> = db::query_as(
         "SELECT t.id, t.expires_at, t.last_used_at, u.id, u.name, u.role, u.disabled
          FROM api_tokens t JOIN users u ON u.id = t.user_id
-         WHERE t.token_hash = ? AND t.revoked_at IS NULL",
+         WHERE t.token_hash = $1 AND t.revoked_at IS NULL",
     )
     .bind(token_hash(token))
     .fetch_optional(pool)
     .await?;
-    let Some((token_id, expires, last_used, user_id, user_name, role, disabled)) = row else {
+    let Some((token_id, expires, last_used, user_id, user_name, role, db::Flag(disabled))) = row
+    else {
         return Ok(None);
     };
     let expired = expires
@@ -162,7 +164,7 @@ pub async fn resolve(pool: &Pool, token: &str) -> Result<Option<Principal>> {
         .and_then(crate::time::parse)
         .map_or(i64::MAX, |t| (chrono::Utc::now() - t).num_seconds());
     if used_secs_ago >= 60 {
-        sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?")
+        db::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
             .bind(crate::time::now())
             .bind(&token_id)
             .execute(pool)
@@ -178,7 +180,7 @@ pub async fn resolve(pool: &Pool, token: &str) -> Result<Option<Principal>> {
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<TokenInfo>> {
     who.require(Role::Admin, "list API tokens")?;
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT t.id, u.name AS user_name, t.label, t.prefix, t.created_at, t.expires_at, t.last_used_at, t.revoked_at
          FROM api_tokens t JOIN users u ON u.id = t.user_id ORDER BY t.created_at DESC",
     )
@@ -202,7 +204,7 @@ pub async fn revoke(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
     )
     .await?;
     let done =
-        sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL")
+        db::query("UPDATE api_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(crate::time::now())
             .bind(id)
             .execute(&mut *tx)

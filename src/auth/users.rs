@@ -1,6 +1,7 @@
 //! User accounts. Only admins manage them; the first admin comes from the setup page or
 //! `cluecdc user create`.
 
+use crate::db;
 use crate::db::Pool;
 use serde::Serialize;
 use serde_json::json;
@@ -15,6 +16,7 @@ pub struct User {
     pub name: String,
     #[schemars(with = "Role")]
     pub role: String,
+    #[sqlx(try_from = "crate::db::Flag")]
     pub disabled: bool,
     pub created_at: String,
     #[serde(skip)]
@@ -89,14 +91,14 @@ fn validate(input: &NewUser) -> Result<(String, Role)> {
 }
 
 pub async fn count(pool: &Pool) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
+    Ok(db::query_scalar("SELECT COUNT(*) FROM users")
         .fetch_one(pool)
         .await?)
 }
 
 pub async fn find_by_name(pool: &Pool, name: &str) -> Result<Option<User>> {
-    Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE name = ?",
+    Ok(db::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE name = $1",
     )
     .bind(name)
     .fetch_optional(pool)
@@ -104,8 +106,8 @@ pub async fn find_by_name(pool: &Pool, name: &str) -> Result<Option<User>> {
 }
 
 pub async fn find_by_id(pool: &Pool, id: &str) -> Result<Option<User>> {
-    Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE id = ?",
+    Ok(db::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE id = $1",
     )
     .bind(id)
     .fetch_optional(pool)
@@ -114,8 +116,8 @@ pub async fn find_by_id(pool: &Pool, id: &str) -> Result<Option<User>> {
 
 /// A single sign-on account by the provider's issuer and subject (never by e-mail).
 pub async fn find_by_identity(pool: &Pool, issuer: &str, subject: &str) -> Result<Option<User>> {
-    Ok(sqlx::query_as(
-        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE oidc_issuer = ? AND oidc_subject = ?",
+    Ok(db::query_as(
+        "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2",
     )
     .bind(issuer)
     .bind(subject)
@@ -125,7 +127,7 @@ pub async fn find_by_identity(pool: &Pool, issuer: &str, subject: &str) -> Resul
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<User>> {
     who.require(Role::Admin, "manage users")?;
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT id, name, role, disabled, created_at, password_hash, oidc_issuer, role_source FROM users ORDER BY name",
     )
     .fetch_all(pool)
@@ -157,8 +159,8 @@ pub(crate) async fn create_unchecked(pool: &Pool, actor: Actor, input: &NewUser)
         },
     )
     .await?;
-    let inserted = sqlx::query(
-        "INSERT INTO users (id, name, role, password_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+    let inserted = db::query(
+        "INSERT INTO users (id, name, role, password_hash, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(&id)
     .bind(&name)
@@ -220,7 +222,7 @@ pub async fn set_role(pool: &Pool, who: &Principal, user_id: &str, role: &str) -
         },
     )
     .await?;
-    sqlx::query("UPDATE users SET role = ?, role_source = 'local', updated_at = ? WHERE id = ?")
+    db::query("UPDATE users SET role = $1, role_source = 'local', updated_at = $2 WHERE id = $3")
         .bind(role.as_str())
         .bind(crate::time::now())
         .bind(&user.id)
@@ -264,14 +266,14 @@ pub async fn set_disabled(
         },
     )
     .await?;
-    sqlx::query("UPDATE users SET disabled = ?, updated_at = ? WHERE id = ?")
-        .bind(disabled)
+    db::query("UPDATE users SET disabled = $1, updated_at = $2 WHERE id = $3")
+        .bind(i64::from(disabled))
         .bind(crate::time::now())
         .bind(&user.id)
         .execute(&mut *tx)
         .await?;
     if disabled {
-        sqlx::query("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL")
+        db::query("UPDATE sessions SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL")
             .bind(crate::time::now())
             .bind(&user.id)
             .execute(&mut *tx)
@@ -307,13 +309,13 @@ pub async fn reset_password(
         },
     )
     .await?;
-    sqlx::query("UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE users SET password_hash = $1, updated_at = $2 WHERE id = $3")
         .bind(&hash)
         .bind(crate::time::now())
         .bind(&user.id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL")
+    db::query("UPDATE sessions SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL")
         .bind(crate::time::now())
         .bind(&user.id)
         .execute(&mut *tx)
@@ -324,8 +326,8 @@ pub async fn reset_password(
 
 /// There must always be an enabled admin, or nobody could manage users again.
 async fn ensure_another_admin(pool: &Pool, except_id: &str) -> Result<()> {
-    let others: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> ?",
+    let others: i64 = db::query_scalar(
+        "SELECT COUNT(*) FROM users WHERE role = 'admin' AND disabled = 0 AND id <> $1",
     )
     .bind(except_id)
     .fetch_one(pool)

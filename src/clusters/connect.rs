@@ -2,6 +2,7 @@
 //! manages their connectors, observed health, and the per-cluster token their `cluecdc`
 //! config provider presents when it resolves `${cluecdc:<secret_ref>:<field>}` references.
 
+use crate::db;
 use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -160,7 +161,7 @@ pub fn validate(input: &ConnectClusterInput) -> Result<(String, String, String)>
 /// A Connect cluster may name the Kafka cluster it works with; it must be a registered one.
 async fn check_kafka_cluster(pool: &Pool, id: Option<&str>) -> Result<()> {
     let Some(id) = id else { return Ok(()) };
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = ?")
+    let n: i64 = db::query_scalar("SELECT COUNT(*) FROM kafka_clusters WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
         .await?;
@@ -178,7 +179,7 @@ const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provid
 pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<ConnectCluster>> {
     let pool = &ctx.pool;
     who.require(Role::Viewer, "see Connect clusters")?;
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    Ok(db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?)
 }
@@ -186,7 +187,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<ConnectCluster>> {
 /// (id, name) of every cluster, for the cluster filter of list pages.
 pub async fn choices(pool: &Pool) -> Result<Vec<(String, String)>> {
     Ok(
-        sqlx::query_as("SELECT id, name FROM connect_clusters ORDER BY name")
+        db::query_as("SELECT id, name FROM connect_clusters ORDER BY name")
             .fetch_all(pool)
             .await?,
     )
@@ -194,14 +195,14 @@ pub async fn choices(pool: &Pool) -> Result<Vec<(String, String)>> {
 
 /// Every cluster, for background tasks that act as the system.
 pub async fn all(pool: &Pool) -> Result<Vec<ConnectCluster>> {
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    Ok(db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?)
 }
 
 pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<ConnectCluster> {
     who.require(Role::Viewer, "see Connect clusters")?;
-    sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+    db::query_as(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?
@@ -254,7 +255,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectClusterInput) -> 
         },
     )
     .await?;
-    sqlx::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, tls_ca_certificate, provider_token_hash, provider_token_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO connect_clusters (id, name, url, kafka_cluster_id, managed_by, basic_auth_user, secret_ref, tls_ca_certificate, provider_token_hash, provider_token_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
         .bind(&id)
         .bind(&name)
         .bind(&url)
@@ -336,7 +337,7 @@ pub async fn update(
     let (name, url, managed_by) = validate(&merged)?;
     check_kafka_cluster(pool, patch.kafka_cluster_id.as_deref()).await?;
     if managed_by == "strimzi" && cur.managed_by != "strimzi" {
-        let managed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = ? AND desired_state != 'deleted'").bind(id).fetch_one(pool).await?;
+        let managed: i64 = db::query_scalar("SELECT COUNT(*) FROM connectors WHERE connect_cluster_id = $1 AND desired_state != 'deleted'").bind(id).fetch_one(pool).await?;
         if managed > 0 {
             return Err(Error::field("managed_by", format!("ClueCDC manages {managed} connector{} on this cluster; delete {} (or {} pipelines and deliveries) before handing it to Strimzi", if managed == 1 { "" } else { "s" }, if managed == 1 { "it" } else { "them" }, if managed == 1 { "its" } else { "their" })));
         }
@@ -393,7 +394,7 @@ pub async fn update(
         .filter(|p| !p.is_empty());
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "connect_cluster.update", target_kind: "connect_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "url": url, "managed_by": managed_by, "basic_auth": user.is_some(), "tls_ca_certificate": ca.is_some(), "rebound": rebound}) }).await?;
-    sqlx::query("UPDATE connect_clusters SET name = ?, url = ?, kafka_cluster_id = ?, managed_by = ?, basic_auth_user = ?, secret_ref = ?, tls_ca_certificate = ?, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connect_clusters SET name = $1, url = $2, kafka_cluster_id = $3, managed_by = $4, basic_auth_user = $5, secret_ref = $6, tls_ca_certificate = $7, failures = 0, last_error = NULL, next_attempt_at = NULL, updated_at = $8 WHERE id = $9")
         .bind(&name)
         .bind(&url)
         .bind(&merged.kafka_cluster_id)
@@ -463,7 +464,7 @@ pub async fn rotate_provider_token(
         },
     )
     .await?;
-    sqlx::query("UPDATE connect_clusters SET provider_token_hash = ?, provider_token_at = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connect_clusters SET provider_token_hash = $1, provider_token_at = $2, updated_at = $3 WHERE id = $4")
         .bind(token_hash(&token))
         .bind(crate::time::now())
         .bind(crate::time::now())
@@ -480,10 +481,10 @@ pub async fn rotate_provider_token(
 /// The pipelines, deliveries and replications that run on a Connect cluster; deleting it is
 /// refused while this is not empty (their rows reference it even when no connector is left).
 pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
-    let users: Vec<String> = sqlx::query_scalar(
-        "SELECT 'pipeline ' || name FROM pipelines WHERE connect_cluster_id = ?1 \
-         UNION ALL SELECT 'delivery ' || name FROM deliveries WHERE connect_cluster_id = ?1 \
-         UNION ALL SELECT 'replication ' || name FROM replications WHERE connect_cluster_id = ?1",
+    let users: Vec<String> = db::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE connect_cluster_id = $1 \
+         UNION ALL SELECT 'delivery ' || name FROM deliveries WHERE connect_cluster_id = $1 \
+         UNION ALL SELECT 'replication ' || name FROM replications WHERE connect_cluster_id = $1",
     )
     .bind(id)
     .fetch_all(pool)
@@ -495,12 +496,11 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
     let pool = &ctx.pool;
     who.require(Role::Admin, "manage clusters")?;
     let cluster = get(pool, who, id).await?;
-    let used: Vec<String> = sqlx::query_scalar(
-        "SELECT name FROM connectors WHERE connect_cluster_id = ? ORDER BY name",
-    )
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
+    let used: Vec<String> =
+        db::query_scalar("SELECT name FROM connectors WHERE connect_cluster_id = $1 ORDER BY name")
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
     if !used.is_empty() {
         let (what, them) = if used.len() == 1 {
             ("connector", "it (or its pipeline or delivery)")
@@ -534,7 +534,7 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
         },
     )
     .await?;
-    sqlx::query("DELETE FROM connect_clusters WHERE id = ?")
+    db::query("DELETE FROM connect_clusters WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -548,7 +548,7 @@ pub async fn resolve_provider_token(pool: &Pool, token: &str) -> Result<Option<P
         return Ok(None);
     }
     let row: Option<(String, String)> =
-        sqlx::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = ?")
+        db::query_as("SELECT id, name FROM connect_clusters WHERE provider_token_hash = $1")
             .bind(token_hash(token))
             .fetch_optional(pool)
             .await?;
@@ -631,7 +631,7 @@ pub async fn check_health(
     };
     // Only over the settings that were checked (see the reconciler's verdicts).
     let _gate = crate::db::write_gate(pool).await;
-    sqlx::query("UPDATE connect_clusters SET health = ?, health_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
+    db::query("UPDATE connect_clusters SET health = $1, health_at = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
         .bind(json!(health).to_string())
         .bind(crate::time::now())
         .bind(id)

@@ -1,6 +1,7 @@
 //! Kafka clusters: bootstrap servers and security settings (the SASL password in the secret
 //! store), health from broker metadata, and topics managed explicitly through the admin API.
 
+use crate::db;
 use std::collections::BTreeMap;
 
 use crate::db::Pool;
@@ -299,7 +300,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &KafkaClusterInput) -> Re
     let now = crate::time::now();
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.create", target_kind: "kafka_cluster", target_id: &id, outcome: Outcome::Success, summary: json!({"name": name, "bootstrap_servers": bootstrap, "security_protocol": protocol, "sasl_mechanism": mechanism, "secret_fields_set": if input.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }}) }).await?;
-    sqlx::query("INSERT INTO kafka_clusters (id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO kafka_clusters (id, name, bootstrap_servers, security_protocol, sasl_mechanism, sasl_username, tls_ca_certificate, secret_ref, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
         .bind(&id)
         .bind(&name)
         .bind(&bootstrap)
@@ -412,7 +413,7 @@ pub async fn update(
     }
     let mut tx = pool.begin().await?;
     audit::record(&mut tx, Entry { actor: who.into(), action: "kafka_cluster.update", target_kind: "kafka_cluster", target_id: id, outcome: Outcome::Success, summary: json!({"name": name, "changed": changed, "secret_fields_set": if patch.sasl_password.is_some() { vec!["sasl_password"] } else { vec![] }, "rebound": rebound}) }).await?;
-    sqlx::query("UPDATE kafka_clusters SET name = ?, bootstrap_servers = ?, security_protocol = ?, sasl_mechanism = ?, sasl_username = ?, tls_ca_certificate = ?, health = NULL, health_at = NULL, updated_at = ? WHERE id = ?")
+    db::query("UPDATE kafka_clusters SET name = $1, bootstrap_servers = $2, security_protocol = $3, sasl_mechanism = $4, sasl_username = $5, tls_ca_certificate = $6, health = NULL, health_at = NULL, updated_at = $7 WHERE id = $8")
         .bind(&name)
         .bind(&bootstrap)
         .bind(&protocol)
@@ -448,14 +449,14 @@ pub async fn update(
 pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<KafkaCluster>> {
     let pool = &ctx.pool;
     who.require(Role::Viewer, "see Kafka clusters")?;
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    Ok(db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?)
 }
 
 pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<KafkaCluster> {
     who.require(Role::Viewer, "see Kafka clusters")?;
-    sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+    db::query_as(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?
@@ -465,10 +466,10 @@ pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<KafkaCluster>
 /// The pipelines and replications whose topics live on a Kafka cluster; deleting it is refused
 /// while this is not empty.
 pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
-    let users: Vec<String> = sqlx::query_scalar(
-        "SELECT 'pipeline ' || name FROM pipelines WHERE kafka_cluster_id = ?1 \
+    let users: Vec<String> = db::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE kafka_cluster_id = $1 \
          UNION ALL SELECT 'replication ' || name FROM replications \
-         WHERE source_kafka_cluster_id = ?1 OR target_kafka_cluster_id = ?1",
+         WHERE source_kafka_cluster_id = $1 OR target_kafka_cluster_id = $1",
     )
     .bind(id)
     .fetch_all(pool)
@@ -481,7 +482,7 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
     who.require(Role::Admin, "manage clusters")?;
     let c = get(pool, who, id).await?;
     let users: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM connect_clusters WHERE kafka_cluster_id = ?")
+        db::query_scalar("SELECT name FROM connect_clusters WHERE kafka_cluster_id = $1")
             .bind(id)
             .fetch_all(pool)
             .await?;
@@ -515,11 +516,11 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
         },
     )
     .await?;
-    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?")
+    db::query("DELETE FROM secret_values WHERE secret_ref = $1")
         .bind(&c.secret_ref)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("DELETE FROM kafka_clusters WHERE id = ?")
+    db::query("DELETE FROM kafka_clusters WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -549,7 +550,7 @@ pub async fn check_health(
     let h = kafka::health(&access(store, &c).await?).await;
     // Only over the settings that were checked: a change made during the check cleared the
     // health, and the old address's answer must not come back over the new one.
-    sqlx::query("UPDATE kafka_clusters SET health = ?, health_at = ? WHERE id = ? AND bootstrap_servers = ? AND updated_at = ?")
+    db::query("UPDATE kafka_clusters SET health = $1, health_at = $2 WHERE id = $3 AND bootstrap_servers = $4 AND updated_at = $5")
         .bind(json!(h).to_string())
         .bind(crate::time::now())
         .bind(id)
@@ -804,12 +805,12 @@ mod tests {
         let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         crate::db::migrate(&pool).await.unwrap();
         for sql in [
-            "INSERT INTO kafka_clusters (id, name, bootstrap_servers, secret_ref, created_at, updated_at) VALUES ('kc', 'k', 'k:9092', 'sec_k', ?1, ?1)",
-            "INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', ?1, ?1)",
-            "INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, created_at, updated_at) VALUES ('cn', 'src', 'POSTGRESQL', '[\"SOURCE\"]', '{}', 'sec_cn', ?1, ?1)",
-            "INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at) VALUES ('pl', 'orders', 'cn', 'kc', 'cc', '[]', 'orders', 1, 1, 'initial', 'filtered', '{}', 'gone', ?1, ?1)",
+            "INSERT INTO kafka_clusters (id, name, bootstrap_servers, secret_ref, created_at, updated_at) VALUES ('kc', 'k', 'k:9092', 'sec_k', $1, $1)",
+            "INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', $1, $1)",
+            "INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, created_at, updated_at) VALUES ('cn', 'src', 'POSTGRESQL', '[\"SOURCE\"]', '{}', 'sec_cn', $1, $1)",
+            "INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at) VALUES ('pl', 'orders', 'cn', 'kc', 'cc', '[]', 'orders', 1, 1, 'initial', 'filtered', '{}', 'gone', $1, $1)",
         ] {
-            sqlx::query(sql)
+            db::query(sql)
                 .bind(crate::time::now())
                 .execute(&pool)
                 .await
@@ -829,7 +830,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        sqlx::query("DELETE FROM pipelines")
+        db::query("DELETE FROM pipelines")
             .execute(&pool)
             .await
             .unwrap();

@@ -19,6 +19,7 @@
 //! Invariant: the cluster's basic-auth password goes only to the URL the user registered; a
 //! worker's own address (which Connect reports, not the user) is asked without credentials.
 
+use crate::db;
 use std::time::Duration;
 
 use crate::db::Pool;
@@ -348,8 +349,8 @@ pub async fn run(
     let check = ProviderCheck::of(&c.id, workers);
     // Every write here queues behind the reconciler's transactions (see `db::write_gate`).
     let _gate = crate::db::write_gate(pool).await;
-    sqlx::query(
-        "UPDATE connect_clusters SET provider_check = ?, provider_check_at = ? WHERE id = ?",
+    db::query(
+        "UPDATE connect_clusters SET provider_check = $1, provider_check_at = $2 WHERE id = $3",
     )
     .bind(serde_json::to_string(&check).map_err(|e| Error::Unexpected(e.into()))?)
     .bind(&check.checked_at)
@@ -360,7 +361,7 @@ pub async fn run(
 }
 
 async fn names(pool: &Pool) -> Result<Vec<(String, String)>> {
-    Ok(sqlx::query_as("SELECT id, name FROM connect_clusters")
+    Ok(db::query_as("SELECT id, name FROM connect_clusters")
         .fetch_all(pool)
         .await?)
 }
@@ -384,12 +385,14 @@ async fn observe(pool: &Pool, cluster_id: &str, client: &ConnectClient) -> Resul
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     {
         let _gate = crate::db::write_gate(pool).await;
-        sqlx::query("INSERT INTO provider_probes (nonce, cluster_id, created_at) VALUES (?, ?, ?)")
-            .bind(&nonce)
-            .bind(cluster_id)
-            .bind(crate::time::now())
-            .execute(pool)
-            .await?;
+        db::query(
+            "INSERT INTO provider_probes (nonce, cluster_id, created_at) VALUES ($1, $2, $3)",
+        )
+        .bind(&nonce)
+        .bind(cluster_id)
+        .bind(crate::time::now())
+        .execute(pool)
+        .await?;
     }
     // The reference is the connector's name: every plugin has one, and the answer shows the
     // value validated, so an unresolved reference is seen as such.
@@ -413,14 +416,14 @@ async fn observe(pool: &Pool, cluster_id: &str, client: &ConnectClient) -> Resul
         Err(_) => Err("the worker did not answer the probe within 20 s".into()),
     };
     let _gate = crate::db::write_gate(pool).await;
-    let arrival: Option<(Option<String>, Option<String>)> = sqlx::query_as(
-        "DELETE FROM provider_probes WHERE nonce = ? RETURNING arrived_at, arrived_cluster_id",
+    let arrival: Option<(Option<String>, Option<String>)> = db::query_as(
+        "DELETE FROM provider_probes WHERE nonce = $1 RETURNING arrived_at, arrived_cluster_id",
     )
     .bind(&nonce)
     .fetch_optional(pool)
     .await?;
     // Probes of runs that ended without taking theirs (a crash) are not kept.
-    sqlx::query("DELETE FROM provider_probes WHERE created_at < ?")
+    db::query("DELETE FROM provider_probes WHERE created_at < $1")
         .bind(crate::time::in_secs(-600))
         .execute(pool)
         .await?;
@@ -471,8 +474,8 @@ pub async fn arrived(pool: &Pool, secret_ref: &str, cluster_id: Option<&str>) ->
         return Ok(());
     };
     let _gate = crate::db::write_gate(pool).await;
-    sqlx::query(
-        "UPDATE provider_probes SET arrived_at = ?, arrived_cluster_id = ? WHERE nonce = ? AND arrived_at IS NULL",
+    db::query(
+        "UPDATE provider_probes SET arrived_at = $1, arrived_cluster_id = $2 WHERE nonce = $3 AND arrived_at IS NULL",
     )
     .bind(crate::time::now())
     .bind(cluster_id)
@@ -485,7 +488,7 @@ pub async fn arrived(pool: &Pool, secret_ref: &str, cluster_id: Option<&str>) ->
 /// The stored check of a cluster, if it ever ran.
 pub async fn latest(pool: &Pool, cluster_id: &str) -> Result<Option<ProviderCheck>> {
     let row: Option<Option<String>> =
-        sqlx::query_scalar("SELECT provider_check FROM connect_clusters WHERE id = ?")
+        db::query_scalar("SELECT provider_check FROM connect_clusters WHERE id = $1")
             .bind(cluster_id)
             .fetch_optional(pool)
             .await?;
@@ -517,8 +520,8 @@ pub async fn gate(
 
 /// The clusters whose check is due (the monitor's round): never checked ones too.
 pub async fn due(pool: &Pool) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM connect_clusters WHERE provider_check_at IS NULL OR provider_check_at < ? ORDER BY id",
+    Ok(db::query_scalar(
+        "SELECT id FROM connect_clusters WHERE provider_check_at IS NULL OR provider_check_at < $1 ORDER BY id",
     )
     .bind(crate::time::in_secs(-RECHECK_AFTER_SECS))
     .fetch_all(pool)

@@ -11,6 +11,7 @@ pub mod postgres;
 pub mod s3;
 pub mod settings;
 
+use crate::db;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -474,7 +475,7 @@ fn summary(c: &Connection, secret_fields: &[String]) -> Value {
 }
 
 async fn name_taken(pool: &Pool, name: &str, except_id: &str) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE name = ? AND id <> ?")
+    let n: i64 = db::query_scalar("SELECT COUNT(*) FROM connections WHERE name = $1 AND id <> $2")
         .bind(name)
         .bind(except_id)
         .fetch_one(pool)
@@ -491,12 +492,19 @@ async fn server_id_taken(pool: &Pool, settings: &Settings, except_id: &str) -> R
     let Some(id) = d.server_id else {
         return Ok(false);
     };
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connections WHERE json_extract(settings, '$.server_id') = ? AND id <> ?")
-        .bind(i64::from(id))
-        .bind(except_id)
-        .fetch_one(pool)
-        .await?;
-    Ok(n > 0)
+    // Read in Rust: the engines' JSON functions differ, and connections are few.
+    let others: Vec<String> = db::query_scalar(
+        "SELECT settings FROM connections WHERE id <> $1 AND provider IN ('MYSQL', 'MARIADB')",
+    )
+    .bind(except_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(others.iter().any(|s| {
+        serde_json::from_str::<serde_json::Value>(s)
+            .ok()
+            .and_then(|v| v.get("server_id").and_then(|n| n.as_i64()))
+            == Some(i64::from(id))
+    }))
 }
 
 pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectionInput) -> Result<ConnectionView> {
@@ -557,7 +565,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectionInput) -> Resu
         },
     )
     .await?;
-    sqlx::query("INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)")
+    db::query("INSERT INTO connections (id, name, provider, capabilities, settings, secret_ref, generation, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)")
         .bind(&conn.id)
         .bind(&conn.name)
         .bind(conn.provider.as_str())
@@ -580,7 +588,7 @@ pub async fn list(
     who: &Principal,
 ) -> Result<Vec<ConnectionView>> {
     who.require(Role::Viewer, "see connections")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?;
     let mut out = Vec::new();
@@ -607,7 +615,7 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Connect
             id: "id",
             name: "name",
             order: "name",
-            state: "CASE WHEN last_test_ok IS NULL THEN 'UNTESTED' WHEN last_test_ok THEN 'PASSED' ELSE 'FAILED' END",
+            state: "CASE WHEN last_test_ok IS NULL THEN 'UNTESTED' WHEN last_test_ok <> 0 THEN 'PASSED' ELSE 'FAILED' END",
             cluster: None,
         },
         w,
@@ -624,7 +632,7 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Connect
 }
 
 pub async fn load(pool: &Pool, id: &str) -> Result<Connection> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+    let row: Option<Row> = db::query_as(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?;
@@ -752,7 +760,7 @@ pub async fn update(
         },
     )
     .await?;
-    sqlx::query("UPDATE connections SET name = ?, capabilities = ?, settings = ?, generation = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connections SET name = $1, capabilities = $2, settings = $3, generation = $4, updated_at = $5 WHERE id = $6")
         .bind(&updated.name)
         .bind(json!(updated.capabilities).to_string())
         .bind(json!(updated.settings).to_string())
@@ -794,7 +802,7 @@ pub async fn rotate(
         }
     }
     store.put(&mut tx, &current.secret_ref, &values).await?;
-    sqlx::query("UPDATE connections SET generation = generation + 1, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connections SET generation = generation + 1, updated_at = $1 WHERE id = $2")
         .bind(crate::time::now())
         .bind(id)
         .execute(&mut *tx)
@@ -827,13 +835,13 @@ pub fn rebound(
 
 /// What uses a connection; deleting it is refused while this is not empty.
 pub async fn used_by(pool: &Pool, id: &str) -> Result<Vec<String>> {
-    let mut users: Vec<String> = sqlx::query_scalar(
-        "SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = ? ORDER BY name",
+    let mut users: Vec<String> = db::query_scalar(
+        "SELECT 'pipeline ' || name FROM pipelines WHERE source_connection_id = $1 ORDER BY name",
     )
     .bind(id)
     .fetch_all(pool)
     .await?;
-    users.extend(sqlx::query_scalar::<_, String>("SELECT 'delivery ' || name FROM deliveries WHERE destination_connection_id = ? ORDER BY name").bind(id).fetch_all(pool).await?);
+    users.extend(db::query_scalar::<String>("SELECT 'delivery ' || name FROM deliveries WHERE destination_connection_id = $1 ORDER BY name").bind(id).fetch_all(pool).await?);
     Ok(users)
 }
 
@@ -862,11 +870,11 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
         },
     )
     .await?;
-    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?")
+    db::query("DELETE FROM secret_values WHERE secret_ref = $1")
         .bind(&current.secret_ref)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("DELETE FROM connections WHERE id = ?")
+    db::query("DELETE FROM connections WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
@@ -916,11 +924,11 @@ pub async fn test(
         },
     )
     .await?;
-    sqlx::query(
-        "UPDATE connections SET last_test_at = ?, last_test_ok = ?, last_test = ? WHERE id = ?",
+    db::query(
+        "UPDATE connections SET last_test_at = $1, last_test_ok = $2, last_test = $3 WHERE id = $4",
     )
     .bind(&report.tested_at)
-    .bind(report.ok)
+    .bind(i64::from(report.ok))
     .bind(json!(report).to_string())
     .bind(id)
     .execute(&mut *tx)

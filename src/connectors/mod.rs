@@ -2,6 +2,7 @@
 //! and state) is written here by people and, later, by pipelines and deliveries; the status is
 //! written only by the reconciler. Views join the two with drift and restart history.
 
+use crate::db;
 use std::collections::BTreeMap;
 
 use crate::db::Pool;
@@ -208,7 +209,7 @@ struct Row {
 /// listed it, so the later of the two is when ClueCDC last confirmed it.
 macro_rules! observed_at_sql {
     () => {
-        "MAX(s.observed_at, COALESCE(cc.observed_at, s.observed_at))"
+        "CASE WHEN cc.observed_at > s.observed_at THEN cc.observed_at ELSE s.observed_at END"
     };
 }
 
@@ -218,7 +219,7 @@ macro_rules! observed_at_sql {
 /// and DRIFTED stay). The one definition, in SQL so that lists filter and sort by it.
 macro_rules! phase_sql {
     () => {
-        concat!("CASE WHEN s.observed_at IS NOT NULL AND (cc.last_error IS NOT NULL OR ", observed_at_sql!(), " < strftime('%Y-%m-%dT%H:%M:%SZ', 'now', '-60 seconds')) THEN 'UNKNOWN' \
+        concat!("CASE WHEN s.observed_at IS NOT NULL AND (cc.last_error IS NOT NULL OR ", observed_at_sql!(), " < (SELECT at FROM stale_before)) THEN 'UNKNOWN' \
          WHEN COALESCE(s.observed_generation, 0) < c.generation AND COALESCE(s.phase, 'PENDING') NOT IN ('FAILED', 'DRIFTED') THEN 'PENDING' \
          ELSE COALESCE(s.phase, 'PENDING') END")
     };
@@ -337,7 +338,7 @@ pub struct NewConnector<'a> {
 /// conflict.
 pub async fn insert(tx: &mut crate::db::Tx<'_>, c: &NewConnector<'_>) -> Result<()> {
     let now = crate::time::now();
-    sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, owner_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
         .bind(c.id)
         .bind(c.name)
         .bind(c.cluster_id)
@@ -355,7 +356,7 @@ pub async fn insert(tx: &mut crate::db::Tx<'_>, c: &NewConnector<'_>) -> Result<
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<ConnectorView>> {
     who.require(Role::Viewer, "see connectors")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY cc.name, c.name"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} ORDER BY cc.name, c.name"))
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(view).collect())
@@ -395,8 +396,8 @@ pub async fn views(
 }
 
 async fn load(pool: &Pool, key: &str) -> Result<ConnectorView> {
-    let row: Option<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE c.id = ?1 OR c.name = ?1 ORDER BY c.id = ?1 DESC LIMIT 1"
+    let row: Option<Row> = db::query_as(&format!(
+        "{SELECT} WHERE c.id = $1 OR c.name = $1 ORDER BY c.id = $1 DESC LIMIT 1"
     ))
     .bind(key)
     .fetch_optional(pool)
@@ -588,7 +589,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ConnectorInput) -> Resul
     }
     let cluster_id = input.connect_cluster_id.clone().unwrap_or_default();
     let cluster: Option<(String, String)> =
-        sqlx::query_as("SELECT name, managed_by FROM connect_clusters WHERE id = ?")
+        db::query_as("SELECT name, managed_by FROM connect_clusters WHERE id = $1")
             .bind(&cluster_id)
             .fetch_optional(pool)
             .await?;
@@ -696,7 +697,7 @@ pub async fn set_state(
         },
     )
     .await?;
-    sqlx::query("UPDATE connectors SET desired_state = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(state.as_str()).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
+    db::query("UPDATE connectors SET desired_state = $1, generation = generation + 1, updated_at = $2 WHERE id = $3").bind(state.as_str()).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
     tx.commit().await?;
     changed(pool, wake).await?;
     load(pool, &c.id).await.or_else(|_| Ok(c))
@@ -728,11 +729,11 @@ pub async fn request_restart(
         },
     )
     .await?;
-    sqlx::query(
-        "UPDATE connectors SET restart_requested_by = ?, restart_only_failed = ? WHERE id = ?",
+    db::query(
+        "UPDATE connectors SET restart_requested_by = $1, restart_only_failed = $2 WHERE id = $3",
     )
     .bind(&by)
-    .bind(only_failed)
+    .bind(i64::from(only_failed))
     .bind(&c.id)
     .execute(&mut *tx)
     .await?;
@@ -795,14 +796,14 @@ pub async fn adopt_live(
         },
     )
     .await?;
-    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(&live).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
+    db::query("UPDATE connectors SET config = $1, generation = generation + 1, updated_at = $2 WHERE id = $3").bind(&live).bind(crate::time::now()).bind(&c.id).execute(&mut *tx).await?;
     // The live config becomes what ClueCDC has applied: no repair, no new drift.
-    sqlx::query("UPDATE connector_status SET applied_config = ? WHERE connector_id = ?")
+    db::query("UPDATE connector_status SET applied_config = $1 WHERE connector_id = $2")
         .bind(&live)
         .bind(&c.id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES (?, ?, ?, 'config_changed', ?, ?, 'adopted')")
+    db::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES ($1, $2, $3, 'config_changed', $4, $5, 'adopted')")
         .bind(&c.connect_cluster_id)
         .bind(&c.name)
         .bind(&c.id)
@@ -887,12 +888,12 @@ pub async fn history(
     key: &str,
 ) -> Result<(ConnectorView, Vec<DriftEvent>, Vec<RestartRecord>)> {
     let c = get(pool, who, key).await?;
-    let drift: Vec<DriftEvent> = sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events WHERE connect_cluster_id = ? AND connector_name = ? ORDER BY id DESC LIMIT 50")
+    let drift: Vec<DriftEvent> = db::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events WHERE connect_cluster_id = $1 AND connector_name = $2 ORDER BY id DESC LIMIT 50")
         .bind(&c.connect_cluster_id)
         .bind(&c.name)
         .fetch_all(pool)
         .await?;
-    let restarts: Vec<RestartRecord> = sqlx::query_as("SELECT at, reason, triggered_by, attempt, outcome FROM connector_restarts WHERE connector_id = ? ORDER BY id DESC LIMIT 50").bind(&c.id).fetch_all(pool).await?;
+    let restarts: Vec<RestartRecord> = db::query_as("SELECT at, reason, triggered_by, attempt, outcome FROM connector_restarts WHERE connector_id = $1 ORDER BY id DESC LIMIT 50").bind(&c.id).fetch_all(pool).await?;
     Ok((c, drift, restarts))
 }
 
@@ -984,12 +985,12 @@ pub struct Unmanaged {
 
 pub async fn unmanaged(pool: &Pool, who: &Principal) -> Result<Vec<Unmanaged>> {
     who.require(Role::Viewer, "see connectors")?;
-    Ok(sqlx::query_as("SELECT connect_cluster_id, name, state, first_seen, last_seen FROM unmanaged_connectors ORDER BY name").fetch_all(pool).await?)
+    Ok(db::query_as("SELECT connect_cluster_id, name, state, first_seen, last_seen FROM unmanaged_connectors ORDER BY name").fetch_all(pool).await?)
 }
 
 pub async fn all_drift(pool: &Pool, who: &Principal) -> Result<Vec<DriftEvent>> {
     who.require(Role::Viewer, "see drift")?;
-    Ok(sqlx::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events ORDER BY id DESC LIMIT 200").fetch_all(pool).await?)
+    Ok(db::query_as("SELECT id, connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action FROM drift_events ORDER BY id DESC LIMIT 200").fetch_all(pool).await?)
 }
 
 // ---- actions ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ pub mod config;
 pub mod objects;
 pub mod replay;
 
+use crate::db;
 use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -194,7 +195,7 @@ impl From<Row> for Delivery {
 const SELECT: &str = "SELECT id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at FROM deliveries";
 
 pub async fn load(pool: &Pool, id: &str) -> Result<Delivery> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
+    let row: Option<Row> = db::query_as(&format!("{SELECT} WHERE id = $1 OR name = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?;
@@ -204,7 +205,7 @@ pub async fn load(pool: &Pool, id: &str) -> Result<Delivery> {
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Delivery>> {
     who.require(Role::Viewer, "see deliveries")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Delivery::from).collect())
@@ -761,7 +762,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &DeliveryInput) -> Result
     let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create deliveries")?;
     let c = check(pool, who, input).await?;
-    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM deliveries WHERE name = ?")
+    if db::query_scalar::<i64>("SELECT COUNT(*) FROM deliveries WHERE name = $1")
         .bind(&c.name)
         .fetch_one(pool)
         .await?
@@ -793,7 +794,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &DeliveryInput) -> Result
         },
     )
     .await?;
-    sqlx::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO deliveries (id, name, pipeline_id, destination_connection_id, connect_cluster_id, kind, topics, options, connector_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.pipeline.id)
@@ -1005,14 +1006,14 @@ pub async fn update(
         },
     )
     .await?;
-    sqlx::query("UPDATE deliveries SET topics = ?, options = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE deliveries SET topics = $1, options = $2, updated_at = $3 WHERE id = $4")
         .bind(json!(c.topics).to_string())
         .bind(json!(c.options).to_string())
         .bind(crate::time::now())
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&d.connector_id).execute(&mut *tx).await?;
+    db::query("UPDATE connectors SET config = $1, generation = generation + 1, updated_at = $2 WHERE id = $3").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&d.connector_id).execute(&mut *tx).await?;
     tx.commit().await?;
     crate::reconcile::bump_desired_version(pool).await?;
     wake.wake();
@@ -1076,7 +1077,7 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
         },
     )
     .await?;
-    sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = $1 WHERE id = $2")
         .bind(crate::time::now())
         .bind(&d.connector_id)
         .execute(&mut *tx)
@@ -1119,19 +1120,19 @@ pub async fn delete_step(
         "forget" => {
             let forget = async {
                 let mut tx = ctx.pool.begin().await?;
-                sqlx::query("DELETE FROM offset_history WHERE target_id = ?")
+                db::query("DELETE FROM offset_history WHERE target_id = $1")
                     .bind(&op.target_id)
                     .execute(&mut *tx)
                     .await?;
                 // Its destination tables' schema versions (its verdicts and baselines go with
                 // the row, by foreign key).
-                sqlx::query(
-                    "DELETE FROM schema_versions WHERE side = 'destination' AND owner_id = ?",
+                db::query(
+                    "DELETE FROM schema_versions WHERE side = 'destination' AND owner_id = $1",
                 )
                 .bind(&op.target_id)
                 .execute(&mut *tx)
                 .await?;
-                sqlx::query("DELETE FROM deliveries WHERE id = ?")
+                db::query("DELETE FROM deliveries WHERE id = $1")
                     .bind(&op.target_id)
                     .execute(&mut *tx)
                     .await?;
@@ -1359,7 +1360,7 @@ pub async fn objects(
 /// Deliveries that read a pipeline's topics (to refuse deleting the pipeline under them).
 pub async fn of_pipeline(pool: &Pool, pipeline_id: &str) -> Result<Vec<String>> {
     Ok(
-        sqlx::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = ? ORDER BY name")
+        db::query_scalar("SELECT name FROM deliveries WHERE pipeline_id = $1 ORDER BY name")
             .bind(pipeline_id)
             .fetch_all(pool)
             .await?,

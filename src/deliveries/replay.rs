@@ -8,6 +8,7 @@
 //! brokers' offsets-for-times), so what the preview counted is what is done; records that
 //! arrive meanwhile are delivered as usual.
 
+use crate::db;
 use crate::db::Pool;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -436,7 +437,7 @@ pub async fn history(pool: &Pool, who: &Principal, id: &str) -> Result<Vec<Histo
         before: String,
         after: Option<String>,
     }
-    let rows: Vec<Row> = sqlx::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE target_id = ? ORDER BY id DESC LIMIT 100")
+    let rows: Vec<Row> = db::query_as("SELECT id, operation_id, at, actor, reason, before, after FROM offset_history WHERE target_id = $1 ORDER BY id DESC LIMIT 100")
         .bind(&d.id)
         .fetch_all(pool)
         .await?;

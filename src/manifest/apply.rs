@@ -9,6 +9,7 @@
 //! - Every audit row the steps write carries the change set's id (the request id), and one
 //!   `config.apply` row sums the change set up with its actor.
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -176,7 +177,7 @@ async fn id_of(pool: &Pool, section: &str, name: &str) -> Result<String> {
         .iter()
         .find(|(s, _, _)| *s == section)
         .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("no section {section}")))?;
-    let id: Option<String> = sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE {key} = ?"))
+    let id: Option<String> = db::query_scalar(&format!("SELECT id FROM {table} WHERE {key} = $1"))
         .bind(name)
         .fetch_optional(pool)
         .await?;
@@ -187,7 +188,7 @@ async fn id_of(pool: &Pool, section: &str, name: &str) -> Result<String> {
 async fn all_ids(pool: &Pool) -> Result<super::export::Current> {
     let mut cur = super::export::Current::default();
     for (section, table, key) in TABLES {
-        let rows: Vec<(String, String)> = sqlx::query_as(&format!("SELECT {key}, id FROM {table}"))
+        let rows: Vec<(String, String)> = db::query_as(&format!("SELECT {key}, id FROM {table}"))
             .fetch_all(pool)
             .await?;
         cur.ids

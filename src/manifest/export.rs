@@ -5,6 +5,7 @@
 //! name, by kind for alert rules, by URL for webhooks) and maps are sorted by key, so two
 //! exports of the same state are byte-identical, on this instance or on one rebuilt from it.
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::db::Pool;
@@ -73,7 +74,7 @@ impl EnvNames {
 /// The state a connector is meant to be in: its desired state, or while an operation holds it,
 /// the state the operation gives it back in. `None` for a connector being deleted.
 async fn intended_states(pool: &Pool) -> Result<HashMap<String, String>> {
-    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+    let rows: Vec<(String, String, Option<String>)> = db::query_as(
         "SELECT c.id, c.desired_state, o.params FROM connectors c LEFT JOIN operations o ON o.id = c.operation_id AND o.state = 'running'",
     )
     .fetch_all(pool)
@@ -130,7 +131,7 @@ pub async fn current(ctx: &Ctx, who: &Principal) -> Result<Current> {
         .iter()
         .map(|c| (c.id.clone(), c.name.clone()))
         .collect();
-    let hashes: HashMap<String, Option<String>> = sqlx::query_as::<_, (String, Option<String>)>(
+    let hashes: HashMap<String, Option<String>> = db::query_as::<(String, Option<String>)>(
         "SELECT id, provider_token_hash FROM connect_clusters",
     )
     .fetch_all(pool)

@@ -8,6 +8,7 @@
 //! config does not (names of the ClueCDC resources, topic settings), so ClueCDC's own export
 //! imports back to what it came from.
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
@@ -252,7 +253,7 @@ pub async fn export(
     let pool = &ctx.pool;
     let cur = super::export::current(ctx, who).await?;
     let configs: HashMap<String, String> =
-        sqlx::query_as::<_, (String, String)>("SELECT id, config FROM connectors")
+        db::query_as::<(String, String)>("SELECT id, config FROM connectors")
             .fetch_all(pool)
             .await?
             .into_iter()

@@ -1,5 +1,6 @@
 //! Alerts: one firing row per (kind, subject) until it resolves; history is kept.
 
+use crate::db;
 use crate::db::Pool;
 use serde::Serialize;
 
@@ -92,7 +93,7 @@ pub async fn fire(
     message: &str,
 ) -> Result<()> {
     let now = crate::time::now();
-    let updated = sqlx::query("UPDATE alerts SET last_seen = ?, message = ?, severity = ? WHERE kind = ? AND subject = ? AND state = 'firing'")
+    let updated = db::query("UPDATE alerts SET last_seen = $1, message = $2, severity = $3 WHERE kind = $4 AND subject = $5 AND state = 'firing'")
         .bind(&now)
         .bind(message)
         .bind(severity)
@@ -102,7 +103,7 @@ pub async fn fire(
         .await?;
     if updated.rows_affected() == 0 {
         tracing::warn!(kind, subject, "alert firing");
-        sqlx::query("INSERT INTO alerts (kind, subject, severity, message, state, first_seen, last_seen) VALUES (?, ?, ?, ?, 'firing', ?, ?)")
+        db::query("INSERT INTO alerts (kind, subject, severity, message, state, first_seen, last_seen) VALUES ($1, $2, $3, $4, 'firing', $5, $6)")
             .bind(kind)
             .bind(subject)
             .bind(severity)
@@ -117,7 +118,7 @@ pub async fn fire(
 
 /// Resolves open alerts of `kind` whose subject starts with `scope` and is not in `still`.
 pub async fn resolve_absent(pool: &Pool, kind: &str, scope: &str, still: &[String]) -> Result<()> {
-    let open: Vec<(i64, String)> = sqlx::query_as("SELECT id, subject FROM alerts WHERE kind = ? AND state = 'firing' AND substr(subject, 1, length(?)) = ?")
+    let open: Vec<(i64, String)> = db::query_as("SELECT id, subject FROM alerts WHERE kind = $1 AND state = 'firing' AND substr(subject, 1, length($2)) = $3")
         .bind(kind)
         .bind(scope)
         .bind(scope)
@@ -126,7 +127,7 @@ pub async fn resolve_absent(pool: &Pool, kind: &str, scope: &str, still: &[Strin
     for (id, subject) in open {
         if !still.contains(&subject) {
             tracing::info!(kind, subject, "alert resolved");
-            sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?")
+            db::query("UPDATE alerts SET state = 'resolved', resolved_at = $1 WHERE id = $2")
                 .bind(crate::time::now())
                 .bind(id)
                 .execute(pool)
@@ -144,8 +145,8 @@ pub async fn fire_returning(
     severity: &str,
     message: &str,
 ) -> Result<Option<Alert>> {
-    let open: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing')",
+    let db::Flag(open) = db::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM alerts WHERE kind = $1 AND subject = $2 AND state = 'firing')",
     )
     .bind(kind)
     .bind(subject)
@@ -156,7 +157,7 @@ pub async fn fire_returning(
         return Ok(None);
     }
     Ok(
-        sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'")
+        db::query_as("SELECT * FROM alerts WHERE kind = $1 AND subject = $2 AND state = 'firing'")
             .bind(kind)
             .bind(subject)
             .fetch_optional(pool)
@@ -167,7 +168,7 @@ pub async fn fire_returning(
 /// Resolves the open alert for (kind, subject); returns it when there was one.
 pub async fn resolve(pool: &Pool, kind: &str, subject: &str) -> Result<Option<Alert>> {
     let open: Option<Alert> =
-        sqlx::query_as("SELECT * FROM alerts WHERE kind = ? AND subject = ? AND state = 'firing'")
+        db::query_as("SELECT * FROM alerts WHERE kind = $1 AND subject = $2 AND state = 'firing'")
             .bind(kind)
             .bind(subject)
             .fetch_optional(pool)
@@ -175,7 +176,7 @@ pub async fn resolve(pool: &Pool, kind: &str, subject: &str) -> Result<Option<Al
     let Some(mut a) = open else { return Ok(None) };
     let now = crate::time::now();
     tracing::info!(kind, subject, "alert resolved");
-    sqlx::query("UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ?")
+    db::query("UPDATE alerts SET state = 'resolved', resolved_at = $1 WHERE id = $2")
         .bind(&now)
         .bind(a.id)
         .execute(pool)
@@ -191,7 +192,7 @@ pub async fn acknowledge(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
     let id: i64 = id
         .parse()
         .map_err(|_| crate::error::Error::NotFound(format!("alert {id}")))?;
-    let n = sqlx::query("UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ? WHERE id = ? AND state = 'firing'").bind(&who.user_name).bind(crate::time::now()).bind(id).execute(pool).await?.rows_affected();
+    let n = db::query("UPDATE alerts SET acknowledged_by = $1, acknowledged_at = $2 WHERE id = $3 AND state = 'firing'").bind(&who.user_name).bind(crate::time::now()).bind(id).execute(pool).await?.rows_affected();
     if n == 0 {
         return Err(crate::error::Error::NotFound(format!("firing alert {id}")));
     }
@@ -217,7 +218,7 @@ pub async fn list(pool: &Pool, who: &Principal, only_firing: bool) -> Result<Vec
     } else {
         "SELECT * FROM alerts ORDER BY state = 'resolved', last_seen DESC LIMIT 500"
     };
-    Ok(sqlx::query_as(sql).fetch_all(pool).await?)
+    Ok(db::query_as(sql).fetch_all(pool).await?)
 }
 
 /// What the alerts list filters by.
@@ -248,7 +249,7 @@ pub async fn page(pool: &Pool, who: &Principal, w: &Window) -> Result<Page<Alert
 
 pub async fn firing_count(pool: &Pool) -> Result<i64> {
     Ok(
-        sqlx::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'")
+        db::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'")
             .fetch_one(pool)
             .await?,
     )

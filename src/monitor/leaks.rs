@@ -2,6 +2,7 @@
 //! traces) and raises an alert when a stored secret value appears there. It also warns when a
 //! worker's version still serves the `tasks-config` endpoint.
 
+use crate::db;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub fn find_in<'a>(
 /// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
 /// reachability is reported elsewhere).
 pub async fn scan(pool: &Pool, store: &SecretStore) -> anyhow::Result<usize> {
-    let refs: Vec<(String, String)> = sqlx::query_as("SELECT secret_ref, name FROM connections")
+    let refs: Vec<(String, String)> = db::query_as("SELECT secret_ref, name FROM connections")
         .fetch_all(pool)
         .await?;
     let names: std::collections::HashMap<String, String> = refs.into_iter().collect();

@@ -2,6 +2,7 @@
 //! states, delivery and replication lag, retained WAL, freshness and alerts. Names follow Prometheus
 //! conventions: a `cluecdc_` prefix, units in the name, `_total` for counters.
 
+use crate::db;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -116,7 +117,7 @@ pub async fn render(
         ),
     ] {
         let value: i64 =
-            sqlx::query_scalar("SELECT COALESCE((SELECT value FROM counters WHERE name = ?), 0)")
+            db::query_scalar("SELECT COALESCE((SELECT value FROM counters WHERE name = $1), 0)")
                 .bind(name)
                 .fetch_one(pool)
                 .await?;
@@ -132,7 +133,7 @@ pub async fn render(
     }
 
     writeln!(o, "# HELP cluecdc_connector_state Connectors by ClueCDC phase (1 for the current one).\n# TYPE cluecdc_connector_state gauge")?;
-    let states: Vec<(String, Option<String>)> = sqlx::query_as("SELECT c.name, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id ORDER BY c.name").fetch_all(pool).await?;
+    let states: Vec<(String, Option<String>)> = db::query_as("SELECT c.name, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id ORDER BY c.name").fetch_all(pool).await?;
     for (name, phase) in &states {
         writeln!(
             o,
@@ -141,7 +142,16 @@ pub async fn render(
             phase.as_deref().unwrap_or("PENDING")
         )?;
     }
-    let failed_tasks: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connector_status s, json_each(COALESCE(s.tasks, '[]')) t WHERE json_extract(t.value, '$.state') = 'FAILED'").fetch_one(pool).await?;
+    let tasks: Vec<String> =
+        db::query_scalar("SELECT tasks FROM connector_status WHERE tasks LIKE '%FAILED%'")
+            .fetch_all(pool)
+            .await?;
+    let failed_tasks = tasks
+        .iter()
+        .filter_map(|t| serde_json::from_str::<Vec<serde_json::Value>>(t).ok())
+        .flatten()
+        .filter(|t| t["state"] == "FAILED")
+        .count();
     writeln!(o, "# HELP cluecdc_failed_tasks Connector tasks FAILED at the last observation.\n# TYPE cluecdc_failed_tasks gauge\ncluecdc_failed_tasks {failed_tasks}")?;
 
     // Each signal as the latest monitor cycle measured it. A series that cycle did not measure
@@ -149,8 +159,8 @@ pub async fn render(
     for (kind, help) in crate::monitor::signals::SAMPLED {
         let metric = format!("cluecdc_{kind}");
         writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge")?;
-        let latest: Vec<(String, f64)> = sqlx::query_as(
-            "SELECT subject, latest FROM series WHERE kind = ? AND latest_at = (SELECT MAX(latest_at) FROM series) ORDER BY subject",
+        let latest: Vec<(String, f64)> = db::query_as(
+            "SELECT subject, latest FROM series WHERE kind = $1 AND latest_at = (SELECT MAX(latest_at) FROM series) ORDER BY subject",
         )
         .bind(kind)
         .fetch_all(pool)
@@ -178,7 +188,7 @@ pub async fn render(
     }
 
     writeln!(o, "# HELP cluecdc_alerts_firing Alerts firing now, by kind.\n# TYPE cluecdc_alerts_firing gauge")?;
-    let firing: Vec<(String, i64)> = sqlx::query_as(
+    let firing: Vec<(String, i64)> = db::query_as(
         "SELECT kind, COUNT(*) FROM alerts WHERE state = 'firing' GROUP BY kind ORDER BY kind",
     )
     .fetch_all(pool)

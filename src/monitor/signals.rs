@@ -3,6 +3,7 @@
 //! durations, notifying webhooks on every transition. One process runs it: the holder of the
 //! `monitor` lease.
 
+use crate::db;
 use std::time::Duration;
 
 use crate::db::Pool;
@@ -26,6 +27,7 @@ pub struct Rule {
     pub threshold: f64,
     /// How long the condition must hold before the alert fires.
     pub for_secs: i64,
+    #[sqlx(try_from = "crate::db::Flag")]
     pub enabled: bool,
     /// What the rule watches, for a person.
     pub description: String,
@@ -33,7 +35,7 @@ pub struct Rule {
 
 pub async fn rules(pool: &Pool, who: &Principal) -> Result<Vec<Rule>> {
     who.require(Role::Viewer, "see alert rules")?;
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules ORDER BY kind",
     )
     .fetch_all(pool)
@@ -68,10 +70,10 @@ pub fn check_rule(patch: &RulePatch) -> crate::error::FieldErrors {
 pub async fn set_rule(pool: &Pool, who: &Principal, kind: &str, patch: &RulePatch) -> Result<Rule> {
     who.require(Role::Admin, "change alert rules")?;
     Error::check(check_rule(patch))?;
-    let done = sqlx::query("UPDATE alert_rules SET threshold = COALESCE(?, threshold), for_secs = COALESCE(?, for_secs), enabled = COALESCE(?, enabled) WHERE kind = ?")
+    let done = db::query("UPDATE alert_rules SET threshold = COALESCE($1, threshold), for_secs = COALESCE($2, for_secs), enabled = COALESCE($3, enabled) WHERE kind = $4")
         .bind(patch.threshold)
         .bind(patch.for_secs)
-        .bind(patch.enabled)
+        .bind(patch.enabled.map(i64::from))
         .bind(kind)
         .execute(pool)
         .await?;
@@ -79,8 +81,8 @@ pub async fn set_rule(pool: &Pool, who: &Principal, kind: &str, patch: &RulePatc
         return Err(Error::NotFound(format!("alert rule {kind}")));
     }
     crate::audit::record_alone(pool, crate::audit::Entry { actor: who.into(), action: "alert_rule.update", target_kind: "alert_rule", target_id: kind, outcome: crate::audit::Outcome::Success, summary: json!({"threshold": patch.threshold, "for_secs": patch.for_secs, "enabled": patch.enabled}) }).await?;
-    Ok(sqlx::query_as(
-        "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules WHERE kind = ?",
+    Ok(db::query_as(
+        "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules WHERE kind = $1",
     )
     .bind(kind)
     .fetch_one(pool)
@@ -287,7 +289,7 @@ impl Monitor {
                             }
                             let ms = started.elapsed().as_millis() as i64;
                             for (name, add) in [("monitor_cycles", 1), ("monitor_cycle_ms", ms)] {
-                                let _ = sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&self.ctx.pool).await;
+                                let _ = db::query("INSERT INTO counters (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value").bind(name).bind(add).execute(&self.ctx.pool).await;
                             }
                         }
                         _ = crate::reconcile::keep_renewing(&self.lease, self.lease_ttl) => {
@@ -446,7 +448,7 @@ impl Monitor {
         }
         match &wanted {
             Some(trace) => {
-                sqlx::query("INSERT INTO connector_verdicts (connector_id, trace, checked_at) VALUES (?, ?, ?) ON CONFLICT (connector_id) DO UPDATE SET trace = excluded.trace, checked_at = excluded.checked_at")
+                db::query("INSERT INTO connector_verdicts (connector_id, trace, checked_at) VALUES ($1, $2, $3) ON CONFLICT (connector_id) DO UPDATE SET trace = excluded.trace, checked_at = excluded.checked_at")
                     .bind(&c.id)
                     .bind(trace)
                     .bind(crate::time::now())
@@ -454,7 +456,7 @@ impl Monitor {
                     .await?;
             }
             None => {
-                sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
+                db::query("DELETE FROM connector_verdicts WHERE connector_id = $1")
                     .bind(&c.id)
                     .execute(&self.ctx.pool)
                     .await?;
@@ -473,7 +475,7 @@ impl Monitor {
         // that failed this cycle (a rebalancing group, an unreachable source) changes nothing.
         let mut present: Vec<String> = Vec::new();
         let system = Principal::cli();
-        let stall_threshold: f64 = sqlx::query_scalar(
+        let stall_threshold: f64 = db::query_scalar(
             "SELECT threshold FROM alert_rules WHERE kind = 'delivery_stalled_seconds'",
         )
         .fetch_optional(&self.ctx.pool)
@@ -588,7 +590,7 @@ impl Monitor {
         let mut topics = crate::pipelines::TopicsMemo::default();
         // Verdicts on source connectors as stored, to compare this cycle's with (one read).
         let verdicts: std::collections::HashMap<String, String> =
-            sqlx::query_as("SELECT connector_id, trace FROM connector_verdicts")
+            db::query_as("SELECT connector_id, trace FROM connector_verdicts")
                 .fetch_all(&self.ctx.pool)
                 .await?
                 .into_iter()
@@ -691,7 +693,7 @@ impl Monitor {
                         .as_ref()
                         .filter(|c| verdicts.contains_key(&c.id))
                     {
-                        sqlx::query("DELETE FROM connector_verdicts WHERE connector_id = ?")
+                        db::query("DELETE FROM connector_verdicts WHERE connector_id = $1")
                             .bind(&c.id)
                             .execute(&self.ctx.pool)
                             .await?;
@@ -839,11 +841,10 @@ impl Monitor {
                 message: format!("Kafka Connect {} does not answer ({}): check that its workers run and that ClueCDC can reach {}", cluster.name, cluster.last_error.clone().unwrap_or_default(), cluster.url),
             });
         }
-        let rules: Vec<Rule> = sqlx::query_as(
-            "SELECT kind, threshold, for_secs, enabled, description FROM alert_rules",
-        )
-        .fetch_all(&self.ctx.pool)
-        .await?;
+        let rules: Vec<Rule> =
+            db::query_as("SELECT kind, threshold, for_secs, enabled, description FROM alert_rules")
+                .fetch_all(&self.ctx.pool)
+                .await?;
         let sampled: Vec<(&str, &str, f64)> = seen
             .iter()
             .filter(|o| SAMPLED.iter().any(|(k, _)| *k == o.kind))
@@ -852,7 +853,7 @@ impl Monitor {
         record_samples(&self.ctx.pool, &sampled, now).await?;
         // Most observations are fine and have nothing pending or firing: those need no query
         // (at thousands of connectors, a write per observation was most of a cycle's cost).
-        let open: std::collections::HashSet<(String, String)> = sqlx::query_as(
+        let open: std::collections::HashSet<(String, String)> = db::query_as(
             "SELECT kind, subject FROM alert_pending UNION SELECT kind, subject FROM alerts WHERE state = 'firing'",
         )
         .fetch_all(&self.ctx.pool)
@@ -876,12 +877,11 @@ impl Monitor {
                 .filter(|o| o.kind == rule.kind)
                 .map(|o| o.subject.as_str())
                 .collect();
-            let open: Vec<String> = sqlx::query_scalar(
-                "SELECT subject FROM alerts WHERE kind = ? AND state = 'firing'",
-            )
-            .bind(&rule.kind)
-            .fetch_all(&self.ctx.pool)
-            .await?;
+            let open: Vec<String> =
+                db::query_scalar("SELECT subject FROM alerts WHERE kind = $1 AND state = 'firing'")
+                    .bind(&rule.kind)
+                    .fetch_all(&self.ctx.pool)
+                    .await?;
             let exists = |s: &str| {
                 present
                     .iter()
@@ -891,7 +891,7 @@ impl Monitor {
                 .into_iter()
                 .filter(|s| !still.contains(&s.as_str()) && !exists(s))
             {
-                sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?")
+                db::query("DELETE FROM alert_pending WHERE kind = $1 AND subject = $2")
                     .bind(&rule.kind)
                     .bind(&subject)
                     .execute(&self.ctx.pool)
@@ -947,16 +947,16 @@ impl Monitor {
         now: i64,
     ) -> anyhow::Result<()> {
         if breached {
-            sqlx::query(
-                "INSERT OR IGNORE INTO alert_pending (kind, subject, since) VALUES (?, ?, ?)",
+            db::query(
+                "INSERT INTO alert_pending (kind, subject, since) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
             )
             .bind(o.kind)
             .bind(&o.subject)
             .bind(now)
             .execute(&self.ctx.pool)
             .await?;
-            let since: i64 = sqlx::query_scalar(
-                "SELECT since FROM alert_pending WHERE kind = ? AND subject = ?",
+            let since: i64 = db::query_scalar(
+                "SELECT since FROM alert_pending WHERE kind = $1 AND subject = $2",
             )
             .bind(o.kind)
             .bind(&o.subject)
@@ -989,7 +989,7 @@ impl Monitor {
                 }
             }
         } else {
-            sqlx::query("DELETE FROM alert_pending WHERE kind = ? AND subject = ?")
+            db::query("DELETE FROM alert_pending WHERE kind = $1 AND subject = $2")
                 .bind(o.kind)
                 .bind(&o.subject)
                 .execute(&self.ctx.pool)
@@ -1018,8 +1018,8 @@ pub async fn record_samples(
 ) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for (kind, subject, value) in samples {
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO series (kind, subject, latest, latest_at) VALUES (?, ?, ?, ?)
+        let id: i64 = db::query_scalar(
+            "INSERT INTO series (kind, subject, latest, latest_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (kind, subject) DO UPDATE SET latest = excluded.latest, latest_at = excluded.latest_at RETURNING id",
         )
         .bind(kind)
@@ -1028,7 +1028,7 @@ pub async fn record_samples(
         .bind(at)
         .fetch_one(&mut *tx)
         .await?;
-        sqlx::query("INSERT OR REPLACE INTO points (series_id, at, value) VALUES (?, ?, ?)")
+        db::query("INSERT INTO points (series_id, at, value) VALUES ($1, $2, $3) ON CONFLICT (series_id, at) DO UPDATE SET value = excluded.value")
             .bind(id)
             .bind(at)
             .bind(value)
@@ -1043,19 +1043,19 @@ pub async fn record_samples(
 /// series not measured since then (its subject deleted) goes with its points.
 pub async fn trim_samples(pool: &Pool, before: i64) -> sqlx::Result<u64> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM series")
+    let ids: Vec<i64> = db::query_scalar("SELECT id FROM series")
         .fetch_all(&mut *tx)
         .await?;
     let mut dropped = 0;
     for id in ids {
-        dropped += sqlx::query("DELETE FROM points WHERE series_id = ? AND at < ?")
+        dropped += db::query("DELETE FROM points WHERE series_id = $1 AND at < $2")
             .bind(id)
             .bind(before)
             .execute(&mut *tx)
             .await?
             .rows_affected();
     }
-    sqlx::query("DELETE FROM series WHERE latest_at < ?")
+    db::query("DELETE FROM series WHERE latest_at < $1")
         .bind(before)
         .execute(&mut *tx)
         .await?;
@@ -1080,9 +1080,9 @@ pub async fn history(
     limit: i64,
 ) -> Result<Vec<Sample>> {
     who.require(Role::Viewer, "see metrics history")?;
-    let mut rows: Vec<Sample> = sqlx::query_as(
+    let mut rows: Vec<Sample> = db::query_as(
         "SELECT p.value, p.at FROM points p JOIN series s ON s.id = p.series_id
-         WHERE s.kind = ? AND s.subject = ? ORDER BY p.at DESC LIMIT ?",
+         WHERE s.kind = $1 AND s.subject = $2 ORDER BY p.at DESC LIMIT $3",
     )
     .bind(kind)
     .bind(subject)

@@ -1,6 +1,7 @@
 //! Webhook notifications: JSON, signed with HMAC-SHA256 over the body under a shared secret,
 //! retried with backoff. The secret lives in the secret store.
 
+use crate::db;
 use crate::db::Pool;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,7 @@ pub async fn create(
     )
     .await?;
     let created_at = crate::time::now();
-    sqlx::query("INSERT INTO webhooks (id, url, secret_ref, tls_ca_certificate, created_at) VALUES (?, ?, ?, ?, ?)")
+    db::query("INSERT INTO webhooks (id, url, secret_ref, tls_ca_certificate, created_at) VALUES ($1, $2, $3, $4, $5)")
         .bind(&id)
         .bind(&url)
         .bind(&secret_ref)
@@ -157,7 +158,7 @@ pub async fn create(
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Webhook>> {
     who.require(Role::Admin, "manage webhooks")?;
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY created_at"))
+    Ok(db::query_as(&format!("{SELECT} ORDER BY created_at"))
         .fetch_all(pool)
         .await?)
 }
@@ -177,7 +178,7 @@ pub async fn delete(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
         },
     )
     .await?;
-    let n = sqlx::query("DELETE FROM webhooks WHERE id = ?")
+    let n = db::query("DELETE FROM webhooks WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?
@@ -192,7 +193,7 @@ pub async fn delete(pool: &Pool, who: &Principal, id: &str) -> Result<()> {
 /// Sends `payload` to every webhook in the background: up to 4 attempts, 1 s, 2 s, 4 s apart.
 pub fn notify(pool: Pool, store: std::sync::Arc<SecretStore>, payload: Value) {
     tokio::spawn(async move {
-        let hooks: Vec<Webhook> = match sqlx::query_as(SELECT).fetch_all(&pool).await {
+        let hooks: Vec<Webhook> = match db::query_as(SELECT).fetch_all(&pool).await {
             Ok(h) => h,
             Err(e) => return tracing::warn!(error = %e, "cannot read webhooks"),
         };

@@ -16,6 +16,7 @@
 
 pub mod offsets;
 
+use crate::db;
 use std::time::Duration;
 
 use crate::db::Pool;
@@ -232,7 +233,7 @@ pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<Operation> {
 }
 
 pub async fn load(pool: &Pool, id: &str) -> Result<Operation> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?"))
+    let row: Option<Row> = db::query_as(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?;
@@ -242,8 +243,8 @@ pub async fn load(pool: &Pool, id: &str) -> Result<Operation> {
 
 /// The newest operations on one target (a delivery's or a pipeline's id), newest first.
 pub async fn of_target(pool: &Pool, target_id: &str, limit: i64) -> Result<Vec<Operation>> {
-    let rows: Vec<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE target_id = ? ORDER BY started_at DESC, rowid DESC LIMIT ?"
+    let rows: Vec<Row> = db::query_as(&format!(
+        "{SELECT} WHERE target_id = $1 ORDER BY started_at DESC, id DESC LIMIT $2"
     ))
     .bind(target_id)
     .bind(limit)
@@ -254,8 +255,8 @@ pub async fn of_target(pool: &Pool, target_id: &str, limit: i64) -> Result<Vec<O
 
 /// Every open operation, oldest first.
 pub async fn open(pool: &Pool) -> Result<Vec<Operation>> {
-    let rows: Vec<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE state = 'running' ORDER BY started_at, rowid"
+    let rows: Vec<Row> = db::query_as(&format!(
+        "{SELECT} WHERE state = 'running' ORDER BY started_at, id"
     ))
     .fetch_all(pool)
     .await?;
@@ -264,8 +265,8 @@ pub async fn open(pool: &Pool) -> Result<Vec<Operation>> {
 
 /// The operation holding a connector, if one does: (id, kind).
 pub async fn holding(pool: &Pool, connector_id: &str) -> Result<Option<(String, String)>> {
-    Ok(sqlx::query_as(
-        "SELECT o.id, o.kind FROM connectors c JOIN operations o ON o.id = c.operation_id WHERE c.id = ? AND o.state = 'running'",
+    Ok(db::query_as(
+        "SELECT o.id, o.kind FROM connectors c JOIN operations o ON o.id = c.operation_id WHERE c.id = $1 AND o.state = 'running'",
     )
     .bind(connector_id)
     .fetch_optional(pool)
@@ -300,13 +301,15 @@ pub async fn insert(
     who: &Principal,
     new: NewOperation<'_>,
 ) -> Result<String> {
-    let id = uuid::Uuid::new_v4().to_string();
+    // Time-ordered (v7, monotonic within this process): operations started in the same
+    // second list in the order they started, on either engine.
+    let id = uuid::Uuid::now_v7().to_string();
     let first = steps_of(new.kind)
         .first()
         .copied()
         .ok_or_else(|| Error::Unexpected(anyhow::anyhow!("no steps for {}", new.kind)))?;
     let actor = Actor::from(who);
-    let done = sqlx::query("INSERT INTO operations (id, kind, target_kind, target_id, target_name, step, state, params, actor, actor_kind, started_at, step_started_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)")
+    let done = db::query("INSERT INTO operations (id, kind, target_kind, target_id, target_name, step, state, params, actor, actor_kind, started_at, step_started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9, $10, $11)")
         .bind(&id)
         .bind(new.kind)
         .bind(new.target_kind)
@@ -356,7 +359,7 @@ pub async fn hold(
 ) -> Result<String> {
     let name = new.target_name.to_string();
     let id = insert(tx, who, new).await?;
-    let held = sqlx::query("UPDATE connectors SET desired_state = 'stopped', operation_id = ?, generation = generation + 1, updated_at = ? WHERE id = ? AND operation_id IS NULL")
+    let held = db::query("UPDATE connectors SET desired_state = 'stopped', operation_id = $1, generation = generation + 1, updated_at = $2 WHERE id = $3 AND operation_id IS NULL")
         .bind(&id)
         .bind(crate::time::now())
         .bind(connector_id)
@@ -484,7 +487,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
         };
         match outcome {
             Step::Next(step) => {
-                sqlx::query("UPDATE operations SET step = ?, step_started_at = ?, error = NULL WHERE id = ? AND state = 'running'")
+                db::query("UPDATE operations SET step = $1, step_started_at = $2, error = NULL WHERE id = $3 AND state = 'running'")
                     .bind(step)
                     .bind(now_ms())
                     .bind(&op.id)
@@ -496,8 +499,8 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             }
             Step::Wait(why) => {
                 if op.error.as_deref() != Some(why.as_str()) {
-                    sqlx::query(
-                        "UPDATE operations SET error = ? WHERE id = ? AND state = 'running'",
+                    db::query(
+                        "UPDATE operations SET error = $1 WHERE id = $2 AND state = 'running'",
                     )
                     .bind(&why)
                     .bind(&op.id)
@@ -528,7 +531,7 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
     ) else {
         return Ok(());
     };
-    let done = sqlx::query("UPDATE connectors SET desired_state = ?, operation_id = NULL, generation = generation + 1, updated_at = ? WHERE id = ? AND operation_id = ?")
+    let done = db::query("UPDATE connectors SET desired_state = $1, operation_id = NULL, generation = generation + 1, updated_at = $2 WHERE id = $3 AND operation_id = $4")
         .bind(to)
         .bind(crate::time::now())
         .bind(connector)
@@ -544,7 +547,7 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
 
 async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String>) -> Result<()> {
     let mut tx = ctx.pool.begin().await?;
-    let done = sqlx::query("UPDATE operations SET state = ?, error = ?, finished_at = ? WHERE id = ? AND state = 'running'")
+    let done = db::query("UPDATE operations SET state = $1, error = $2, finished_at = $3 WHERE id = $4 AND state = 'running'")
         .bind(state)
         .bind(&error)
         .bind(crate::time::now())
@@ -581,7 +584,7 @@ pub async fn saved_offsets(
     operation_id: &str,
 ) -> Result<Option<(Value, Option<Value>)>> {
     let row: Option<(String, Option<String>)> =
-        sqlx::query_as("SELECT before, after FROM offset_history WHERE operation_id = ?")
+        db::query_as("SELECT before, after FROM offset_history WHERE operation_id = $1")
             .bind(operation_id)
             .fetch_optional(pool)
             .await?;
@@ -595,7 +598,7 @@ pub async fn saved_offsets(
 
 /// The reconciler forgets a connector's row once Connect no longer has it.
 pub async fn connector_gone(pool: &Pool, connector_id: &str) -> Result<bool> {
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = ?")
+    let left: i64 = db::query_scalar("SELECT COUNT(*) FROM connectors WHERE id = $1")
         .bind(connector_id)
         .fetch_one(pool)
         .await?;
@@ -652,12 +655,12 @@ mod tests {
         let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         crate::db::migrate(&pool).await.unwrap();
         let now = crate::time::now();
-        sqlx::query("INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', ?1, ?1)")
+        db::query("INSERT INTO connect_clusters (id, name, url, created_at, updated_at) VALUES ('cc', 'c', 'http://127.0.0.1:1', $1, $1)")
             .bind(&now)
             .execute(&pool)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, created_at, updated_at) VALUES ('k', 'sink', 'cc', '{}', 'paused', 'delivery', ?1, ?1)")
+        db::query("INSERT INTO connectors (id, name, connect_cluster_id, config, desired_state, owner_kind, created_at, updated_at) VALUES ('k', 'sink', 'cc', '{}', 'paused', 'delivery', $1, $1)")
             .bind(&now)
             .execute(&pool)
             .await
@@ -684,7 +687,7 @@ mod tests {
         let id = hold(&mut tx, &who, new("replay"), "k").await.unwrap();
         tx.commit().await.unwrap();
         let state: (String, Option<String>) =
-            sqlx::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
+            db::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
                 .fetch_one(&pool)
                 .await
                 .unwrap();
@@ -714,7 +717,7 @@ mod tests {
         let op = load(&pool, &id).await.unwrap();
         release(&ctx, &op).await.unwrap();
         let state: (String, Option<String>) =
-            sqlx::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
+            db::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
                 .fetch_one(&pool)
                 .await
                 .unwrap();
@@ -753,7 +756,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        sqlx::query("UPDATE operations SET step = 'forget', error = 'could not drop the replication slot: PostgreSQL at db:5432 is unreachable' WHERE id = ?")
+        db::query("UPDATE operations SET step = 'forget', error = 'could not drop the replication slot: PostgreSQL at db:5432 is unreachable' WHERE id = $1")
             .bind(&id)
             .execute(&pool)
             .await

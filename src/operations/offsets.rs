@@ -3,6 +3,7 @@
 //! the offsets Connect holds into `offset_history` → change them → give the connector back in
 //! the state it had (`resume_to`) → observe it there. Each step is safe to run again.
 
+use crate::db;
 use serde_json::json;
 
 use super::{release, Ctx, Operation, Step};
@@ -47,11 +48,10 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
         "delivery" => "deliveries",
         _ => "pipelines",
     };
-    let exists: Option<String> =
-        sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE id = ?"))
-            .bind(&op.target_id)
-            .fetch_optional(&ctx.pool)
-            .await?;
+    let exists: Option<String> = db::query_scalar(&format!("SELECT id FROM {table} WHERE id = $1"))
+        .bind(&op.target_id)
+        .fetch_optional(&ctx.pool)
+        .await?;
     if exists.is_none() {
         return Ok(Step::Interrupted(format!(
             "the {} was deleted",
@@ -86,7 +86,7 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
                 Ok(o) => o,
                 Err(e) => return Ok(Step::Wait(e.to_string())),
             };
-            sqlx::query("INSERT OR IGNORE INTO offset_history (target_id, operation_id, at, actor, reason, before) VALUES (?, ?, ?, ?, ?, ?)")
+            db::query("INSERT INTO offset_history (target_id, operation_id, at, actor, reason, before) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING")
                 .bind(&op.target_id)
                 .bind(&op.id)
                 .bind(crate::time::now())
@@ -131,7 +131,7 @@ async fn run(ctx: &Ctx<'_>, op: &Operation) -> Result<Step> {
                 Ok(o) => o,
                 Err(e) => return Ok(Step::Wait(e.to_string())),
             };
-            sqlx::query("UPDATE offset_history SET after = ? WHERE operation_id = ?")
+            db::query("UPDATE offset_history SET after = $1 WHERE operation_id = $2")
                 .bind(after.to_string())
                 .bind(&op.id)
                 .execute(&ctx.pool)

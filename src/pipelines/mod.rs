@@ -5,6 +5,7 @@
 pub mod config;
 pub mod source;
 
+use crate::db;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -329,7 +330,7 @@ async fn check(
         heartbeat,
     } = fields;
     let taken: Option<String> =
-        sqlx::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = ? AND id <> ?")
+        db::query_scalar("SELECT name FROM pipelines WHERE topic_prefix = $1 AND id <> $2")
             .bind(&prefix)
             .bind(existing_id.unwrap_or(""))
             .fetch_optional(pool)
@@ -670,6 +671,7 @@ struct Row {
     publication_mode: String,
     options: String,
     connector_id: String,
+    #[sqlx(try_from = "crate::db::Flag")]
     heartbeat: bool,
     created_at: String,
     updated_at: String,
@@ -700,7 +702,7 @@ impl From<Row> for Pipeline {
 }
 
 pub async fn load(pool: &Pool, id: &str) -> Result<Pipeline> {
-    let row: Option<Row> = sqlx::query_as("SELECT * FROM pipelines WHERE id = ?1 OR name = ?1")
+    let row: Option<Row> = db::query_as("SELECT * FROM pipelines WHERE id = $1 OR name = $1")
         .bind(id)
         .fetch_optional(pool)
         .await?;
@@ -710,7 +712,7 @@ pub async fn load(pool: &Pool, id: &str) -> Result<Pipeline> {
 
 pub async fn list(pool: &Pool, who: &Principal) -> Result<Vec<Pipeline>> {
     who.require(Role::Viewer, "see pipelines")?;
-    let rows: Vec<Row> = sqlx::query_as("SELECT * FROM pipelines ORDER BY name")
+    let rows: Vec<Row> = db::query_as("SELECT * FROM pipelines ORDER BY name")
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Pipeline::from).collect())
@@ -752,7 +754,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result
     let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create pipelines")?;
     let (c, mut session) = check(pool, store, who, input, None).await?;
-    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pipelines WHERE name = ?")
+    if db::query_scalar::<i64>("SELECT COUNT(*) FROM pipelines WHERE name = $1")
         .bind(&c.name)
         .fetch_one(pool)
         .await?
@@ -827,7 +829,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result
         },
     )
     .await?;
-    sqlx::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at, heartbeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO pipelines (id, name, source_connection_id, kafka_cluster_id, connect_cluster_id, tables, topic_prefix, partitions, replication_factor, retention_ms, snapshot_mode, publication_mode, options, connector_id, created_at, updated_at, heartbeat) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.source.id)
@@ -844,7 +846,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &PipelineInput) -> Result
         .bind(&connector_id)
         .bind(&now)
         .bind(&now)
-        .bind(c.heartbeat)
+        .bind(i64::from(c.heartbeat))
         .execute(&mut *tx)
         .await?;
     crate::reconcile::bump_desired_version(&mut *tx).await?;
@@ -945,13 +947,13 @@ pub async fn set_tables(
         },
     )
     .await?;
-    sqlx::query("UPDATE pipelines SET tables = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE pipelines SET tables = $1, updated_at = $2 WHERE id = $3")
         .bind(json!(c.tables).to_string())
         .bind(crate::time::now())
         .bind(&p.id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&p.connector_id).execute(&mut *tx).await?;
+    db::query("UPDATE connectors SET config = $1, generation = generation + 1, updated_at = $2 WHERE id = $3").bind(json!(preview.config).to_string()).bind(crate::time::now()).bind(&p.connector_id).execute(&mut *tx).await?;
     if !added.is_empty() {
         // Committed with the change: the signal is sent even if this process dies next.
         let d = c
@@ -983,7 +985,7 @@ pub async fn set_tables(
 /// and its phase as last observed (PENDING before any observation). A signal sent before then
 /// would not be read by the config it was meant for.
 async fn runs_current_config(pool: &Pool, connector_id: &str) -> Result<(bool, String)> {
-    let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = ?")
+    let row: Option<(i64, Option<i64>, Option<String>)> = db::query_as("SELECT c.generation, s.observed_generation, s.phase FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id WHERE c.id = $1")
         .bind(connector_id)
         .fetch_optional(pool)
         .await?;
@@ -1276,7 +1278,7 @@ pub async fn delete(
         },
     )
     .await?;
-    sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+    db::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = $1 WHERE id = $2")
         .bind(crate::time::now())
         .bind(&p.connector_id)
         .execute(&mut *tx)
@@ -1343,14 +1345,23 @@ pub async fn delete_step(
                 };
                 match dropped {
                     Ok(b) => {
-                        if let Err(e) = sqlx::query("UPDATE operations SET params = json_set(params, '$.slot_dropped', json(?)) WHERE id = ?").bind(b.to_string()).bind(&op.id).execute(&ctx.pool).await {
+                        let mut params = op.params.clone();
+                        params["slot_dropped"] = json!(b);
+                        if let Err(e) = db::query("UPDATE operations SET params = $1 WHERE id = $2")
+                            .bind(params.to_string())
+                            .bind(&op.id)
+                            .execute(&ctx.pool)
+                            .await
+                        {
                             return Step::Wait(e.to_string());
                         }
                     }
-                    Err(e) => return Step::Wait(format!("could not drop the replication slot: {e}")),
+                    Err(e) => {
+                        return Step::Wait(format!("could not drop the replication slot: {e}"))
+                    }
                 }
             }
-            match sqlx::query("DELETE FROM pipelines WHERE id = ?")
+            match db::query("DELETE FROM pipelines WHERE id = $1")
                 .bind(&p.id)
                 .execute(&ctx.pool)
                 .await
@@ -1614,7 +1625,7 @@ pub async fn source_slots(
         )));
     }
     let owner: Option<String> =
-        sqlx::query_scalar("SELECT name FROM pipelines WHERE source_connection_id = ? LIMIT 1")
+        db::query_scalar("SELECT name FROM pipelines WHERE source_connection_id = $1 LIMIT 1")
             .bind(&c.id)
             .fetch_optional(pool)
             .await?;

@@ -1,6 +1,7 @@
 //! The reconciler lease: one row in SQLite. Only its holder acts on Connect; the holder renews
 //! it well before it expires, and a crashed holder's lease simply runs out.
 
+use crate::db;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +19,18 @@ pub struct Lease {
     /// Nobody else can take the lease before the `expires_at` that write stored, so this is
     /// what the row says without a query (same machine, same clock).
     held_until: Arc<AtomicI64>,
+    /// The lease's epoch when this holder last took or renewed it: grows at every take-over,
+    /// so a write fenced with it ([`Lease::fence`]) is refused once someone else took over.
+    epoch: Arc<AtomicI64>,
+}
+
+/// A write refused because the lease it was fenced with is no longer this holder's.
+#[derive(Debug, thiserror::Error)]
+#[error("the {name} lease is no longer held by {holder} (epoch {epoch}): write refused")]
+pub struct Fenced {
+    pub name: &'static str,
+    pub holder: String,
+    pub epoch: i64,
 }
 
 pub fn now_ms() -> i64 {
@@ -32,28 +45,65 @@ impl Lease {
             holder,
             ttl_ms,
             held_until: Arc::new(AtomicI64::new(0)),
+            epoch: Arc::new(AtomicI64::new(0)),
         }
     }
 
     /// Takes the lease if it is free or expired, or renews it if held; true when held after.
     pub async fn try_hold(&self) -> anyhow::Result<bool> {
         let now = now_ms();
-        let done = sqlx::query(
-            "INSERT INTO leases (name, holder, expires_at, acquired_at) VALUES (?1, ?2, ?3, ?4)
+        let done: sqlx::Result<Option<i64>> = db::query_scalar(
+            "INSERT INTO leases (name, holder, expires_at, acquired_at, epoch) VALUES ($1, $2, $3, $4, 1)
              ON CONFLICT(name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
-               acquired_at = CASE WHEN leases.holder = excluded.holder THEN leases.acquired_at ELSE excluded.acquired_at END
-             WHERE leases.holder = excluded.holder OR leases.expires_at < ?4",
+               acquired_at = CASE WHEN leases.holder = excluded.holder THEN leases.acquired_at ELSE excluded.acquired_at END,
+               epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch ELSE leases.epoch + 1 END
+             WHERE leases.holder = excluded.holder OR leases.expires_at < $4
+             RETURNING epoch",
         )
         .bind(self.name)
         .bind(&self.holder)
         .bind(now + self.ttl_ms)
         .bind(now)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await;
-        let held = matches!(&done, Ok(d) if d.rows_affected() == 1);
-        self.held_until
-            .store(if held { now + self.ttl_ms } else { 0 }, Ordering::SeqCst);
-        Ok(done?.rows_affected() == 1)
+        let epoch = match &done {
+            Ok(Some(e)) => *e,
+            _ => 0,
+        };
+        self.epoch.store(epoch, Ordering::SeqCst);
+        self.held_until.store(
+            if epoch > 0 { now + self.ttl_ms } else { 0 },
+            Ordering::SeqCst,
+        );
+        Ok(done?.is_some())
+    }
+
+    /// The first statement of every transaction the holder writes in: confirms (and, on
+    /// PostgreSQL, locks until commit, so a take-over waits for it) that the lease is still
+    /// this holder's at the epoch it took, unexpired. Refused with [`Fenced`] otherwise, and
+    /// the caller's transaction must then roll back: a holder that was paused (a stopped
+    /// process, a long GC, a partitioned host) past its lease writes nothing after waking.
+    pub async fn fence(&self, tx: &mut db::Tx<'_>) -> anyhow::Result<()> {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let done = db::query(
+            "UPDATE leases SET expires_at = expires_at WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > $4",
+        )
+        .bind(self.name)
+        .bind(&self.holder)
+        .bind(epoch)
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            self.held_until.store(0, Ordering::SeqCst);
+            return Err(Fenced {
+                name: self.name,
+                holder: self.holder.clone(),
+                epoch,
+            }
+            .into());
+        }
+        Ok(())
     }
 
     /// Held, with at least two thirds of the lifetime left: renewing now would change nothing
@@ -71,7 +121,7 @@ impl Lease {
 
     pub async fn release(&self) {
         self.held_until.store(0, Ordering::SeqCst);
-        let _ = sqlx::query("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ?")
+        let _ = db::query("UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2")
             .bind(self.name)
             .bind(&self.holder)
             .execute(&self.pool)
@@ -80,8 +130,8 @@ impl Lease {
 
     /// Who holds it now (if anyone does).
     pub async fn current(pool: &Pool, name: &str) -> anyhow::Result<Option<(String, i64)>> {
-        Ok(sqlx::query_as(
-            "SELECT holder, expires_at FROM leases WHERE name = ? AND expires_at > ?",
+        Ok(db::query_as(
+            "SELECT holder, expires_at FROM leases WHERE name = $1 AND expires_at > $2",
         )
         .bind(name)
         .bind(now_ms())
@@ -118,6 +168,38 @@ mod tests {
         );
         assert!(!a.still_held());
         assert!(!a.try_hold().await.unwrap());
+    }
+
+    /// A holder paused past its lease (it still believes it holds it: nothing told it) has
+    /// every write it fences refused once another took over, and its row is not written.
+    #[tokio::test]
+    async fn a_paused_holder_cannot_write_after_a_take_over() {
+        let (_d, pool) = pool().await;
+        let a = Lease::new(pool.clone(), RECONCILER, "a".into(), 200);
+        let b = Lease::new(pool.clone(), RECONCILER, "b".into(), 60_000);
+        assert!(a.try_hold().await.unwrap());
+        let mut tx = pool.begin().await.unwrap();
+        a.fence(&mut tx).await.unwrap();
+        tx.commit().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert!(
+            b.try_hold().await.unwrap(),
+            "a's lease ran out: b takes over"
+        );
+        let mut tx = pool.begin().await.unwrap();
+        let e = a.fence(&mut tx).await.unwrap_err();
+        assert!(e.downcast_ref::<Fenced>().is_some(), "{e}");
+        drop(tx);
+        // Renewing does not bring a back either: b holds it.
+        assert!(!a.try_hold().await.unwrap());
+        let mut tx = pool.begin().await.unwrap();
+        b.fence(&mut tx).await.unwrap();
+        let epochs: i64 = db::query_scalar("SELECT epoch FROM leases WHERE name = $1")
+            .bind(RECONCILER)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        assert_eq!(epochs, 2, "one take-over, one epoch more");
     }
 
     #[tokio::test]

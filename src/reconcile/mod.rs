@@ -10,6 +10,7 @@ pub mod lease;
 pub mod plan;
 pub mod policy;
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -58,12 +59,12 @@ use crate::ctx::{Unrecorded, RECORD_EVERY};
 pub async fn bump_desired_version<'e>(
     db: impl sqlx::Executor<'e, Database = crate::db::Db>,
 ) -> anyhow::Result<()> {
-    sqlx::query("UPDATE instance_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'desired_version'").execute(db).await?;
+    db::query("UPDATE instance_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'desired_version'").execute(db).await?;
     Ok(())
 }
 
 async fn desired_version(pool: &Pool) -> i64 {
-    sqlx::query_scalar::<_, String>("SELECT value FROM instance_meta WHERE key = 'desired_version'")
+    db::query_scalar::<String>("SELECT value FROM instance_meta WHERE key = 'desired_version'")
         .fetch_one(pool)
         .await
         .ok()
@@ -300,7 +301,7 @@ impl Reconciler {
     /// Every connector's id, generation, desired state and restart request: what a wake-up
     /// is compared with (no configs, so cheap at thousands of connectors).
     async fn summary(&self) -> anyhow::Result<Vec<SummaryRow>> {
-        Ok(sqlx::query_as(
+        Ok(db::query_as(
             "SELECT id, connect_cluster_id, generation, desired_state, restart_requested_by IS NOT NULL AS restart FROM connectors",
         )
         .fetch_all(&self.pool)
@@ -443,9 +444,11 @@ impl Reconciler {
             };
             totals
         };
-        // The pass's record, with the unchanged passes before it, in one commit.
+        // The pass's record, with the unchanged passes before it, in one commit; fenced, so a
+        // holder that lost the lease meanwhile records nothing.
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES (?, ?, ?, ?, ?, ?)")
+        self.lease.fence(&mut tx).await?;
+        db::query("INSERT INTO reconcile_passes (holder, started_at, duration_ms, clusters, actions, errors) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(&self.lease.holder)
             .bind(started_at)
             .bind(started.elapsed().as_millis() as i64)
@@ -459,9 +462,9 @@ impl Reconciler {
             ("reconcile_actions", totals.1),
             ("reconcile_errors", totals.2),
         ] {
-            sqlx::query("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value").bind(name).bind(add).execute(&mut *tx).await?;
+            db::query("INSERT INTO counters (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value").bind(name).bind(add).execute(&mut *tx).await?;
         }
-        sqlx::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&mut *tx).await?;
+        db::query("DELETE FROM reconcile_passes WHERE id <= (SELECT MAX(id) - 1000 FROM reconcile_passes)").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -472,11 +475,10 @@ impl Reconciler {
         cluster: &ConnectCluster,
         e: &ConnectError,
     ) -> anyhow::Result<()> {
-        let failures: i64 =
-            sqlx::query_scalar("SELECT failures FROM connect_clusters WHERE id = ?")
-                .bind(&cluster.id)
-                .fetch_one(&self.pool)
-                .await?;
+        let failures: i64 = db::query_scalar("SELECT failures FROM connect_clusters WHERE id = $1")
+            .bind(&cluster.id)
+            .fetch_one(&self.pool)
+            .await?;
         let attempt = (failures + 1) as u32;
         let backoff = Duration::from_secs(1)
             .saturating_mul(1 << attempt.min(6))
@@ -485,7 +487,7 @@ impl Reconciler {
         tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
         // Only if the cluster is still the one this pass tried: a PATCH made meanwhile cleared
         // the error, and the old address's failure must not come back over the new address.
-        sqlx::query("UPDATE connect_clusters SET failures = failures + 1, last_error = ?, next_attempt_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
+        db::query("UPDATE connect_clusters SET failures = failures + 1, last_error = $1, next_attempt_at = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
             .bind(e.to_string())
             .bind(now_ms() + backoff.as_millis() as i64)
             .bind(&cluster.id)
@@ -510,17 +512,23 @@ impl Reconciler {
              FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id LEFT JOIN connector_verdicts v ON v.connector_id = c.id";
         let rows: Vec<DesiredRow> = match of {
             DesiredOf::Cluster(cluster_id) => {
-                sqlx::query_as(&format!("{SELECT} WHERE c.connect_cluster_id = ? ORDER BY c.name"))
-                    .bind(cluster_id)
-                    .fetch_all(&self.pool)
-                    .await?
+                db::query_as(&format!(
+                    "{SELECT} WHERE c.connect_cluster_id = $1 ORDER BY c.name"
+                ))
+                .bind(cluster_id)
+                .fetch_all(&self.pool)
+                .await?
             }
             DesiredOf::NeverActedOn(cluster_id, ids) => {
-                sqlx::query_as(&format!("{SELECT} WHERE c.connect_cluster_id = ? AND s.connector_id IS NULL AND c.desired_state <> 'deleted' AND c.id IN (SELECT value FROM json_each(?)) ORDER BY c.name"))
-                    .bind(cluster_id)
-                    .bind(json!(ids).to_string())
-                    .fetch_all(&self.pool)
-                    .await?
+                if ids.is_empty() {
+                    return Ok((vec![], HashMap::new()));
+                }
+                let sql = format!("{SELECT} WHERE c.connect_cluster_id = $1 AND s.connector_id IS NULL AND c.desired_state <> 'deleted' AND c.id IN ({}) ORDER BY c.name", db::placeholders(2, ids.len()));
+                let mut q = db::query_as(&sql).bind(cluster_id);
+                for id in ids {
+                    q = q.bind(id);
+                }
+                q.fetch_all(&self.pool).await?
             }
         };
         let mut stored = HashMap::new();
@@ -628,7 +636,7 @@ impl Reconciler {
         if !confirmed_recently || cluster.last_error.is_some() || cluster.next_attempt_at.is_some()
         {
             // As above: an answer from the address a PATCH just replaced is not the new one's.
-            sqlx::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = ? WHERE id = ? AND url = ? AND updated_at = ?")
+            db::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = $1 WHERE id = $2 AND url = $3 AND updated_at = $4")
                 .bind(crate::time::now())
                 .bind(&cluster.id)
                 .bind(&cluster.url)
@@ -641,7 +649,7 @@ impl Reconciler {
         if read_offsets {
             for d in desired.iter().filter(|d| live.contains_key(&d.name)) {
                 if let Ok(offsets) = client.offsets(&d.name).await {
-                    let _ = sqlx::query("UPDATE connector_status SET offsets = ?, offsets_at = ? WHERE connector_id = ?").bind(offsets.to_string()).bind(crate::time::now()).bind(&d.id).execute(&self.pool).await;
+                    let _ = db::query("UPDATE connector_status SET offsets = $1, offsets_at = $2 WHERE connector_id = $3").bind(offsets.to_string()).bind(crate::time::now()).bind(&d.id).execute(&self.pool).await;
                 }
             }
         }
@@ -723,12 +731,11 @@ impl Reconciler {
         // IMMEDIATE: the write lock is taken now, not at the first write after a read, which
         // SQLite refuses at once ("database is locked") when another writer (another process,
         // or one of this one's outside the gate) committed in between.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = crate::db::begin_write(&self.pool).await?;
+        self.lease.fence(&mut tx).await?;
         // Rows this transaction changes (SQLite counts per connection), so that a pass that
         // wrote nothing does not end the lists' snapshots.
-        let changes_before: i64 = sqlx::query_scalar("SELECT total_changes()")
-            .fetch_one(&mut *tx)
-            .await?;
+        let changes_before = db::write_count(&mut tx).await?;
         for d in &done {
             let name = by_id.get(d.id).map(|d| d.name.as_str()).unwrap_or_default();
             let outcome = match &d.result {
@@ -746,7 +753,7 @@ impl Reconciler {
                 }
             };
             if let Some((reason, by, attempt, at)) = &d.restart {
-                sqlx::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES (?, ?, ?, ?, ?, ?)")
+                db::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES ($1, $2, $3, $4, $5, $6)")
                     .bind(d.id)
                     .bind(at)
                     .bind(reason)
@@ -760,7 +767,7 @@ impl Reconciler {
                     .await?;
                 if matches!(plan.steps[d.index], Step::RequestedRestart { .. }) && d.result.is_ok()
                 {
-                    sqlx::query("UPDATE connectors SET restart_requested_by = NULL, restart_only_failed = 0 WHERE id = ?")
+                    db::query("UPDATE connectors SET restart_requested_by = NULL, restart_only_failed = 0 WHERE id = $1")
                         .bind(d.id)
                         .execute(&mut *tx)
                         .await?;
@@ -780,7 +787,7 @@ impl Reconciler {
             .await?;
         }
         for id in &forget {
-            sqlx::query("DELETE FROM connectors WHERE id = ? AND desired_state = 'deleted'")
+            db::query("DELETE FROM connectors WHERE id = $1 AND desired_state = 'deleted'")
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
@@ -825,13 +832,13 @@ impl Reconciler {
             if unchanged {
                 continue;
             }
-            sqlx::query(
+            db::query(
                 "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since, applied_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, CASE WHEN ?3 IS NULL THEN NULL ELSE ?15 END)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, CASE WHEN $3 IS NULL THEN NULL ELSE $15 END)
                  ON CONFLICT(connector_id) DO UPDATE SET
-                   observed_generation = CASE WHEN ?14 THEN connector_status.observed_generation ELSE excluded.observed_generation END,
+                   observed_generation = CASE WHEN $14 = 1 THEN connector_status.observed_generation ELSE excluded.observed_generation END,
                    applied_config = COALESCE(excluded.applied_config, connector_status.applied_config),
-                   applied_at = CASE WHEN excluded.applied_config IS NOT NULL THEN ?15 ELSE connector_status.applied_at END,
+                   applied_at = CASE WHEN excluded.applied_config IS NOT NULL THEN $15 ELSE connector_status.applied_at END,
                    live_config = excluded.live_config, phase = excluded.phase, connector_state = excluded.connector_state,
                    tasks = excluded.tasks, trace = excluded.trace, message = excluded.message, observed_at = excluded.observed_at,
                    restart_attempts = excluded.restart_attempts, next_restart_at = excluded.next_restart_at, healthy_since = excluded.healthy_since",
@@ -849,14 +856,14 @@ impl Reconciler {
             .bind(i64::from(o.restart_attempts))
             .bind(o.next_restart_at)
             .bind(o.healthy_since)
-            .bind(acted)
+            .bind(i64::from(acted))
             .bind(now_ms())
             .execute(&mut *tx)
             .await?;
         }
         for drift in &plan.drifts {
             // A drift that persists (observe-only clusters) is recorded once, not every pass.
-            let last: Option<(String, String)> = sqlx::query_as("SELECT kind, diff FROM drift_events WHERE connect_cluster_id = ? AND connector_name = ? ORDER BY id DESC LIMIT 1")
+            let last: Option<(String, String)> = db::query_as("SELECT kind, diff FROM drift_events WHERE connect_cluster_id = $1 AND connector_name = $2 ORDER BY id DESC LIMIT 1")
                 .bind(&cluster.id)
                 .bind(&drift.name)
                 .fetch_optional(&mut *tx)
@@ -870,7 +877,7 @@ impl Reconciler {
                 continue;
             }
             tracing::warn!(connector = %drift.name, kind = drift.kind, action = drift.action, "drift detected");
-            sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES (?, ?, ?, ?, ?, ?, ?)")
+            db::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES ($1, $2, $3, $4, $5, $6, $7)")
                 .bind(&cluster.id)
                 .bind(&drift.name)
                 .bind(&drift.connector_id)
@@ -889,17 +896,17 @@ impl Reconciler {
         }
         let names: Vec<String> = plan.unknown.iter().map(|u| u.0.clone()).collect();
         for (name, state, config) in &plan.unknown {
-            let known: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?)").bind(&cluster.id).bind(name).fetch_one(&mut *tx).await?;
+            let db::Flag(known) = db::query_scalar("SELECT EXISTS (SELECT 1 FROM unmanaged_connectors WHERE connect_cluster_id = $1 AND name = $2)").bind(&cluster.id).bind(name).fetch_one(&mut *tx).await?;
             if !known {
-                sqlx::query("INSERT INTO drift_events (connect_cluster_id, connector_name, kind, diff, detected_at, action) VALUES (?, ?, 'unknown_added', '[]', ?, 'reported')")
+                db::query("INSERT INTO drift_events (connect_cluster_id, connector_name, kind, diff, detected_at, action) VALUES ($1, $2, 'unknown_added', '[]', $3, 'reported')")
                     .bind(&cluster.id)
                     .bind(name)
                     .bind(&now)
                     .execute(&mut *tx)
                     .await?;
             }
-            sqlx::query(
-                "INSERT INTO unmanaged_connectors (connect_cluster_id, name, state, config, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+            db::query(
+                "INSERT INTO unmanaged_connectors (connect_cluster_id, name, state, config, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, $5)
                  ON CONFLICT(connect_cluster_id, name) DO UPDATE SET state = excluded.state, config = excluded.config, last_seen = excluded.last_seen",
             )
             .bind(&cluster.id)
@@ -910,24 +917,21 @@ impl Reconciler {
             .execute(&mut *tx)
             .await?;
         }
-        let gone: Vec<String> = sqlx::query_scalar(
-            "SELECT name FROM unmanaged_connectors WHERE connect_cluster_id = ?",
-        )
-        .bind(&cluster.id)
-        .fetch_all(&mut *tx)
-        .await?;
+        let gone: Vec<String> =
+            db::query_scalar("SELECT name FROM unmanaged_connectors WHERE connect_cluster_id = $1")
+                .bind(&cluster.id)
+                .fetch_all(&mut *tx)
+                .await?;
         for name in gone.into_iter().filter(|n| !names.contains(n)) {
-            sqlx::query(
-                "DELETE FROM unmanaged_connectors WHERE connect_cluster_id = ? AND name = ?",
+            db::query(
+                "DELETE FROM unmanaged_connectors WHERE connect_cluster_id = $1 AND name = $2",
             )
             .bind(&cluster.id)
             .bind(name)
             .execute(&mut *tx)
             .await?;
         }
-        let changes: i64 = sqlx::query_scalar("SELECT total_changes()")
-            .fetch_one(&mut *tx)
-            .await?;
+        let changes = db::write_count(&mut tx).await?;
         tx.commit().await?;
         if changes > changes_before {
             self.writes.mark();
@@ -964,6 +968,7 @@ struct SummaryRow {
     connect_cluster_id: String,
     generation: i64,
     desired_state: String,
+    #[sqlx(try_from = "crate::db::Flag")]
     restart: bool,
 }
 
@@ -986,6 +991,7 @@ struct DesiredRow {
     desired_state: String,
     generation: i64,
     restart_requested_by: Option<String>,
+    #[sqlx(try_from = "crate::db::Flag")]
     restart_only_failed: bool,
     applied_config: Option<String>,
     restart_attempts: Option<i64>,
@@ -1183,8 +1189,8 @@ pub struct PassRecord {
 /// The reconciler's lease holder and last pass, as the API shows them.
 pub async fn status(pool: &Pool, handle: &Handle) -> anyhow::Result<Status> {
     let lease = lease::Lease::current(pool, lease::RECONCILER).await?;
-    let last_pass: Option<PassRecord> = sqlx::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(pool).await?;
-    let passes_recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
+    let last_pass: Option<PassRecord> = db::query_as("SELECT holder, started_at, duration_ms, clusters, actions, errors FROM reconcile_passes ORDER BY id DESC LIMIT 1").fetch_optional(pool).await?;
+    let passes_recorded: i64 = db::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
         .fetch_one(pool)
         .await?;
     Ok(Status {

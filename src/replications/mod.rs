@@ -9,6 +9,7 @@
 pub mod config;
 pub mod measure;
 
+use crate::db;
 use std::collections::BTreeMap;
 
 use crate::db::Pool;
@@ -117,6 +118,7 @@ struct Row {
     replication_policy: String,
     separator: String,
     offset_syncs_location: String,
+    #[sqlx(try_from = "crate::db::Flag")]
     sync_group_offsets: bool,
     source_alias: String,
     target_alias: String,
@@ -150,7 +152,7 @@ impl From<Row> for Replication {
 const SELECT: &str = "SELECT id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at FROM replications";
 
 pub async fn load(pool: &Pool, id: &str) -> Result<Replication> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ?1 OR name = ?1"))
+    let row: Option<Row> = db::query_as(&format!("{SELECT} WHERE id = $1 OR name = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?;
@@ -161,7 +163,7 @@ pub async fn load(pool: &Pool, id: &str) -> Result<Replication> {
 pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Replication>> {
     let pool = &ctx.pool;
     who.require(Role::Viewer, "see replications")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?;
     Ok(rows.into_iter().map(Replication::from).collect())
@@ -477,7 +479,7 @@ async fn check(pool: &Pool, who: &Principal, input: &ReplicationInput) -> Result
         });
     }
     let reverse = match (&source, &target) {
-        (Ok(s), Ok(t)) => sqlx::query_as::<_, (String, String)>("SELECT name, replication_policy FROM replications WHERE source_kafka_cluster_id = ? AND target_kafka_cluster_id = ? ORDER BY replication_policy = 'identity' DESC, name LIMIT 1")
+        (Ok(s), Ok(t)) => db::query_as::<(String, String)>("SELECT name, replication_policy FROM replications WHERE source_kafka_cluster_id = $1 AND target_kafka_cluster_id = $2 ORDER BY replication_policy = 'identity' DESC, name LIMIT 1")
             .bind(&t.id)
             .bind(&s.id)
             .fetch_optional(pool)
@@ -631,7 +633,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Res
     let wake: &crate::reconcile::Handle = &ctx.reconciler;
     who.require(Role::Operator, "create replications")?;
     let c = check(pool, who, input).await?;
-    if sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM replications WHERE name = ?")
+    if db::query_scalar::<i64>("SELECT COUNT(*) FROM replications WHERE name = $1")
         .bind(&c.name)
         .fetch_one(pool)
         .await?
@@ -690,7 +692,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Res
         )
         .await?;
     }
-    sqlx::query("INSERT INTO replications (id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO replications (id, name, source_kafka_cluster_id, target_kafka_cluster_id, connect_cluster_id, topics, pipeline_ids, groups, replication_policy, separator, offset_syncs_location, sync_group_offsets, source_alias, target_alias, connector_ids, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.source.id)
@@ -702,7 +704,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ReplicationInput) -> Res
         .bind(if c.identity { "identity" } else { "default" })
         .bind(&c.separator)
         .bind(&c.offset_syncs_location)
-        .bind(c.sync_group_offsets)
+        .bind(i64::from(c.sync_group_offsets))
         .bind(spec.source_alias)
         .bind(spec.target_alias)
         .bind(json!(connector_ids).to_string())
@@ -857,7 +859,7 @@ pub async fn update(
     let mut tx = pool.begin().await?;
     for (pc, cid) in p.connectors.iter().zip(&r.connector_ids) {
         let before: Option<String> =
-            sqlx::query_scalar("SELECT config FROM connectors WHERE id = ?")
+            db::query_scalar("SELECT config FROM connectors WHERE id = $1")
                 .bind(cid)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -867,18 +869,18 @@ pub async fn update(
         if before.as_ref() == Some(&pc.config) {
             continue;
         }
-        sqlx::query("UPDATE connectors SET config = ?, generation = generation + 1, updated_at = ? WHERE id = ?")
+        db::query("UPDATE connectors SET config = $1, generation = generation + 1, updated_at = $2 WHERE id = $3")
             .bind(json!(pc.config).to_string())
             .bind(&now)
             .bind(cid)
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query("UPDATE replications SET topics = ?, pipeline_ids = ?, groups = ?, sync_group_offsets = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE replications SET topics = $1, pipeline_ids = $2, groups = $3, sync_group_offsets = $4, updated_at = $5 WHERE id = $6")
         .bind(&c.topics)
         .bind(json!(c.pipeline_ids).to_string())
         .bind(&c.groups)
-        .bind(c.sync_group_offsets)
+        .bind(i64::from(c.sync_group_offsets))
         .bind(&now)
         .bind(&r.id)
         .execute(&mut *tx)
@@ -941,7 +943,7 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
     )
     .await?;
     for c in &r.connector_ids {
-        sqlx::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = ? WHERE id = ?")
+        db::query("UPDATE connectors SET desired_state = 'deleted', generation = generation + 1, updated_at = $1 WHERE id = $2")
             .bind(crate::time::now())
             .bind(c)
             .execute(&mut *tx)
@@ -985,7 +987,7 @@ pub async fn delete_step(
             }
             Step::Next("forget")
         }
-        "forget" => match sqlx::query("DELETE FROM replications WHERE id = ?")
+        "forget" => match db::query("DELETE FROM replications WHERE id = $1")
             .bind(&op.target_id)
             .execute(&ctx.pool)
             .await

@@ -5,6 +5,7 @@
 //! provider writes to a file on the worker (`${cluecdc:<ref>:ca_cert_file}`) for connectors
 //! that take a certificate path (PostgreSQL `sslrootcert`, JDBC URLs).
 
+use crate::db;
 use std::collections::BTreeMap;
 
 use crate::db::Pool;
@@ -37,13 +38,24 @@ pub async fn resolve(
     };
     // A connection's secrets, or a Kafka cluster's (its SASL password, for connectors' own
     // Kafka clients), with the CA each keeps as a setting.
-    let connection: Option<(String, String, Option<String>)> = sqlx::query_as(
-        "SELECT id, name, json_extract(settings, '$.ca_certificate') FROM connections WHERE secret_ref = ?1
-         UNION ALL SELECT id, name, tls_ca_certificate FROM kafka_clusters WHERE secret_ref = ?1",
+    // `kind` 'c' rows carry the connection's settings (JSON), 'k' rows the cluster's CA.
+    let connection: Option<(String, String, Option<String>)> = db::query_as::<(String, String, String, Option<String>)>(
+        "SELECT id, name, 'c', settings FROM connections WHERE secret_ref = $1
+         UNION ALL SELECT id, name, 'k', tls_ca_certificate FROM kafka_clusters WHERE secret_ref = $1",
     )
-            .bind(secret_ref)
-            .fetch_optional(pool)
-            .await?;
+    .bind(secret_ref)
+    .fetch_optional(pool)
+    .await?
+    .map(|(id, name, kind, value)| {
+        let ca = if kind == "c" {
+            value
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                .and_then(|v| v.get("ca_certificate").and_then(|c| c.as_str()).map(str::to_string))
+        } else {
+            value
+        };
+        (id, name, ca)
+    });
     let outcome = async {
         let Some((_, _, ca_certificate)) = &connection else {
             return Err(Error::NotFound(format!("secret reference {secret_ref}")));
@@ -109,17 +121,20 @@ pub async fn resolve(
 /// so there any stored reference resolves (its KafkaConnector resources name them).
 async fn in_scope(pool: &Pool, who: &ProviderIdentity, secret_ref: &str) -> Result<bool> {
     let needle = format!("${{cluecdc:{secret_ref}:");
-    Ok(sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM connect_clusters WHERE id = ?1 AND managed_by = 'strimzi')
-             OR EXISTS (SELECT 1 FROM connectors WHERE connect_cluster_id = ?1 AND desired_state != 'deleted' AND instr(config, ?2) > 0)
-             OR EXISTS (SELECT 1 FROM provider_grants WHERE connect_cluster_id = ?1 AND secret_ref = ?3 AND expires_at > ?4)",
-    )
-    .bind(&who.cluster_id)
-    .bind(&needle)
-    .bind(secret_ref)
-    .bind(crate::reconcile::lease::now_ms())
-    .fetch_one(pool)
-    .await?)
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM connect_clusters WHERE id = $1 AND managed_by = 'strimzi')
+             OR EXISTS (SELECT 1 FROM connectors WHERE connect_cluster_id = $1 AND desired_state != 'deleted' AND {}(config, $2) > 0)
+             OR EXISTS (SELECT 1 FROM provider_grants WHERE connect_cluster_id = $1 AND secret_ref = $3 AND expires_at > $4)",
+        db::Engine::of(pool).position()
+    );
+    let db::Flag(found) = db::query_scalar(&sql)
+        .bind(&who.cluster_id)
+        .bind(&needle)
+        .bind(secret_ref)
+        .bind(crate::reconcile::lease::now_ms())
+        .fetch_one(pool)
+        .await?;
+    Ok(found)
 }
 
 /// The secret references in a connector config (`${cluecdc:<ref>:<field>}` in its values).
@@ -155,23 +170,23 @@ pub async fn grant_for_validation(
         return Ok(());
     }
     let now = crate::reconcile::lease::now_ms();
-    let fresh: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM provider_grants WHERE connect_cluster_id = ? AND secret_ref IN (SELECT value FROM json_each(?)) AND expires_at > ?")
-        .bind(cluster_id)
-        .bind(serde_json::json!(refs).to_string())
-        .bind(now + 60_000)
-        .fetch_one(pool)
-        .await?;
+    let sql = format!("SELECT COUNT(*) FROM provider_grants WHERE connect_cluster_id = $1 AND expires_at > $2 AND secret_ref IN ({})", db::placeholders(3, refs.len()));
+    let mut q = db::query_scalar(&sql).bind(cluster_id).bind(now + 60_000);
+    for r in &refs {
+        q = q.bind(r);
+    }
+    let fresh: i64 = q.fetch_one(pool).await?;
     if fresh == refs.len() as i64 {
         return Ok(());
     }
     let _gate = crate::db::write_gate(pool).await;
     let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM provider_grants WHERE expires_at <= ?")
+    db::query("DELETE FROM provider_grants WHERE expires_at <= $1")
         .bind(now)
         .execute(&mut *tx)
         .await?;
     for r in refs {
-        sqlx::query("INSERT INTO provider_grants (connect_cluster_id, secret_ref, expires_at) VALUES (?, ?, ?) ON CONFLICT (connect_cluster_id, secret_ref) DO UPDATE SET expires_at = excluded.expires_at")
+        db::query("INSERT INTO provider_grants (connect_cluster_id, secret_ref, expires_at) VALUES ($1, $2, $3) ON CONFLICT (connect_cluster_id, secret_ref) DO UPDATE SET expires_at = excluded.expires_at")
             .bind(cluster_id)
             .bind(&r)
             .bind(now + 120_000)

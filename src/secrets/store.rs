@@ -5,6 +5,7 @@
 //! running server notices the key file changed (its modification time) and reloads it before
 //! its next encryption or decryption.
 
+use crate::db;
 use std::collections::BTreeMap;
 use std::sync::RwLock;
 use std::time::SystemTime;
@@ -95,8 +96,8 @@ impl SecretStore {
                 let guard = self.keyring.read().unwrap_or_else(|e| e.into_inner());
                 guard.0.encrypt(secret_ref, field, value.expose())?
             };
-            sqlx::query(
-                "INSERT INTO secret_values (secret_ref, field, envelope, updated_at) VALUES (?, ?, ?, ?)
+            db::query(
+                "INSERT INTO secret_values (secret_ref, field, envelope, updated_at) VALUES ($1, $2, $3, $4)
                  ON CONFLICT(secret_ref, field) DO UPDATE SET envelope = excluded.envelope, updated_at = excluded.updated_at",
             )
             .bind(secret_ref)
@@ -116,7 +117,7 @@ impl SecretStore {
         secret_ref: &str,
         field: &str,
     ) -> anyhow::Result<()> {
-        sqlx::query("DELETE FROM secret_values WHERE secret_ref = ? AND field = ?")
+        db::query("DELETE FROM secret_values WHERE secret_ref = $1 AND field = $2")
             .bind(secret_ref)
             .bind(field)
             .execute(&mut **tx)
@@ -125,12 +126,14 @@ impl SecretStore {
     }
 
     pub async fn fields_set(&self, secret_ref: &str) -> anyhow::Result<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT field FROM secret_values WHERE secret_ref = ? ORDER BY field",
+        Ok(
+            db::query_scalar(
+                "SELECT field FROM secret_values WHERE secret_ref = $1 ORDER BY field",
+            )
+            .bind(secret_ref)
+            .fetch_all(&self.pool)
+            .await?,
         )
-        .bind(secret_ref)
-        .fetch_all(&self.pool)
-        .await?)
     }
 
     /// Decrypts one field. Callers: the Connect config provider endpoint, connection tests,
@@ -140,8 +143,8 @@ impl SecretStore {
         secret_ref: &str,
         field: &str,
     ) -> anyhow::Result<Option<Secret<String>>> {
-        let envelope: Option<String> = sqlx::query_scalar(
-            "SELECT envelope FROM secret_values WHERE secret_ref = ? AND field = ?",
+        let envelope: Option<String> = db::query_scalar(
+            "SELECT envelope FROM secret_values WHERE secret_ref = $1 AND field = $2",
         )
         .bind(secret_ref)
         .bind(field)
@@ -172,7 +175,7 @@ impl SecretStore {
     /// Every stored secret value (for the leak scan). Kept in memory only for one scan.
     pub async fn all_values(&self) -> anyhow::Result<Vec<(String, String, Secret<String>)>> {
         let rows: Vec<(String, String, String)> =
-            sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values")
+            db::query_as("SELECT secret_ref, field, envelope FROM secret_values")
                 .fetch_all(&self.pool)
                 .await?;
         self.refresh();
@@ -207,7 +210,7 @@ pub async fn rotate_master_key(
     // value with the previous key meanwhile.
     for _round in 0..10 {
         let rows: Vec<(String, String, String)> =
-            sqlx::query_as("SELECT secret_ref, field, envelope FROM secret_values")
+            db::query_as("SELECT secret_ref, field, envelope FROM secret_values")
                 .fetch_all(pool)
                 .await?;
         let stale: Vec<_> = rows
@@ -215,6 +218,7 @@ pub async fn rotate_master_key(
             .filter(|(_, _, e)| Keyring::envelope_key(e) != Some(new.as_str()))
             .collect();
         if stale.is_empty() {
+            seal_key_check(pool, &both).await?;
             both.active_only()
                 .save()
                 .context("cannot drop the old keys from the key file")?;
@@ -228,7 +232,7 @@ pub async fn rotate_master_key(
             let plain = both.decrypt(&secret_ref, &field, &envelope)?;
             let sealed = both.encrypt(&secret_ref, &field, plain.expose())?;
             // Compare-and-swap: a concurrent update wins and is picked up next round.
-            let done = sqlx::query("UPDATE secret_values SET envelope = ? WHERE secret_ref = ? AND field = ? AND envelope = ?")
+            let done = db::query("UPDATE secret_values SET envelope = $1 WHERE secret_ref = $2 AND field = $3 AND envelope = $4")
                 .bind(sealed)
                 .bind(&secret_ref)
                 .bind(&field)
@@ -239,4 +243,58 @@ pub async fn rotate_master_key(
         }
     }
     Err(anyhow!("secrets kept changing during rotation; both keys remain in the key file, run `cluecdc keys rotate` again"))
+}
+
+/// `instance_meta` key of the key check: a constant sealed under the master key, so that a
+/// process given another key (a replica configured apart) finds out at start, before it seals
+/// a secret nobody else can open.
+const KEY_CHECK: &str = "key_check";
+const KEY_CHECK_PLAIN: &str = "cluecdc key check";
+
+async fn seal_key_check(pool: &Pool, keyring: &Keyring) -> anyhow::Result<()> {
+    let sealed = keyring.encrypt("instance", KEY_CHECK, KEY_CHECK_PLAIN)?;
+    db::query("INSERT INTO instance_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind(KEY_CHECK)
+        .bind(sealed)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Refuses to go on when `keyring` cannot open what this database holds: the key check, or
+/// (on a database from before the check) any stored secret. Writes the check when missing.
+/// Every `serve`, `worker` and CLI command runs it after opening the database.
+pub async fn verify_key(pool: &Pool, keyring: &Keyring) -> anyhow::Result<()> {
+    let check: Option<String> = db::query_scalar("SELECT value FROM instance_meta WHERE key = $1")
+        .bind(KEY_CHECK)
+        .fetch_optional(pool)
+        .await?;
+    let probe = match &check {
+        Some(envelope) => Some(("instance".to_string(), KEY_CHECK.to_string(), envelope.clone())),
+        None => db::query_as::<(String, String, String)>(
+            "SELECT secret_ref, field, envelope FROM secret_values ORDER BY secret_ref, field LIMIT 1",
+        )
+        .fetch_optional(pool)
+        .await?,
+    };
+    if let Some((secret_ref, field, envelope)) = probe {
+        if keyring.decrypt(&secret_ref, &field, &envelope).is_err() {
+            anyhow::bail!(
+                "the master key given to this process (fingerprint {}) cannot open the secrets in this database, sealed with key {}: every ClueCDC process on one database needs the same master key (CLUECDC_MASTER_KEY or --master-key-file); copy it from a running replica",
+                keyring.active().fingerprint(),
+                Keyring::envelope_key(&envelope).unwrap_or("of unknown format")
+            );
+        }
+    }
+    if check.is_none() {
+        // Two replicas starting together may both write it: both wrote with the same key.
+        db::query(
+            "INSERT INTO instance_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(KEY_CHECK)
+        .bind(keyring.encrypt("instance", KEY_CHECK, KEY_CHECK_PLAIN)?)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@
 //! on) was seen increasing after the topic last moved, and the topic has not moved since.
 //! A quiet table (no source change) never stalls; a source without counters is never judged.
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -495,7 +496,7 @@ fn rfc3339(ms: i64) -> Option<String> {
 
 async fn window_secs(pool: &Pool) -> sqlx::Result<f64> {
     Ok(
-        sqlx::query_scalar("SELECT threshold FROM alert_rules WHERE kind = ?")
+        db::query_scalar("SELECT threshold FROM alert_rules WHERE kind = $1")
             .bind(RULE)
             .fetch_optional(pool)
             .await?
@@ -504,8 +505,8 @@ async fn window_secs(pool: &Pool) -> sqlx::Result<f64> {
 }
 
 async fn load_stored(pool: &Pool, pipeline_id: &str) -> sqlx::Result<HashMap<String, Stored>> {
-    let rows: Vec<Stored> = sqlx::query_as(
-        "SELECT table_name, end_offset, changed_at, first_seen_at, source_changes, source_checked_at, source_changed_at, pending_since, confirmed_at, no_counter, cause, cause_at FROM table_freshness WHERE pipeline_id = ?",
+    let rows: Vec<Stored> = db::query_as(
+        "SELECT table_name, end_offset, changed_at, first_seen_at, source_changes, source_checked_at, source_changed_at, pending_since, confirmed_at, no_counter, cause, cause_at FROM table_freshness WHERE pipeline_id = $1",
     )
     .bind(pipeline_id)
     .fetch_all(pool)
@@ -616,8 +617,8 @@ pub async fn delivery_tables(
 ) -> sqlx::Result<Vec<DeliveryTable>> {
     let now = crate::reconcile::lease::now_ms();
     // Every mark of the pipeline in one read (at most ~100 per table), oldest first.
-    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT table_name, end_offset, seen_at FROM table_end_marks WHERE pipeline_id = ? ORDER BY table_name, seen_at",
+    let rows: Vec<(String, i64, i64)> = db::query_as(
+        "SELECT table_name, end_offset, seen_at FROM table_end_marks WHERE pipeline_id = $1 ORDER BY table_name, seen_at",
     )
     .bind(&pipeline.id)
     .fetch_all(pool)
@@ -784,9 +785,9 @@ async fn read_publication(
 }
 
 async fn save(tx: &mut crate::db::Tx<'_>, pipeline_id: &str, s: &Stored) -> sqlx::Result<()> {
-    sqlx::query(
+    db::query(
         "INSERT INTO table_freshness (pipeline_id, table_name, end_offset, changed_at, first_seen_at, source_changes, source_checked_at, source_changed_at, pending_since, confirmed_at, no_counter, cause, cause_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (pipeline_id, table_name) DO UPDATE SET end_offset = excluded.end_offset, changed_at = excluded.changed_at, source_changes = excluded.source_changes, source_checked_at = excluded.source_checked_at, source_changed_at = excluded.source_changed_at, pending_since = excluded.pending_since, confirmed_at = excluded.confirmed_at, no_counter = excluded.no_counter, cause = excluded.cause, cause_at = excluded.cause_at",
     )
     .bind(pipeline_id)
@@ -838,7 +839,7 @@ pub(crate) async fn observe(
         .await
         .map_err(|e| anyhow::anyhow!(e.to_string()))?;
     // What a deleted pipeline or a removed table left (deleted pipelines cascade already).
-    sqlx::query("DELETE FROM table_freshness WHERE pipeline_id NOT IN (SELECT id FROM pipelines)")
+    db::query("DELETE FROM table_freshness WHERE pipeline_id NOT IN (SELECT id FROM pipelines)")
         .execute(pool)
         .await?;
     // One counter query per source, over the tables of all its pipelines.
@@ -865,15 +866,15 @@ pub(crate) async fn observe(
         for t in &p.tables {
             out.present.push(format!("{}/{t}", p.name));
         }
-        let placeholders = vec!["?"; p.tables.len()].join(", ");
-        let q = format!("DELETE FROM table_freshness WHERE pipeline_id = ? AND table_name NOT IN ({placeholders})");
-        let mut gone = sqlx::query(&q).bind(&p.id);
+        let placeholders = db::placeholders(2, p.tables.len());
+        let q = format!("DELETE FROM table_freshness WHERE pipeline_id = $1 AND table_name NOT IN ({placeholders})");
+        let mut gone = db::query(&q).bind(&p.id);
         for t in &p.tables {
             gone = gone.bind(t);
         }
         gone.execute(pool).await?;
-        let q = format!("DELETE FROM table_end_marks WHERE pipeline_id = ? AND table_name NOT IN ({placeholders})");
-        let mut gone = sqlx::query(&q).bind(&p.id);
+        let q = format!("DELETE FROM table_end_marks WHERE pipeline_id = $1 AND table_name NOT IN ({placeholders})");
+        let mut gone = db::query(&q).bind(&p.id);
         for t in &p.tables {
             gone = gone.bind(t);
         }
@@ -992,7 +993,7 @@ pub(crate) async fn observe(
         for (s, marked) in &next {
             save(&mut tx, &p.id, s).await?;
             if *marked {
-                sqlx::query("INSERT OR REPLACE INTO table_end_marks (pipeline_id, table_name, end_offset, seen_at) VALUES (?, ?, ?, ?)")
+                db::query("INSERT INTO table_end_marks (pipeline_id, table_name, end_offset, seen_at) VALUES ($1, $2, $3, $4) ON CONFLICT (pipeline_id, table_name, seen_at) DO UPDATE SET end_offset = excluded.end_offset")
                     .bind(&p.id)
                     .bind(&s.table_name)
                     .bind(s.end_offset)
@@ -1038,15 +1039,15 @@ pub(crate) async fn observe(
     }
     // Thin the marks of the tables that have more than their share (rarely: one table at a
     // time passes the bound by one mark per cycle at most).
-    let over: Vec<(String, String)> = sqlx::query_as(
-        "SELECT pipeline_id, table_name FROM table_end_marks GROUP BY pipeline_id, table_name HAVING COUNT(*) > ?",
+    let over: Vec<(String, String)> = db::query_as(
+        "SELECT pipeline_id, table_name FROM table_end_marks GROUP BY pipeline_id, table_name HAVING COUNT(*) > $1",
     )
     .bind(MARKS_MAX + 8)
     .fetch_all(pool)
     .await?;
     for (pipeline_id, table) in over {
-        let at: Vec<i64> = sqlx::query_scalar(
-            "SELECT seen_at FROM table_end_marks WHERE pipeline_id = ? AND table_name = ? ORDER BY seen_at",
+        let at: Vec<i64> = db::query_scalar(
+            "SELECT seen_at FROM table_end_marks WHERE pipeline_id = $1 AND table_name = $2 ORDER BY seen_at",
         )
         .bind(&pipeline_id)
         .bind(&table)
@@ -1054,7 +1055,7 @@ pub(crate) async fn observe(
         .await?;
         let mut tx = pool.begin().await?;
         for seen_at in marks_to_drop(&at, MARKS_MAX as usize) {
-            sqlx::query("DELETE FROM table_end_marks WHERE pipeline_id = ? AND table_name = ? AND seen_at = ?")
+            db::query("DELETE FROM table_end_marks WHERE pipeline_id = $1 AND table_name = $2 AND seen_at = $3")
                 .bind(&pipeline_id)
                 .bind(&table)
                 .bind(seen_at)

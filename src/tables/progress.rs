@@ -38,6 +38,7 @@
 //! `pg_class.reltuples`, MySQL/MariaDB `information_schema.tables.table_rows`), asked once per
 //! snapshot with one bounded query per source.
 
+use crate::db;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -676,6 +677,7 @@ struct RunRow {
     correlation_id: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
+    #[sqlx(try_from = "crate::db::Flag")]
     estimated: bool,
 }
 
@@ -701,14 +703,14 @@ struct TableRow {
 
 /// The pipeline's newest snapshots, oldest first.
 async fn load_runs(pool: &Pool, pipeline_id: &str, limit: i64) -> sqlx::Result<Vec<Run>> {
-    let rows: Vec<RunRow> = sqlx::query_as("SELECT id, kind, state, correlation_id, started_at, finished_at, estimated FROM snapshot_runs WHERE pipeline_id = ? ORDER BY id DESC LIMIT ?")
+    let rows: Vec<RunRow> = db::query_as("SELECT id, kind, state, correlation_id, started_at, finished_at, estimated FROM snapshot_runs WHERE pipeline_id = $1 ORDER BY id DESC LIMIT $2")
         .bind(pipeline_id)
         .bind(limit)
         .fetch_all(pool)
         .await?;
     let mut out = Vec::new();
     for r in rows.into_iter().rev() {
-        let tables: Vec<TableRow> = sqlx::query_as("SELECT table_name, position, state, started_at, started_ms, baseline, finished_at, rows_scanned, rows_expected, status, sample_rows, sample_ms, prev_rows, prev_ms, moved_rows, moved_ms FROM snapshot_tables WHERE run_id = ? ORDER BY position")
+        let tables: Vec<TableRow> = db::query_as("SELECT table_name, position, state, started_at, started_ms, baseline, finished_at, rows_scanned, rows_expected, status, sample_rows, sample_ms, prev_rows, prev_ms, moved_rows, moved_ms FROM snapshot_tables WHERE run_id = $1 ORDER BY position")
             .bind(r.id)
             .fetch_all(pool)
             .await?;
@@ -752,35 +754,35 @@ async fn save_run(pool: &Pool, pipeline_id: &str, r: &mut Run) -> sqlx::Result<(
     let mut tx = pool.begin().await?;
     let id = match r.id {
         Some(id) => {
-            sqlx::query("UPDATE snapshot_runs SET state = ?, correlation_id = ?, started_at = ?, finished_at = ?, estimated = ? WHERE id = ?")
+            db::query("UPDATE snapshot_runs SET state = $1, correlation_id = $2, started_at = $3, finished_at = $4, estimated = $5 WHERE id = $6")
                 .bind(&r.state)
                 .bind(&r.correlation_id)
                 .bind(&r.started_at)
                 .bind(&r.finished_at)
-                .bind(r.estimated)
+                .bind(i64::from(r.estimated))
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
             id
         }
-        None => sqlx::query_scalar("INSERT INTO snapshot_runs (pipeline_id, kind, state, correlation_id, started_at, finished_at, estimated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id")
+        None => db::query_scalar("INSERT INTO snapshot_runs (pipeline_id, kind, state, correlation_id, started_at, finished_at, estimated, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id")
             .bind(pipeline_id)
             .bind(&r.kind)
             .bind(&r.state)
             .bind(&r.correlation_id)
             .bind(&r.started_at)
             .bind(&r.finished_at)
-            .bind(r.estimated)
+            .bind(i64::from(r.estimated))
             .bind(crate::time::now())
             .fetch_one(&mut *tx)
             .await?,
     };
-    sqlx::query("DELETE FROM snapshot_tables WHERE run_id = ?")
+    db::query("DELETE FROM snapshot_tables WHERE run_id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
     for t in &r.tables {
-        sqlx::query("INSERT INTO snapshot_tables (run_id, table_name, position, state, started_at, started_ms, baseline, finished_at, rows_scanned, rows_expected, status, sample_rows, sample_ms, prev_rows, prev_ms, moved_rows, moved_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        db::query("INSERT INTO snapshot_tables (run_id, table_name, position, state, started_at, started_ms, baseline, finished_at, rows_scanned, rows_expected, status, sample_rows, sample_ms, prev_rows, prev_ms, moved_rows, moved_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)")
             .bind(id)
             .bind(&t.name)
             .bind(t.position)
@@ -817,11 +819,19 @@ pub async fn requested(
     signal_id: &str,
     tables: &[String],
 ) -> sqlx::Result<()> {
-    let channels: Option<String> = sqlx::query_scalar("SELECT json_extract(c.config, '$.\"notification.enabled.channels\"') FROM connectors c JOIN pipelines p ON p.connector_id = c.id WHERE p.id = ?")
-        .bind(pipeline_id)
-        .fetch_optional(pool)
-        .await?
-        .flatten();
+    let config: Option<String> = db::query_scalar(
+        "SELECT c.config FROM connectors c JOIN pipelines p ON p.connector_id = c.id WHERE p.id = $1",
+    )
+    .bind(pipeline_id)
+    .fetch_optional(pool)
+    .await?;
+    let channels = config
+        .and_then(|c| serde_json::from_str::<serde_json::Value>(&c).ok())
+        .and_then(|c| {
+            c["notification.enabled.channels"]
+                .as_str()
+                .map(str::to_string)
+        });
     if !channels.is_some_and(|c| c.split(',').any(|c| c.trim() == "sink")) {
         return Ok(());
     }
@@ -954,8 +964,8 @@ async fn ingest(
     ends: Option<&HashMap<i32, i64>>,
 ) -> anyhow::Result<()> {
     let topic = notification_topic(&p.topic_prefix);
-    let stored: Option<String> = sqlx::query_scalar(
-        "SELECT offsets FROM snapshot_notification_offsets WHERE pipeline_id = ?",
+    let stored: Option<String> = db::query_scalar(
+        "SELECT offsets FROM snapshot_notification_offsets WHERE pipeline_id = $1",
     )
     .bind(&p.id)
     .fetch_optional(pool)
@@ -1036,14 +1046,14 @@ async fn ingest(
         save_run(pool, &p.id, r).await?;
     }
     if read.next != from {
-        sqlx::query("INSERT INTO snapshot_notification_offsets (pipeline_id, offsets, read_at) VALUES (?, ?, ?) ON CONFLICT (pipeline_id) DO UPDATE SET offsets = excluded.offsets, read_at = excluded.read_at")
+        db::query("INSERT INTO snapshot_notification_offsets (pipeline_id, offsets, read_at) VALUES ($1, $2, $3) ON CONFLICT (pipeline_id) DO UPDATE SET offsets = excluded.offsets, read_at = excluded.read_at")
             .bind(&p.id)
             .bind(serde_json::to_string(&read.next)?)
             .bind(crate::time::now())
             .execute(pool)
             .await?;
     }
-    sqlx::query("DELETE FROM snapshot_runs WHERE pipeline_id = ? AND id NOT IN (SELECT id FROM snapshot_runs WHERE pipeline_id = ? ORDER BY id DESC LIMIT ?)")
+    db::query("DELETE FROM snapshot_runs WHERE pipeline_id = $1 AND id NOT IN (SELECT id FROM snapshot_runs WHERE pipeline_id = $2 ORDER BY id DESC LIMIT $3)")
         .bind(&p.id)
         .bind(&p.id)
         .bind(KEEP_RUNS)

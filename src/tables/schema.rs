@@ -19,6 +19,7 @@
 pub mod classify;
 pub mod verdict;
 
+use crate::db;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -140,8 +141,8 @@ async fn newest(
     owner: &str,
     table: &str,
 ) -> Result<Option<(i64, Option<TableDef>)>> {
-    let row: Option<(i64, String)> = sqlx::query_as(
-        "SELECT version, definition FROM schema_versions WHERE side = ? AND owner_id = ? AND table_name = ? ORDER BY version DESC LIMIT 1",
+    let row: Option<(i64, String)> = db::query_as(
+        "SELECT version, definition FROM schema_versions WHERE side = $1 AND owner_id = $2 AND table_name = $3 ORDER BY version DESC LIMIT 1",
     )
     .bind(side)
     .bind(owner)
@@ -157,8 +158,8 @@ async fn at_version(
     table: &str,
     version: i64,
 ) -> Result<Option<TableDef>> {
-    let d: Option<String> = sqlx::query_scalar(
-        "SELECT definition FROM schema_versions WHERE side = 'source' AND owner_id = ? AND table_name = ? AND version = ?",
+    let d: Option<String> = db::query_scalar(
+        "SELECT definition FROM schema_versions WHERE side = 'source' AND owner_id = $1 AND table_name = $2 AND version = $3",
     )
     .bind(owner)
     .bind(table)
@@ -185,7 +186,7 @@ async fn keep(
         None if def.is_none() => return Ok(None),
         None => 1,
     };
-    sqlx::query("INSERT OR IGNORE INTO schema_versions (side, owner_id, table_name, version, definition, first_seen) VALUES (?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO schema_versions (side, owner_id, table_name, version, definition, first_seen) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING")
         .bind(side)
         .bind(owner)
         .bind(table)
@@ -362,8 +363,8 @@ async fn judge_delivery(
         let Some((current, def)) = newest(pool, "source", &p.id, t).await? else {
             continue;
         };
-        let baseline: Option<i64> = sqlx::query_scalar(
-            "SELECT version FROM schema_baselines WHERE delivery_id = ? AND table_name = ?",
+        let baseline: Option<i64> = db::query_scalar(
+            "SELECT version FROM schema_baselines WHERE delivery_id = $1 AND table_name = $2",
         )
         .bind(&d.id)
         .bind(t)
@@ -375,8 +376,8 @@ async fn judge_delivery(
         let baseline = match baseline {
             Some(b) => b,
             None => {
-                let b: Option<i64> = sqlx::query_scalar(
-                    "SELECT COALESCE(MAX(CASE WHEN first_seen <= ? THEN version END), MIN(version)) FROM schema_versions WHERE side = 'source' AND owner_id = ? AND table_name = ?",
+                let b: Option<i64> = db::query_scalar(
+                    "SELECT COALESCE(MAX(CASE WHEN first_seen <= $1 THEN version END), MIN(version)) FROM schema_versions WHERE side = 'source' AND owner_id = $2 AND table_name = $3",
                 )
                 .bind(&d.created_at)
                 .bind(&p.id)
@@ -391,8 +392,8 @@ async fn judge_delivery(
         if baseline == current {
             continue;
         }
-        let already: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM schema_verdicts WHERE delivery_id = ? AND table_name = ? AND to_version = ?",
+        let already: i64 = db::query_scalar(
+            "SELECT COUNT(*) FROM schema_verdicts WHERE delivery_id = $1 AND table_name = $2 AND to_version = $3",
         )
         .bind(&d.id)
         .bind(t)
@@ -432,7 +433,7 @@ async fn judge_delivery(
 }
 
 async fn set_baseline(pool: &Pool, delivery: &str, table: &str, version: i64) -> Result<()> {
-    sqlx::query("INSERT INTO schema_baselines (delivery_id, table_name, version) VALUES (?, ?, ?) ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version")
+    db::query("INSERT INTO schema_baselines (delivery_id, table_name, version) VALUES ($1, $2, $3) ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version")
         .bind(delivery)
         .bind(table)
         .bind(version)
@@ -460,22 +461,22 @@ async fn record_verdict(
     let described: Vec<String> = changes.iter().map(Change::describe).collect();
     let mut tx = pool.begin().await?;
     // A later change of a table the guard paused the delivery for keeps saying so.
-    let paused_before: bool = sqlx::query_scalar(
-        "SELECT COALESCE(MAX(paused), 0) FROM schema_verdicts WHERE delivery_id = ? AND table_name = ? AND state = 'open'",
+    let db::Flag(paused_before) = db::query_scalar(
+        "SELECT COALESCE(MAX(paused), 0) FROM schema_verdicts WHERE delivery_id = $1 AND table_name = $2 AND state = 'open'",
     )
     .bind(&d.id)
     .bind(table)
     .fetch_one(&mut *tx)
     .await?;
     if breaking {
-        sqlx::query("UPDATE schema_verdicts SET state = 'superseded' WHERE delivery_id = ? AND table_name = ? AND state = 'open'")
+        db::query("UPDATE schema_verdicts SET state = 'superseded' WHERE delivery_id = $1 AND table_name = $2 AND state = 'open'")
             .bind(&d.id)
             .bind(table)
             .execute(&mut *tx)
             .await?;
     }
     let paused = if breaking && policy == "pause" {
-        sqlx::query("UPDATE connectors SET desired_state = 'paused', generation = generation + 1, updated_at = ? WHERE id = ? AND desired_state = 'running'")
+        db::query("UPDATE connectors SET desired_state = 'paused', generation = generation + 1, updated_at = $1 WHERE id = $2 AND desired_state = 'running'")
             .bind(now)
             .bind(&d.connector_id)
             .execute(&mut *tx)
@@ -485,7 +486,7 @@ async fn record_verdict(
     } else {
         false
     };
-    sqlx::query("INSERT INTO schema_verdicts (delivery_id, table_name, from_version, to_version, severity, changes, says, state, paused, seen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO schema_verdicts (delivery_id, table_name, from_version, to_version, severity, changes, says, state, paused, seen_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
         .bind(&d.id)
         .bind(table)
         .bind(from)
@@ -494,12 +495,12 @@ async fn record_verdict(
         .bind(json!(described).to_string())
         .bind(json!(v.says).to_string())
         .bind(if breaking { "open" } else { "accepted" })
-        .bind(paused || (breaking && paused_before))
+        .bind(i64::from(paused || (breaking && paused_before)))
         .bind(now)
         .execute(&mut *tx)
         .await?;
     if !breaking {
-        sqlx::query("INSERT INTO schema_baselines (delivery_id, table_name, version) VALUES (?, ?, ?) ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version")
+        db::query("INSERT INTO schema_baselines (delivery_id, table_name, version) VALUES ($1, $2, $3) ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version")
             .bind(&d.id)
             .bind(table)
             .bind(to)
@@ -534,16 +535,16 @@ async fn record_verdict(
 /// become its baseline and its open verdicts are accepted.
 pub async fn accept(pool: &Pool, delivery_id: &str) -> Result<u64> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    db::query(
         "INSERT INTO schema_baselines (delivery_id, table_name, version)
-         SELECT delivery_id, table_name, MAX(to_version) FROM schema_verdicts WHERE delivery_id = ? AND state = 'open' GROUP BY table_name
+         SELECT delivery_id, table_name, MAX(to_version) FROM schema_verdicts WHERE delivery_id = $1 AND state = 'open' GROUP BY delivery_id, table_name
          ON CONFLICT (delivery_id, table_name) DO UPDATE SET version = excluded.version",
     )
     .bind(delivery_id)
     .execute(&mut *tx)
     .await?;
-    let n = sqlx::query(
-        "UPDATE schema_verdicts SET state = 'accepted' WHERE delivery_id = ? AND state = 'open'",
+    let n = db::query(
+        "UPDATE schema_verdicts SET state = 'accepted' WHERE delivery_id = $1 AND state = 'open'",
     )
     .bind(delivery_id)
     .execute(&mut *tx)
@@ -565,6 +566,7 @@ struct VerdictRow {
     changes: String,
     says: String,
     state: String,
+    #[sqlx(try_from = "crate::db::Flag")]
     paused: bool,
     seen_at: String,
 }
@@ -616,8 +618,8 @@ fn verdict_of(r: VerdictRow, delivery: &str) -> DeliveryVerdict {
 const VERDICTS: &str = "SELECT delivery_id, table_name, from_version, to_version, severity, changes, says, state, paused, seen_at FROM schema_verdicts";
 
 async fn open_breaking(pool: &Pool, delivery_id: &str) -> Result<Vec<DeliveryVerdict>> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
-        "{VERDICTS} WHERE delivery_id = ? AND state = 'open' ORDER BY seen_at DESC, to_version DESC"
+    let rows: Vec<VerdictRow> = db::query_as(&format!(
+        "{VERDICTS} WHERE delivery_id = $1 AND state = 'open' ORDER BY seen_at DESC, to_version DESC"
     ))
     .bind(delivery_id)
     .fetch_all(pool)
@@ -648,8 +650,8 @@ pub async fn failure_cause(
     let Some(trace) = trace else {
         return Ok(None);
     };
-    let recent: Vec<VerdictRow> = sqlx::query_as(&format!(
-        "{VERDICTS} WHERE delivery_id = ? ORDER BY seen_at DESC LIMIT 5"
+    let recent: Vec<VerdictRow> = db::query_as(&format!(
+        "{VERDICTS} WHERE delivery_id = $1 ORDER BY seen_at DESC LIMIT 5"
     ))
     .bind(delivery_id)
     .fetch_all(pool)
@@ -727,8 +729,8 @@ pub struct PipelineSchema {
 }
 
 async fn versions(pool: &Pool, side: &str, owner: &str, table: &str) -> Result<Vec<Version>> {
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT version, first_seen, definition FROM schema_versions WHERE side = ? AND owner_id = ? AND table_name = ? ORDER BY version",
+    let rows: Vec<(i64, String, String)> = db::query_as(
+        "SELECT version, first_seen, definition FROM schema_versions WHERE side = $1 AND owner_id = $2 AND table_name = $3 ORDER BY version",
     )
     .bind(side)
     .bind(owner)
@@ -771,8 +773,8 @@ pub async fn pipeline_schema(pool: &Pool, who: &Principal, id: &str) -> Result<P
                 continue;
             }
             taking.push(d.name.clone());
-            let row: Option<VerdictRow> = sqlx::query_as(&format!(
-                "{VERDICTS} WHERE delivery_id = ? AND table_name = ? ORDER BY to_version DESC, seen_at DESC LIMIT 1"
+            let row: Option<VerdictRow> = db::query_as(&format!(
+                "{VERDICTS} WHERE delivery_id = $1 AND table_name = $2 ORDER BY to_version DESC, seen_at DESC LIMIT 1"
             ))
             .bind(&d.id)
             .bind(t)
@@ -819,8 +821,8 @@ pub async fn delivery_schema(
     pool: &Pool,
     d: &crate::deliveries::Delivery,
 ) -> Result<DeliverySchema> {
-    let rows: Vec<VerdictRow> = sqlx::query_as(&format!(
-        "{VERDICTS} WHERE delivery_id = ? ORDER BY seen_at DESC, to_version DESC LIMIT 20"
+    let rows: Vec<VerdictRow> = db::query_as(&format!(
+        "{VERDICTS} WHERE delivery_id = $1 ORDER BY seen_at DESC, to_version DESC LIMIT 20"
     ))
     .bind(&d.id)
     .fetch_all(pool)

@@ -1,5 +1,6 @@
 //! Alert channels: the pages under `/alerts/channels` and `/api/v1/alert-channels`.
 
+use crate::db;
 use std::collections::BTreeMap;
 
 use askama::Template;
@@ -263,7 +264,7 @@ async fn form_page(
     v: FormValues,
     errors: FieldErrors,
 ) -> Result<FormPage, Error> {
-    let rules = sqlx::query_scalar("SELECT kind FROM alert_rules ORDER BY kind")
+    let rules = db::query_scalar("SELECT kind FROM alert_rules ORDER BY kind")
         .fetch_all(&state.pool)
         .await?;
     let log = match &channel {

@@ -297,7 +297,7 @@ async fn system_status_of(state: &AppState) -> SystemStatus {
         .inner
         .snapshots
         .recent("database-ok", || async {
-            Ok(sqlx::query_scalar::<_, i64>("SELECT 1")
+            Ok(crate::db::query_scalar::<i64>("SELECT 1")
                 .fetch_one(&state.pool)
                 .await?)
         })

@@ -654,21 +654,19 @@ async fn each_change_writes_one_audit_row_and_a_refused_change_writes_none() {
 async fn the_audit_table_refuses_updates_and_deletes() {
     let app = spawn_app();
     create_user(&app, "ada", "admin");
-    let db = app.data_dir().join("cluecdc.db");
-    let url = format!("sqlite://{}", db.display());
-    use sqlx::Connection;
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let pool = crate::helpers::store(&app.data_dir()).await;
+    let mut conn = pool.acquire().await.unwrap();
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_log")
-        .fetch_one(&mut conn)
+        .fetch_one(&mut *conn)
         .await
         .unwrap();
     assert!(n >= 1);
     assert!(sqlx::query("UPDATE audit_log SET actor = 'eve'")
-        .execute(&mut conn)
+        .execute(&mut *conn)
         .await
         .is_err());
     assert!(sqlx::query("DELETE FROM audit_log")
-        .execute(&mut conn)
+        .execute(&mut *conn)
         .await
         .is_err());
 }

@@ -728,12 +728,7 @@ async fn patch_merges_settings_keeps_the_secret_ref_and_delete_removes_everythin
     let (status, _) = api.delete(&format!("/api/v1/connections/{id}")).await;
     assert_eq!(status, 204);
     assert_eq!(api.get(&format!("/api/v1/connections/{id}")).await.0, 404);
-    let db = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        api.app.data_dir().join("cluecdc.db").display()
-    ))
-    .await
-    .unwrap();
+    let db = crate::helpers::store(&api.app.data_dir()).await;
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secret_values")
         .fetch_one(&db)
         .await
@@ -751,14 +746,17 @@ async fn a_stored_require_connection_loads_with_a_warning_and_must_choose_a_veri
     let c = api.connection(json!({"name": "legacy", "provider": "POSTGRESQL", "capabilities": ["SOURCE", "DESTINATION"],
         "settings": {"host": "db.internal", "database": "d", "user": "u", "tls_mode": "disable"}, "secrets": {"password": "p"}})).await;
     let id = c["id"].as_str().unwrap();
-    let db = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        api.app.data_dir().join("cluecdc.db").display()
-    ))
-    .await
-    .unwrap();
+    let db = crate::helpers::store(&api.app.data_dir()).await;
     // What a row written before the rule looks like.
-    sqlx::query("UPDATE connections SET settings = json_set(settings, '$.tls_mode', 'require') WHERE id = ?")
+    let settings: String = sqlx::query_scalar("SELECT settings FROM connections WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let mut settings: Value = serde_json::from_str(&settings).unwrap();
+    settings["tls_mode"] = json!("require");
+    sqlx::query("UPDATE connections SET settings = $1 WHERE id = $2")
+        .bind(settings.to_string())
         .bind(id)
         .execute(&db)
         .await
@@ -898,13 +896,8 @@ async fn null_settings_and_secrets_from_a_generated_client_are_not_given() {
     assert_eq!(status, 201, "{c}");
     let id = c["id"].as_str().unwrap();
     assert_eq!(c["secret_fields_set"], json!(["password"]), "{c}");
-    let db = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        api.app.data_dir().join("cluecdc.db").display()
-    ))
-    .await
-    .unwrap();
-    let stored: String = sqlx::query_scalar("SELECT settings FROM connections WHERE id = ?")
+    let db = crate::helpers::store(&api.app.data_dir()).await;
+    let stored: String = sqlx::query_scalar("SELECT settings FROM connections WHERE id = $1")
         .bind(id)
         .fetch_one(&db)
         .await

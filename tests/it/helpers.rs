@@ -23,6 +23,15 @@ impl TestApp {
         self.data.clone()
     }
 
+    /// The environment that points a `cluecdc` command at this instance's store.
+    pub fn store_vars(&self) -> Vec<(String, String)> {
+        let mut cmd = Command::new("true");
+        store_env(&mut cmd, &self.data);
+        cmd.get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect()
+    }
+
     pub fn client(&self) -> reqwest::Client {
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -63,6 +72,149 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cluecdc"))
 }
 
+// ---- the metadata store under test -----------------------------------------------------------
+//
+// `CLUECDC_TEST_STORE=postgres` runs the suite with every instance on PostgreSQL metadata (the
+// stack's server, one database per data directory, so that a `serve` restarted or a `worker`
+// beside it on the same data directory shares it); unset, on the embedded SQLite default.
+
+/// True when this run puts metadata on PostgreSQL.
+pub fn on_postgres() -> bool {
+    std::env::var("CLUECDC_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// Keeps `data` on the embedded SQLite store whatever the run's engine: for tests of the
+/// embedded file itself (backup and restore, a copy of the binary alone, the source side of
+/// `migrate-store`).
+pub fn pin_sqlite(data: &Path) {
+    std::fs::create_dir_all(data).unwrap();
+    std::fs::write(data.join(".sqlite-only"), "").unwrap();
+}
+
+/// The PostgreSQL database of a data directory (created on first use), or None on SQLite.
+fn store_database(data: &Path) -> Option<String> {
+    if !on_postgres() || data.join(".sqlite-only").exists() {
+        return None;
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::path::absolute(data).unwrap().hash(&mut h);
+    let name = format!("cluecdc_t_{:016x}", h.finish());
+    let s = stack();
+    let pw = var("PG_SUPERUSER_PASSWORD");
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            &s.pg_host,
+            "-p",
+            &s.pg_port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-tAc",
+        ])
+        .arg(format!(
+            "SELECT 1 FROM pg_database WHERE datname = '{name}'"
+        ))
+        .env("PGPASSWORD", &pw)
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&out.stdout).trim() != "1" {
+        let out = Command::new("psql")
+            .args([
+                "-h",
+                &s.pg_host,
+                "-p",
+                &s.pg_port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+            ])
+            .arg(format!("CREATE DATABASE {name}"))
+            .env("PGPASSWORD", &pw)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || err.contains("already exists"),
+            "CREATE DATABASE {name}: {err}"
+        );
+    }
+    Some(name)
+}
+
+/// Points a `cluecdc` command at the store of `data` (no change on SQLite). The password goes
+/// by environment, as the README tells operators.
+pub fn store_env(cmd: &mut Command, data: &Path) {
+    if let Some(name) = store_database(data) {
+        let s = stack();
+        cmd.env(
+            "CLUECDC_DATABASE_URL",
+            format!("postgres://postgres@{}:{}/{name}", s.pg_host, s.pg_port),
+        )
+        .env("CLUECDC_DATABASE_PASSWORD", var("PG_SUPERUSER_PASSWORD"));
+    }
+}
+
+/// Creates (or empties) a PostgreSQL database on the stack's server: `postgres://` URL
+/// without the password (`CLUECDC_DATABASE_PASSWORD` carries it) and the password.
+pub fn fresh_postgres_database(name: &str) -> (String, String) {
+    let s = stack();
+    let pw = var("PG_SUPERUSER_PASSWORD");
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        let out = Command::new("psql")
+            .args([
+                "-h",
+                &s.pg_host,
+                "-p",
+                &s.pg_port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &sql,
+            ])
+            .env("PGPASSWORD", &pw)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (
+        format!("postgres://postgres@{}:{}/{name}", s.pg_host, s.pg_port),
+        pw,
+    )
+}
+
+/// A pool on the store of `data`, for tests that look at rows directly (SQL with `$N`
+/// placeholders, which both engines read).
+pub async fn store(data: &Path) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    let url = match store_database(data) {
+        Some(name) => {
+            let s = stack();
+            format!(
+                "postgres://postgres:{}@{}:{}/{name}",
+                var("PG_SUPERUSER_PASSWORD"),
+                s.pg_host,
+                s.pg_port
+            )
+        }
+        None => format!("sqlite://{}", data.join("cluecdc.db").display()),
+    };
+    sqlx::AnyPool::connect(&url).await.unwrap()
+}
+
 /// Starts the binary from `exe` in an empty working directory on 127.0.0.1:0 and waits for the
 /// URL it prints. Logs go to a file in the temp dir, so a failing test can show them.
 pub fn spawn_app_from(exe: &Path, dir: tempfile::TempDir, extra_env: &[(&str, &str)]) -> TestApp {
@@ -95,8 +247,9 @@ pub fn spawn_app_on(
         .env("CLUECDC_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));
+    store_env(&mut cmd, data);
     // An empty value removes the variable (a test that needs a setting of the stack's
-    // environment absent).
+    // environment absent, or the embedded store: `("CLUECDC_DATABASE_URL", "")`).
     for (k, v) in extra_env {
         if v.is_empty() {
             cmd.env_remove(k);
@@ -272,6 +425,7 @@ pub fn create_user(app: &TestApp, name: &str, role: &str) {
             "--data-dir",
         ])
         .arg(app.data_dir())
+        .envs(app.store_vars())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -296,6 +450,7 @@ pub fn create_token(app: &TestApp, user: &str, extra: &[&str]) -> String {
     let out = Command::new(binary())
         .args(["token", "create", "--user", user, "--data-dir"])
         .arg(app.data_dir())
+        .envs(app.store_vars())
         .args(extra)
         .output()
         .unwrap();
@@ -1249,6 +1404,7 @@ pub async fn cli(data: &Path, args: &[&str], env: &[(String, String)]) -> (bool,
         .arg(data)
         .env_remove("CLUECDC_DATA_DIR")
         .env("CLUECDC_LOG", "warn");
+    store_env(&mut cmd, data);
     for (k, v) in env {
         cmd.env(k, v);
     }

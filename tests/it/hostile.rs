@@ -1684,13 +1684,8 @@ async fn a_kafka_cluster_re_pointed_at_a_sasl_plain_listener_without_its_passwor
         .await;
     assert_eq!(status, 201, "{legacy}");
     let legacy_id = legacy["id"].as_str().unwrap();
-    let db = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        api.app.data_dir().join("cluecdc.db").display()
-    ))
-    .await
-    .unwrap();
-    sqlx::query("UPDATE kafka_clusters SET sasl_mechanism = 'PLAIN' WHERE id = ?")
+    let db = crate::helpers::store(&api.app.data_dir()).await;
+    sqlx::query("UPDATE kafka_clusters SET sasl_mechanism = 'PLAIN' WHERE id = $1")
         .bind(legacy_id)
         .execute(&db)
         .await

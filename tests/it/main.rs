@@ -26,6 +26,7 @@ mod reconciler;
 mod replications;
 mod secrets;
 mod stack_smoke;
+mod store;
 mod tables_freshness;
 mod tables_progress;
 mod tables_schema;

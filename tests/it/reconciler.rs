@@ -356,19 +356,14 @@ async fn with_connect_stopped_clue_cdc_keeps_serving_shows_stale_status_backs_of
             .await;
         assert_eq!(status, 200);
         tokio::time::sleep(Duration::from_secs(6)).await;
-        let db = sqlx::SqlitePool::connect(&format!(
-            "sqlite://{}",
-            api.app.data_dir().join("cluecdc.db").display()
-        ))
-        .await
-        .unwrap();
+        let db = crate::helpers::store(&api.app.data_dir()).await;
         let (failures, error): (i64, Option<String>) =
             sqlx::query_as("SELECT failures, last_error FROM connect_clusters")
                 .fetch_one(&db)
                 .await
                 .unwrap();
         let passes: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes WHERE started_at >= ?")
+            sqlx::query_scalar("SELECT COUNT(*) FROM reconcile_passes WHERE started_at >= $1")
                 .bind(stale["observed_at"].as_str().unwrap())
                 .fetch_one(&db)
                 .await

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 use crate::hostile::{assert_nothing_leaked, Hostile, Kind};
 
-fn suffix() -> String {
+pub(crate) fn suffix() -> String {
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -19,15 +19,15 @@ fn suffix() -> String {
 }
 
 /// A PostgreSQL role and table of the test's own, so its password can change freely.
-struct CaptureFixture {
-    pg: sqlx::PgPool,
+pub(crate) struct CaptureFixture {
+    pub(crate) pg: sqlx::PgPool,
     role: String,
     table: String,
-    slot: String,
+    pub(crate) slot: String,
 }
 
 impl CaptureFixture {
-    async fn new(s: &Stack, role: &str, password: &str) -> Self {
+    pub(crate) async fn new(s: &Stack, role: &str, password: &str) -> Self {
         let pg = pg_superuser(s).await;
         let table = format!("t_{role}");
         for sql in [
@@ -49,7 +49,7 @@ impl CaptureFixture {
         }
     }
 
-    async fn slot_pid(&self) -> Option<i32> {
+    pub(crate) async fn slot_pid(&self) -> Option<i32> {
         sqlx::query_scalar(
             "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active",
         )
@@ -60,7 +60,7 @@ impl CaptureFixture {
         .flatten()
     }
 
-    async fn wait_slot_active(&self, not_pid: Option<i32>) -> i32 {
+    pub(crate) async fn wait_slot_active(&self, not_pid: Option<i32>) -> i32 {
         for _ in 0..120 {
             if let Some(pid) = self.slot_pid().await {
                 if Some(pid) != not_pid {
@@ -75,7 +75,7 @@ impl CaptureFixture {
         )
     }
 
-    async fn cleanup(&self, connect: &str, connector: &str) {
+    pub(crate) async fn cleanup(&self, connect: &str, connector: &str) {
         delete_connector(connect, connector).await;
         drop_slot(&self.pg, &self.slot).await;
         for sql in [
@@ -89,7 +89,12 @@ impl CaptureFixture {
     }
 }
 
-fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) -> Value {
+pub(crate) fn debezium_config(
+    s: &Stack,
+    name: &str,
+    f: &CaptureFixture,
+    secret_ref: &str,
+) -> Value {
     json!({
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "tasks.max": "1",
@@ -110,7 +115,7 @@ fn debezium_config(s: &Stack, name: &str, f: &CaptureFixture, secret_ref: &str) 
 
 /// Deploys a connector the way a user does: ClueCDC wants it, its reconciler creates it. (The
 /// provider resolves a reference only for connectors ClueCDC manages on that cluster.)
-async fn manage_connector(api: &Api, cluster: &Value, name: &str, config: &Value) {
+pub(crate) async fn manage_connector(api: &Api, cluster: &Value, name: &str, config: &Value) {
     let (status, body) = api
         .post(
             "/api/v1/connectors",
@@ -675,12 +680,7 @@ async fn a_canary_in_every_secret_field_appears_in_no_response_page_log_audit_ro
         );
 
         // The server's own log (debug level) and the audit table, read directly.
-        let db = sqlx::SqlitePool::connect(&format!(
-            "sqlite://{}",
-            api.app.data_dir().join("cluecdc.db").display()
-        ))
-        .await
-        .unwrap();
+        let db = crate::helpers::store(&api.app.data_dir()).await;
         let audit: Vec<String> =
             sqlx::query_scalar("SELECT actor || action || target_id || summary FROM audit_log")
                 .fetch_all(&db)

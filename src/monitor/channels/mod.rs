@@ -5,6 +5,7 @@
 //! with backoff, and every attempt is kept in its delivery log. Secrets (the Slack/Teams URL,
 //! the PagerDuty routing key, the SMTP password) live in the secret store, write-only.
 
+use crate::db;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,6 +166,7 @@ struct Row {
     severities: String,
     group_wait_secs: i64,
     tls_ca_certificate: Option<String>,
+    #[sqlx(try_from = "crate::db::Flag")]
     enabled: bool,
     secret_ref: String,
     created_at: String,
@@ -649,7 +651,7 @@ fn checked_of(c: &Channel) -> Checked {
 
 async fn known_rules(pool: &Pool) -> Result<Vec<String>> {
     Ok(
-        sqlx::query_scalar("SELECT kind FROM alert_rules ORDER BY kind")
+        db::query_scalar("SELECT kind FROM alert_rules ORDER BY kind")
             .fetch_all(pool)
             .await?,
     )
@@ -681,7 +683,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Channel>> {
     let pool = &ctx.pool;
     let store: &SecretStore = &ctx.secrets;
     who.require(Role::Admin, "manage alert channels")?;
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} ORDER BY name"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
         .await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -692,7 +694,7 @@ pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<Channel>> {
 }
 
 async fn load(pool: &Pool, store: &SecretStore, id: &str) -> Result<Option<Channel>> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE id = ? OR name = ?"))
+    let row: Option<Row> = db::query_as(&format!("{SELECT} WHERE id = $1 OR name = $2"))
         .bind(id)
         .bind(id)
         .fetch_optional(pool)
@@ -738,8 +740,8 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ChannelInput) -> Result<
     who.require(Role::Admin, "manage alert channels")?;
     let rules = known_rules(pool).await?;
     let c = check(input, None, &rules, &[]).map_err(invalid)?;
-    let taken: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alert_channels WHERE name = ?)")
+    let db::Flag(taken) =
+        db::query_scalar("SELECT EXISTS (SELECT 1 FROM alert_channels WHERE name = $1)")
             .bind(&c.name)
             .fetch_one(pool)
             .await?;
@@ -767,7 +769,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ChannelInput) -> Result<
         },
     )
     .await?;
-    sqlx::query("INSERT INTO alert_channels (id, name, kind, settings, rules, severities, group_wait_secs, tls_ca_certificate, enabled, secret_ref, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    db::query("INSERT INTO alert_channels (id, name, kind, settings, rules, severities, group_wait_secs, tls_ca_certificate, enabled, secret_ref, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
         .bind(&id)
         .bind(&c.name)
         .bind(&c.kind)
@@ -776,7 +778,7 @@ pub async fn create(ctx: &Ctx, who: &Principal, input: &ChannelInput) -> Result<
         .bind(json!(c.severities).to_string())
         .bind(c.group_wait_secs)
         .bind(&c.tls_ca_certificate)
-        .bind(c.enabled)
+        .bind(i64::from(c.enabled))
         .bind(&secret_ref)
         .bind(&now)
         .bind(&now)
@@ -801,8 +803,8 @@ pub async fn update(ctx: &Ctx, who: &Principal, id: &str, input: &ChannelInput) 
         .collect();
     let c = check(input, Some(&checked_of(&cur)), &rules, &stored).map_err(invalid)?;
     if c.name != cur.name {
-        let taken: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM alert_channels WHERE name = ? AND id <> ?)",
+        let db::Flag(taken) = db::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM alert_channels WHERE name = $1 AND id <> $2)",
         )
         .bind(&c.name)
         .bind(&cur.id)
@@ -833,14 +835,14 @@ pub async fn update(ctx: &Ctx, who: &Principal, id: &str, input: &ChannelInput) 
         },
     )
     .await?;
-    sqlx::query("UPDATE alert_channels SET name = ?, settings = ?, rules = ?, severities = ?, group_wait_secs = ?, tls_ca_certificate = ?, enabled = ?, updated_at = ? WHERE id = ?")
+    db::query("UPDATE alert_channels SET name = $1, settings = $2, rules = $3, severities = $4, group_wait_secs = $5, tls_ca_certificate = $6, enabled = $7, updated_at = $8 WHERE id = $9")
         .bind(&c.name)
         .bind(stored_settings(&c, url_host))
         .bind(json!(c.rules).to_string())
         .bind(json!(c.severities).to_string())
         .bind(c.group_wait_secs)
         .bind(&c.tls_ca_certificate)
-        .bind(c.enabled)
+        .bind(i64::from(c.enabled))
         .bind(crate::time::now())
         .bind(&cur.id)
         .execute(&mut *tx)
@@ -869,13 +871,13 @@ pub async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Result<()> {
     )
     .await?;
     for sql in [
-        "DELETE FROM alert_channel_deliveries WHERE channel_id = ?",
-        "DELETE FROM alert_channel_incidents WHERE channel_id = ?",
-        "DELETE FROM alert_channels WHERE id = ?",
+        "DELETE FROM alert_channel_deliveries WHERE channel_id = $1",
+        "DELETE FROM alert_channel_incidents WHERE channel_id = $1",
+        "DELETE FROM alert_channels WHERE id = $1",
     ] {
-        sqlx::query(sql).bind(&cur.id).execute(&mut *tx).await?;
+        db::query(sql).bind(&cur.id).execute(&mut *tx).await?;
     }
-    sqlx::query("DELETE FROM secret_values WHERE secret_ref = ?")
+    db::query("DELETE FROM secret_values WHERE secret_ref = $1")
         .bind(&cur.secret_ref)
         .execute(&mut *tx)
         .await?;
@@ -896,6 +898,7 @@ pub struct Attempt {
     pub event: String,
     pub attempt: i64,
     pub status_code: Option<i64>,
+    #[sqlx(try_from = "crate::db::Flag")]
     pub ok: bool,
     /// Why it failed, without secrets.
     pub error: Option<String>,
@@ -905,7 +908,7 @@ pub async fn deliveries(ctx: &Ctx, who: &Principal, id: &str, limit: i64) -> Res
     let pool = &ctx.pool;
     let _store: &SecretStore = &ctx.secrets;
     let c = get(ctx, who, id).await?;
-    Ok(sqlx::query_as("SELECT id, at, event, attempt, status_code, ok, error FROM alert_channel_deliveries WHERE channel_id = ? ORDER BY id DESC LIMIT ?")
+    Ok(db::query_as("SELECT id, at, event, attempt, status_code, ok, error FROM alert_channel_deliveries WHERE channel_id = $1 ORDER BY id DESC LIMIT $2")
         .bind(&c.id)
         .bind(limit.clamp(1, LOG_KEPT))
         .fetch_all(pool)
@@ -917,17 +920,17 @@ async fn log_attempt(pool: &Pool, channel: &str, event: &str, n: u32, r: &Sent) 
         Ok(code) => (Some(*code as i64), true, None),
         Err(f) => (f.status.map(i64::from), false, Some(f.why.clone())),
     };
-    let logged = sqlx::query("INSERT INTO alert_channel_deliveries (channel_id, at, event, attempt, status_code, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?)")
+    let logged = db::query("INSERT INTO alert_channel_deliveries (channel_id, at, event, attempt, status_code, ok, error) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(channel)
         .bind(crate::time::now())
         .bind(event)
         .bind(n as i64)
         .bind(code)
-        .bind(ok)
+        .bind(i64::from(ok))
         .bind(error)
         .execute(pool)
         .await;
-    let trimmed = sqlx::query("DELETE FROM alert_channel_deliveries WHERE channel_id = ? AND id <= (SELECT id FROM alert_channel_deliveries WHERE channel_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)")
+    let trimmed = db::query("DELETE FROM alert_channel_deliveries WHERE channel_id = $1 AND id <= (SELECT id FROM alert_channel_deliveries WHERE channel_id = $2 ORDER BY id DESC LIMIT 1 OFFSET $3)")
         .bind(channel)
         .bind(channel)
         .bind(LOG_KEPT)

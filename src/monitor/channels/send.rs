@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ctx::Ctx;
+use crate::db;
 
 /// A failed attempt: the HTTP status when there was one, and why, without secrets.
 #[derive(Debug, Clone)]
@@ -217,17 +218,20 @@ pub async fn deliver(
         "pagerduty" => {
             let http = http_client(c).map_err(Error::Unavailable)?;
             let endpoint = c.setting("endpoint").to_string();
-            let open: Vec<(String, String, String, bool)> = sqlx::query_as(
-                "SELECT dedup_key, alert_kind, alert_subject, firing FROM alert_channel_incidents WHERE channel_id = ?",
+            let open: Vec<(String, String, String, bool)> = db::query_as::<(String, String, String, db::Flag)>(
+                "SELECT dedup_key, alert_kind, alert_subject, firing FROM alert_channel_incidents WHERE channel_id = $1",
             )
             .bind(&c.id)
             .fetch_all(pool)
-            .await?;
+            .await?
+            .into_iter()
+            .map(|(k, a, s, f)| (k, a, s, f.0))
+            .collect();
             let group_key = format!("cluecdc/group/{}", uuid::Uuid::new_v4().simple());
             let (steps, resolved) = plan_pagerduty(events, &open, &group_key);
             let mut last: Sent = Ok(202);
             for (kind, subject) in &resolved {
-                sqlx::query("UPDATE alert_channel_incidents SET firing = 0 WHERE channel_id = ? AND alert_kind = ? AND alert_subject = ?")
+                db::query("UPDATE alert_channel_incidents SET firing = 0 WHERE channel_id = $1 AND alert_kind = $2 AND alert_subject = $3")
                     .bind(&c.id).bind(kind).bind(subject).execute(pool).await?;
             }
             for step in steps {
@@ -251,7 +255,7 @@ pub async fn deliver(
                                 v
                             });
                         for (kind, subject) in members {
-                            sqlx::query("INSERT INTO alert_channel_incidents (channel_id, dedup_key, alert_kind, alert_subject, firing) VALUES (?, ?, ?, ?, 1) ON CONFLICT (channel_id, alert_kind, alert_subject) DO UPDATE SET dedup_key = excluded.dedup_key, firing = 1")
+                            db::query("INSERT INTO alert_channel_incidents (channel_id, dedup_key, alert_kind, alert_subject, firing) VALUES ($1, $2, $3, $4, 1) ON CONFLICT (channel_id, alert_kind, alert_subject) DO UPDATE SET dedup_key = excluded.dedup_key, firing = 1")
                                 .bind(&c.id).bind(dedup_key).bind(kind).bind(subject).execute(pool).await?;
                         }
                         (
@@ -260,7 +264,7 @@ pub async fn deliver(
                         )
                     }
                     PdStep::Resolve { dedup_key } => {
-                        sqlx::query("DELETE FROM alert_channel_incidents WHERE channel_id = ? AND dedup_key = ?")
+                        db::query("DELETE FROM alert_channel_incidents WHERE channel_id = $1 AND dedup_key = $2")
                             .bind(&c.id).bind(dedup_key).execute(pool).await?;
                         (
                             pagerduty_resolve(secret, dedup_key),
@@ -410,7 +414,7 @@ pub async fn dispatch(
     if events.is_empty() {
         return Ok(());
     }
-    let rows: Vec<Row> = sqlx::query_as(&format!("{SELECT} WHERE enabled = 1"))
+    let rows: Vec<Row> = db::query_as(&format!("{SELECT} WHERE enabled = 1"))
         .fetch_all(pool)
         .await?;
     for r in rows {
