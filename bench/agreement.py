@@ -100,11 +100,12 @@ def script(base, name):
 
 def main():
     real = os.environ.get("CONNECT_URL") or sys.exit("CONNECT_URL: the real worker (scripts/stack env)")
-    server = connect_standin.serve(18998)
+    # A free port: a fixed one may be taken by whatever else runs on the machine.
+    server = connect_standin.serve(0)
     name = f"agree-{os.getpid()}"
     try:
         a = script(real, name)
-        b = script("http://127.0.0.1:18998", name)
+        b = script(f"http://127.0.0.1:{server.server_address[1]}", name)
     finally:
         call(real, "DELETE", f"/connectors/{name}")
         connect_standin.stop(server)

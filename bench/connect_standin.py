@@ -7,7 +7,17 @@ its connectors in memory, and adds a configurable latency to every call and, opt
 share of 409 "rebalance in progress" answers. `bench/agreement.py` compares its answers with
 the real worker's for the same calls, so that it cannot drift.
 
-    connect_standin.py --port 18999 [--latency-ms 2.5] [--rebalance-rate 0.0]
+    connect_standin.py --port 18999 [--port 19000 ...] [--latency-ms 2.5] [--rebalance-rate 0.0]
+
+Each --port is a stand-in of its own (its own connectors and latency), in one process. The
+stand-in's own calls, under /standin (never slowed, never counted as Connect's):
+    GET|DELETE /standin/calls                 the calls so far by kind (DELETE: then zeroed)
+    PUT /standin/latency {"ms": 2000}          every later Connect call answered this late (a
+                                               slow cluster; more than the caller's timeout:
+                                               one that times out)
+    PUT /standin/connectors/{name}/fail {"trace": "..."}   the connector and its task FAILED
+                                               with that trace, also after a restart
+    DELETE /standin/connectors/{name}/fail     RUNNING again
 """
 import argparse
 import json
@@ -90,8 +100,14 @@ def version_of(config):
 
 def status_of(name, c):
     v = version_of(c["config"])
-    tasks = [] if c["state"] == "STOPPED" else [{"id": 0, "state": c["state"], "worker_id": WORKER, "version": v}]
-    return {"name": name, "connector": {"state": c["state"], "worker_id": WORKER, "version": v}, "tasks": tasks, "type": kind_of(c["config"])}
+    failing = c.get("failing") if c["state"] == "RUNNING" else None
+    state = "FAILED" if failing is not None else c["state"]
+    task = {"id": 0, "state": state, "worker_id": WORKER, "version": v}
+    connector = {"state": state, "worker_id": WORKER, "version": v}
+    if failing is not None:  # Connect adds the trace to a FAILED status only
+        task["trace"] = connector["trace"] = failing
+    tasks = [] if state == "STOPPED" else [task]
+    return {"name": name, "connector": connector, "tasks": tasks, "type": kind_of(c["config"])}
 
 
 def info_of(name, c):
@@ -131,10 +147,11 @@ class Handler(BaseHTTPRequestHandler):
         shape = re.sub(r"^/connector-plugins/[^/]+", "/connector-plugins/{class}", shape)
         with s.lock:
             s.calls[f"{method} {shape}"] = s.calls.get(f"{method} {shape}", 0) + 1
+        own = shape.startswith("/standin")
         hook = s.hook
-        if hook is not None and not shape.startswith("/standin"):
+        if hook is not None and not own:
             hook(method, shape)
-        if s.latency_s:
+        if s.latency_s and not own:
             time.sleep(s.latency_s)
         if method != "GET" and s.rebalance_rate and random.random() < s.rebalance_rate:
             return self.reply(409, {"error_code": 409, "message": "Cannot complete request momentarily due to stale configuration (typically caused by a concurrent config change)"})
@@ -143,6 +160,21 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/standin/calls":  # the benchmark's own counter, not Connect's
             # GET: the calls so far by kind; DELETE: the same, then zeroed.
             return self.reply(200, s.snapshot(reset=method == "DELETE"))
+        if path == "/standin/latency" and method == "PUT":
+            s.latency_s = float((self.body() or {}).get("ms", 0)) / 1000.0
+            return self.reply(204)
+        m = re.fullmatch(r"/standin/connectors/([^/]+)/fail", path)
+        if m and method in ("PUT", "DELETE"):
+            trace = (self.body() or {}).get("trace", "failed by the stand-in") if method == "PUT" else None
+            with s.lock:
+                c = s.connectors.get(unquote(m.group(1)))
+                if c is None:
+                    return self.reply(404, {"error_code": 404, "message": "no such connector"})
+                if trace is None:
+                    c.pop("failing", None)
+                else:
+                    c["failing"] = str(trace)
+            return self.reply(204)
         if path == "/connector-plugins":
             return self.reply(200, PLUGINS)
         m = re.fullmatch(r"/connector-plugins/([^/]+)/config/validate", path)
@@ -238,9 +270,12 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve(port, latency_ms=0.0, rebalance_rate=0.0):
-    """Starts the stand-in in a background thread; returns the server (stop it with `stop`)."""
-    Handler.state = State(latency_ms / 1000.0, rebalance_rate)
-    server = _Server(("127.0.0.1", port), Handler)
+    """Starts the stand-in in a background thread; returns the server (stop it with `stop`).
+    Each server has its own state; `Handler.state` is the last one started (scripts/bench's)."""
+    state = State(latency_ms / 1000.0, rebalance_rate)
+    Handler.state = state
+    handler = type("StandinHandler", (Handler,), {"state": state})
+    server = _Server(("127.0.0.1", port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -253,13 +288,16 @@ def stop(server):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--port", type=int, default=18999)
+    ap.add_argument("--port", type=int, action="append", help="repeat for more stand-ins (default 18999)")
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--rebalance-rate", type=float, default=0.0)
     a = ap.parse_args()
-    srv = serve(a.port, a.latency_ms, a.rebalance_rate)
-    print(f"connect stand-in on http://127.0.0.1:{a.port}", flush=True)
+    servers = []
+    for port in a.port or [18999]:
+        servers.append(serve(port, a.latency_ms, a.rebalance_rate))
+        print(f"connect stand-in on http://127.0.0.1:{servers[-1].server_address[1]}", flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
-        srv.shutdown()
+        for srv in servers:
+            srv.shutdown()

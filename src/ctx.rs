@@ -42,6 +42,35 @@ pub struct Handle {
     pub actions: AtomicU64,
     /// Passes, actions and errors not written to `counters` yet (see [`RECORD_EVERY`]).
     pub(crate) unrecorded: std::sync::Mutex<Unrecorded>,
+    /// Each Connect cluster's passes in this process, by cluster id.
+    pub clusters: std::sync::Mutex<std::collections::HashMap<String, ClusterPasses>>,
+}
+
+/// One Connect cluster's reconcile passes in the process running them: how often they come
+/// and how long they take, so that a slow cluster shows as slow, and the others' period can be
+/// seen not to suffer from it.
+#[derive(Debug, Default, Clone)]
+pub struct ClusterPasses {
+    /// Parts of passes finished (answered, failed or out of budget).
+    pub passes: u64,
+    /// When the running one started (None: none running).
+    pub running_since: Option<Instant>,
+    /// The last finished one: when it ended, and how long it took.
+    pub last_ended: Option<(Instant, Duration)>,
+    /// When the last few finished ones started, oldest first ([`PERIOD_WINDOW`] at most).
+    pub starts: std::collections::VecDeque<Instant>,
+}
+
+/// How many passes a cluster's pass period is the mean spacing of.
+pub const PERIOD_WINDOW: usize = 10;
+
+impl ClusterPasses {
+    /// The mean time between the starts of the last passes (None before two).
+    pub fn period(&self) -> Option<Duration> {
+        let (first, last) = (self.starts.front()?, self.starts.back()?);
+        let gaps = self.starts.len().checked_sub(1).filter(|n| *n > 0)?;
+        Some(last.duration_since(*first) / gaps as u32)
+    }
 }
 
 #[derive(Default)]

@@ -42,6 +42,47 @@ pub struct ConnectCluster {
     pub next_attempt_at: Option<i64>,
     pub created_at: String,
     pub updated_at: String,
+    /// When the reconciler's last completed pass over this cluster ended (written at least
+    /// every 10 s while it answers, and after every slow pass).
+    pub last_pass_at: Option<String>,
+    /// How long that pass took, in milliseconds.
+    pub last_pass_ms: Option<i64>,
+    /// Seconds since `last_pass_at`.
+    #[sqlx(skip)]
+    #[serde(default)]
+    pub last_pass_age_secs: Option<i64>,
+    /// Its last pass took a second or longer (Connect answers slowly): its passes run on their
+    /// own, and the other clusters' do not wait for them.
+    #[sqlx(skip)]
+    #[serde(default)]
+    pub slow: bool,
+}
+
+impl ConnectCluster {
+    /// With the fields computed from the stored ones at read time.
+    fn observed(mut self) -> Self {
+        self.slow = self
+            .last_pass_ms
+            .is_some_and(|ms| ms >= crate::reconcile::SLOW_PASS.as_millis() as i64);
+        self.last_pass_age_secs = self
+            .last_pass_at
+            .as_deref()
+            .and_then(crate::time::parse)
+            .map(|t| (chrono::Utc::now() - t).num_seconds().max(0));
+        self
+    }
+
+    /// For pages: "slow: its last pass took 2.1 s, 3 s ago", when it is slow.
+    pub fn slow_note(&self) -> Option<String> {
+        let ms = self.last_pass_ms.filter(|_| self.slow)?;
+        let age = self
+            .last_pass_age_secs
+            .map_or(String::new(), |a| format!(", {a} s ago"));
+        Some(format!(
+            "slow: its last reconcile pass took {:.1} s{age}; the other clusters' passes do not wait for it",
+            ms as f64 / 1000.0
+        ))
+    }
 }
 
 /// Who deploys the connectors of a Connect cluster: `cluecdc` (ClueCDC does) or `strimzi`
@@ -174,14 +215,15 @@ async fn check_kafka_cluster(pool: &Pool, id: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, tls_ca_certificate, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at FROM connect_clusters";
+const SELECT: &str = "SELECT id, name, url, kafka_cluster_id, managed_by, provider_token_at, basic_auth_user, secret_ref, tls_ca_certificate, health, health_at, observed_at, last_error, next_attempt_at, created_at, updated_at, last_pass_at, last_pass_ms FROM connect_clusters";
 
 pub async fn list(ctx: &Ctx, who: &Principal) -> Result<Vec<ConnectCluster>> {
     let pool = &ctx.pool;
     who.require(Role::Viewer, "see Connect clusters")?;
-    Ok(db::query_as(&format!("{SELECT} ORDER BY name"))
+    let all: Vec<ConnectCluster> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
-        .await?)
+        .await?;
+    Ok(all.into_iter().map(ConnectCluster::observed).collect())
 }
 
 /// (id, name) of every cluster, for the cluster filter of list pages.
@@ -195,17 +237,19 @@ pub async fn choices(pool: &Pool) -> Result<Vec<(String, String)>> {
 
 /// Every cluster, for background tasks that act as the system.
 pub async fn all(pool: &Pool) -> Result<Vec<ConnectCluster>> {
-    Ok(db::query_as(&format!("{SELECT} ORDER BY name"))
+    let all: Vec<ConnectCluster> = db::query_as(&format!("{SELECT} ORDER BY name"))
         .fetch_all(pool)
-        .await?)
+        .await?;
+    Ok(all.into_iter().map(ConnectCluster::observed).collect())
 }
 
 pub async fn get(pool: &Pool, who: &Principal, id: &str) -> Result<ConnectCluster> {
     who.require(Role::Viewer, "see Connect clusters")?;
-    db::query_as(&format!("{SELECT} WHERE id = $1"))
+    db::query_as::<ConnectCluster>(&format!("{SELECT} WHERE id = $1"))
         .bind(id)
         .fetch_optional(pool)
         .await?
+        .map(ConnectCluster::observed)
         .ok_or_else(|| Error::NotFound(format!("Connect cluster {id}")))
 }
 

@@ -38,6 +38,10 @@ pub fn find_in<'a>(
         .collect()
 }
 
+/// The longest one cluster's part of a scan may take: a slow cluster holds up the next scan of
+/// the others no longer than this.
+const CLUSTER_BUDGET: Duration = Duration::from_secs(120);
+
 /// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
 /// reachability is reported elsewhere).
 pub async fn scan(pool: &Pool, store: &SecretStore) -> anyhow::Result<usize> {
@@ -52,98 +56,122 @@ pub async fn scan(pool: &Pool, store: &SecretStore) -> anyhow::Result<usize> {
         .into_iter()
         .map(|(r, f, v)| (names.get(&r).cloned().unwrap_or(r), f, v.expose().clone()))
         .collect();
+    // Every cluster at once: a slow cluster (each call answered in seconds, or timing out)
+    // delays its own findings, not the others'.
+    let clusters = crate::clusters::all(pool).await?;
+    let scans = clusters.iter().map(|cluster| async {
+        match tokio::time::timeout(CLUSTER_BUDGET, scan_cluster(pool, store, cluster, &secrets))
+            .await
+        {
+            Ok(found) => found,
+            Err(_) => {
+                tracing::warn!(cluster = %cluster.name, budget_secs = CLUSTER_BUDGET.as_secs(), "leak scan of a slow Connect cluster did not finish in its budget; its alerts stay as they were until a scan does");
+                Ok(0)
+            }
+        }
+    });
     let mut total = 0;
-    for cluster in crate::clusters::all(pool).await? {
-        // The cluster's own login and CA, like every other call to it.
-        let Ok(client) = crate::clusters::connect::client_for(store, &cluster).await else {
-            continue;
-        };
-        let Ok(info) = client.server_info().await else {
-            continue;
-        };
-        let scope = format!("{}/", cluster.name);
-        if version_serves_tasks_config(&info.version) {
-            alerts::fire(
-                pool,
-                KIND_TASKS_CONFIG,
-                &cluster.name,
-                "warning",
-                &format!("Kafka Connect {} on {} still serves GET /connectors/{{name}}/tasks-config, which can show connector task configurations with resolved secrets. Upgrade the workers to Kafka 4.0 or later, or block that path in front of the REST API.", info.version, cluster.name),
-            )
-            .await?;
-        } else {
-            alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
-        }
-        let Ok(expanded) = client.list_expanded().await else {
-            continue;
-        };
-        let mut findings = Vec::new();
-        for (name, e) in &expanded {
-            let mut places: Vec<(String, String)> = Vec::new();
-            if let Some(info) = &e.info {
-                places.push((
-                    "connector config".into(),
-                    serde_json::to_string(&info.config).unwrap_or_default(),
-                ));
-            }
-            if let Some(status) = &e.status {
-                places.push((
-                    "connector status trace".into(),
-                    status.connector.trace.clone().unwrap_or_default(),
-                ));
-                for t in &status.tasks {
-                    places.push((
-                        format!("task {} status trace", t.id),
-                        t.trace.clone().unwrap_or_default(),
-                    ));
-                }
-            }
-            if let Ok(tasks) = client.task_configs(name).await {
-                places.push((
-                    "task configs".into(),
-                    serde_json::to_string(&tasks).unwrap_or_default(),
-                ));
-            }
-            for (place, text) in places {
-                for (connection, field, _) in find_in(&text, &secrets) {
-                    findings.push(Finding {
-                        connector: name.clone(),
-                        place: place.clone(),
-                        connection: connection.clone(),
-                        field: field.clone(),
-                    });
-                }
-            }
-        }
-        // One alert per connector, naming every secret and every place it was seen.
-        let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
-            std::collections::BTreeMap::new();
-        for f in &findings {
-            let entry = by_connector.entry(f.connector.as_str()).or_default();
-            let what = format!("the {} of connection {}", f.field, f.connection);
-            if !entry.0.contains(&what) {
-                entry.0.push(what);
-            }
-            if !entry.1.contains(&f.place) {
-                entry.1.push(f.place.clone());
-            }
-        }
-        let mut subjects = Vec::new();
-        for (connector, (secrets, places)) in by_connector {
-            let subject = format!("{scope}{connector}");
-            let message = format!(
-                "{} appears in plain text in the {} of connector {connector} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
-                capitalize(&secrets.join(" and ")),
-                places.join(", "),
-                cluster.name
-            );
-            alerts::fire(pool, KIND_LEAK, &subject, "critical", &message).await?;
-            subjects.push(subject);
-        }
-        alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
-        total += findings.len();
+    for found in futures::future::join_all(scans).await {
+        total += found?;
     }
     Ok(total)
+}
+
+/// One cluster's part of [`scan`]: the findings it alerted on.
+async fn scan_cluster(
+    pool: &Pool,
+    store: &SecretStore,
+    cluster: &crate::clusters::ConnectCluster,
+    secrets: &[(String, String, String)],
+) -> anyhow::Result<usize> {
+    // The cluster's own login and CA, like every other call to it.
+    let Ok(client) = crate::clusters::connect::client_for(store, cluster).await else {
+        return Ok(0);
+    };
+    let Ok(info) = client.server_info().await else {
+        return Ok(0);
+    };
+    let scope = format!("{}/", cluster.name);
+    if version_serves_tasks_config(&info.version) {
+        alerts::fire(
+            pool,
+            KIND_TASKS_CONFIG,
+            &cluster.name,
+            "warning",
+            &format!("Kafka Connect {} on {} still serves GET /connectors/{{name}}/tasks-config, which can show connector task configurations with resolved secrets. Upgrade the workers to Kafka 4.0 or later, or block that path in front of the REST API.", info.version, cluster.name),
+        )
+        .await?;
+    } else {
+        alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
+    }
+    let Ok(expanded) = client.list_expanded().await else {
+        return Ok(0);
+    };
+    let mut findings = Vec::new();
+    for (name, e) in &expanded {
+        let mut places: Vec<(String, String)> = Vec::new();
+        if let Some(info) = &e.info {
+            places.push((
+                "connector config".into(),
+                serde_json::to_string(&info.config).unwrap_or_default(),
+            ));
+        }
+        if let Some(status) = &e.status {
+            places.push((
+                "connector status trace".into(),
+                status.connector.trace.clone().unwrap_or_default(),
+            ));
+            for t in &status.tasks {
+                places.push((
+                    format!("task {} status trace", t.id),
+                    t.trace.clone().unwrap_or_default(),
+                ));
+            }
+        }
+        if let Ok(tasks) = client.task_configs(name).await {
+            places.push((
+                "task configs".into(),
+                serde_json::to_string(&tasks).unwrap_or_default(),
+            ));
+        }
+        for (place, text) in places {
+            for (connection, field, _) in find_in(&text, secrets) {
+                findings.push(Finding {
+                    connector: name.clone(),
+                    place: place.clone(),
+                    connection: connection.clone(),
+                    field: field.clone(),
+                });
+            }
+        }
+    }
+    // One alert per connector, naming every secret and every place it was seen.
+    let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
+        std::collections::BTreeMap::new();
+    for f in &findings {
+        let entry = by_connector.entry(f.connector.as_str()).or_default();
+        let what = format!("the {} of connection {}", f.field, f.connection);
+        if !entry.0.contains(&what) {
+            entry.0.push(what);
+        }
+        if !entry.1.contains(&f.place) {
+            entry.1.push(f.place.clone());
+        }
+    }
+    let mut subjects = Vec::new();
+    for (connector, (secrets, places)) in by_connector {
+        let subject = format!("{scope}{connector}");
+        let message = format!(
+            "{} appears in plain text in the {} of connector {connector} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
+            capitalize(&secrets.join(" and ")),
+            places.join(", "),
+            cluster.name
+        );
+        alerts::fire(pool, KIND_LEAK, &subject, "critical", &message).await?;
+        subjects.push(subject);
+    }
+    alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
+    Ok(findings.len())
 }
 
 fn capitalize(s: &str) -> String {

@@ -35,17 +35,26 @@ pub fn spawn(
 
 async fn round(pool: &Pool, state: &crate::app::StateInner) -> crate::error::Result<()> {
     let system = Principal::cli();
-    for id in provider_check::due(pool).await? {
-        let c = crate::clusters::get(pool, &system, &id).await?;
-        let check =
-            provider_check::run(pool, &state.ctx.secrets, &c, state.public_url.as_deref()).await?;
-        if check.state == provider_check::CheckState::Failing {
-            tracing::warn!(
-                cluster = c.name,
-                "config provider check fails: {}",
-                check.refusal(&c.name).unwrap_or_default()
-            );
+    // Every due cluster at once: a slow one delays its own check, not the others'.
+    let checks = provider_check::due(pool).await?.into_iter().map(|id| {
+        let system = &system;
+        async move {
+            let c = crate::clusters::get(pool, system, &id).await?;
+            let check =
+                provider_check::run(pool, &state.ctx.secrets, &c, state.public_url.as_deref())
+                    .await?;
+            if check.state == provider_check::CheckState::Failing {
+                tracing::warn!(
+                    cluster = c.name,
+                    "config provider check fails: {}",
+                    check.refusal(&c.name).unwrap_or_default()
+                );
+            }
+            Ok::<(), crate::error::Error>(())
         }
+    });
+    for done in futures::future::join_all(checks).await {
+        done?;
     }
     Ok(())
 }

@@ -5,6 +5,14 @@
 //! with the pure `plan::compute`, and applies only the differences. Only the holder of the
 //! `reconciler` lease acts, so `serve` and `worker` can run side by side. A cluster that does
 //! not answer is backed off, its last observation kept (and shown with its age).
+//!
+//! Clusters are isolated: each cluster's part of a pass runs as its own task with its own
+//! budget ([`CLUSTER_BUDGET`]). A pass waits for its clusters only up to [`SLOW_PASS`], and
+//! not at all for one whose last pass was slow: a cluster answering in seconds, or not at all,
+//! keeps working in the background (skipped by the passes that start meanwhile) while the
+//! others' passes go on at their own period. Each cluster's passes are recorded (in this
+//! process: [`crate::ctx::ClusterPasses`]; in the database: `last_pass_at`/`last_pass_ms`,
+//! written with `observed_at` and after every slow pass) so a slow cluster shows as slow.
 
 pub mod lease;
 pub mod plan;
@@ -86,6 +94,12 @@ pub struct Reconciler {
     known: std::sync::Mutex<Option<HashMap<String, i64>>>,
     /// Marked after a pass commits a change the lists show (see [`crate::snapshots`]).
     writes: crate::snapshots::Writes,
+    /// Each cluster's part of a pass still running (a slow cluster the pass stopped waiting
+    /// for): the next passes skip it; shutdown aborts it.
+    in_flight: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// What clusters' parts finished after their pass stopped waiting for them sent and failed:
+    /// counted by the next pass (its record, its follow-ups).
+    late: std::sync::Mutex<(Steps, i64)>,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -123,11 +137,15 @@ impl Reconciler {
             last_offsets: std::sync::Mutex::new(None),
             known: std::sync::Mutex::new(None),
             writes,
+            in_flight: Default::default(),
+            late: Default::default(),
         }
     }
 
     pub fn spawn(self, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let this = Arc::new(self);
         tokio::spawn(async move {
+            let this = &this;
             let mut last_full: Option<Instant> = None;
             let mut seen_version = -1;
             // A wake-up from this process (it may come without a version change).
@@ -139,8 +157,8 @@ impl Reconciler {
             let mut follow_up: Option<(Duration, Instant)> = None;
             loop {
                 // Renewed once a third of its lifetime has passed, not at every tick.
-                let held = self.lease.fresh()
-                    || match self.lease.try_hold().await {
+                let held = this.lease.fresh()
+                    || match this.lease.try_hold().await {
                         Ok(h) => h,
                         Err(e) => {
                             tracing::warn!(
@@ -151,18 +169,18 @@ impl Reconciler {
                         }
                     };
                 if !held {
-                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    *this.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 }
-                let version = desired_version(&self.pool).await;
+                let version = desired_version(&this.pool).await;
                 let changed = version != seen_version || woken;
-                let full_due = last_full.is_none_or(|t| t.elapsed() >= self.settings.interval)
+                let full_due = last_full.is_none_or(|t| t.elapsed() >= this.settings.interval)
                     || follow_up.is_some_and(|(_, at)| Instant::now() >= at);
                 if held && (full_due || changed) {
                     seen_version = version;
                     woken = false;
                     let new_only = match full_due {
                         true => None,
-                        false => self.new_only().await.unwrap_or_else(|e| {
+                        false => this.new_only().await.unwrap_or_else(|e| {
                             tracing::warn!(
                                 error = format!("{e:#}"),
                                 "cannot read the desired connectors"
@@ -171,7 +189,7 @@ impl Reconciler {
                         }),
                     };
                     let (steps, first_look) = match new_only {
-                        Some(new) => (self.guarded(self.creates_pass(new)).await, {
+                        Some(new) => (this.guarded(this.creates_pass(new)).await, {
                             // The burst is over when no create came for twice its spacing.
                             let now = Instant::now();
                             let spacing = last_creates.map(|t| now.duration_since(t));
@@ -182,7 +200,7 @@ impl Reconciler {
                         }),
                         None => {
                             last_full = Some(Instant::now());
-                            (self.guarded(self.pass()).await, FOLLOW_UPS[0])
+                            (this.guarded(this.pass()).await, FOLLOW_UPS[0])
                         }
                     };
                     let pause = if steps.failed > 0 {
@@ -202,11 +220,19 @@ impl Reconciler {
                 });
                 tokio::select! {
                     _ = tokio::time::sleep(tick) => {}
-                    _ = self.handle.wake.notified() => { woken = true; }
+                    _ = this.handle.wake.notified() => { woken = true; }
                     _ = shutdown.changed() => break,
                 }
             }
-            self.lease.release().await;
+            for (_, task) in this
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain()
+            {
+                task.abort();
+            }
+            this.lease.release().await;
             tracing::debug!("reconciler stopped");
         })
     }
@@ -253,7 +279,11 @@ impl Reconciler {
     }
 
     /// One pass over every cluster; returns the steps it sent to Connect.
-    pub async fn pass(&self) -> anyhow::Result<Steps> {
+    ///
+    /// Each cluster's part runs as its own task (see the module comment): the pass waits for
+    /// those whose last part was not slow, up to [`SLOW_PASS`]; the others finish in the
+    /// background, and what they did is counted by the pass after they end.
+    pub async fn pass(self: &Arc<Self>) -> anyhow::Result<Steps> {
         let started = Instant::now();
         let started_at = crate::time::now();
         // Read before any cluster's desired connectors: whatever it holds, this pass handles.
@@ -272,30 +302,162 @@ impl Reconciler {
             }
             due
         };
-        let (mut steps, mut errors) = (Steps::default(), 0i64);
-        for cluster in &clusters {
-            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) {
+        let mut waiting = futures::stream::FuturesUnordered::new();
+        let mut visited = 0;
+        for cluster in clusters {
+            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) || self.in_flight(&cluster.id)
+            {
                 continue;
             }
-            match self.reconcile_cluster(cluster, read_offsets).await {
-                Ok(n) => {
-                    steps.sent += n.sent;
-                    steps.failed += n.failed;
+            visited += 1;
+            let slow = self.was_slow(&cluster.id);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let this = Arc::clone(self);
+            let id = cluster.id.clone();
+            let task = tokio::spawn(async move {
+                let outcome = this.run_cluster(&cluster, read_offsets).await;
+                this.in_flight
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&cluster.id);
+                if let Err(outcome) = tx.send(outcome) {
+                    this.count_late(outcome);
                 }
-                Err(ClusterError::Connect(e)) => {
-                    errors += 1;
-                    self.record_unreachable(cluster, &e).await?;
-                }
-                Err(ClusterError::Store(e)) => {
-                    errors += 1;
-                    tracing::warn!(cluster = %cluster.name, error = format!("{e:#}"), "reconcile pass: ClueCDC's database refused a read or write; the next pass tries again");
-                }
+            });
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, task.abort_handle());
+            if !slow {
+                waiting.push(rx);
             }
         }
+        let (mut steps, mut errors) = (Steps::default(), 0i64);
+        let mut add = |(n, e): (Steps, i64)| {
+            steps.sent += n.sent;
+            steps.failed += n.failed;
+            errors += e;
+        };
+        let deadline = tokio::time::sleep(SLOW_PASS);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                next = waiting.next() => match next {
+                    Some(Ok(outcome)) => add(outcome),
+                    // Aborted (shutdown): nothing to count.
+                    Some(Err(_)) => {}
+                    None => break,
+                },
+                _ = &mut deadline => break,
+            }
+        }
+        // Those still running are counted by a later pass, once they end.
+        for rx in waiting.iter_mut() {
+            rx.close();
+            if let Ok(outcome) = rx.try_recv() {
+                add(outcome);
+            }
+        }
+        add(std::mem::take(
+            &mut *self.late.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
-        self.record(started, started_at, clusters.len(), steps, errors)
+        self.record(started, started_at, visited, steps, errors)
             .await?;
         Ok(steps)
+    }
+
+    /// One cluster's part of a pass, within [`CLUSTER_BUDGET`], recorded in
+    /// [`crate::ctx::ClusterPasses`]: what it sent and failed, and 1 if it failed.
+    async fn run_cluster(&self, cluster: &ConnectCluster, read_offsets: bool) -> (Steps, i64) {
+        let started = Instant::now();
+        self.passes_of(&cluster.id, |p| p.running_since = Some(started));
+        let result = tokio::time::timeout(
+            CLUSTER_BUDGET,
+            self.reconcile_cluster(cluster, read_offsets, started),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(ClusterError::Connect(ConnectError::Unreachable {
+                url: cluster.url.clone(),
+                reason: format!(
+                    "its part of a reconcile pass took over {} s; it is tried again after a backoff",
+                    CLUSTER_BUDGET.as_secs()
+                ),
+            }))
+        });
+        let outcome = match result {
+            Ok(n) => (n, 0),
+            Err(ClusterError::Connect(e)) => {
+                if let Err(e) = self.record_unreachable(cluster, &e).await {
+                    tracing::warn!(cluster = %cluster.name, error = format!("{e:#}"), "cannot record that a Connect cluster is unreachable; the next pass tries again");
+                }
+                (Steps::default(), 1)
+            }
+            Err(ClusterError::Store(e)) => {
+                tracing::warn!(cluster = %cluster.name, error = format!("{e:#}"), "reconcile pass: ClueCDC's database refused a read or write; the next pass tries again");
+                (Steps::default(), 1)
+            }
+        };
+        let took = started.elapsed();
+        if took >= SLOW_PASS {
+            tracing::info!(cluster = %cluster.name, took_ms = took.as_millis() as u64, "slow Connect cluster: its pass ran on its own, the others' did not wait");
+        }
+        self.passes_of(&cluster.id, |p| {
+            p.passes += 1;
+            p.running_since = None;
+            p.last_ended = Some((Instant::now(), took));
+            p.starts.push_back(started);
+            while p.starts.len() > crate::ctx::PERIOD_WINDOW {
+                p.starts.pop_front();
+            }
+        });
+        outcome
+    }
+
+    fn passes_of(&self, cluster_id: &str, f: impl FnOnce(&mut crate::ctx::ClusterPasses)) {
+        let mut all = self
+            .handle
+            .clusters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        f(all.entry(cluster_id.to_string()).or_default());
+    }
+
+    /// Its last part of a pass took [`SLOW_PASS`] or longer (or one has run that long).
+    fn was_slow(&self, cluster_id: &str) -> bool {
+        self.handle
+            .clusters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster_id)
+            .is_some_and(|p| {
+                p.last_ended.is_some_and(|(_, took)| took >= SLOW_PASS)
+                    || p.running_since.is_some_and(|t| t.elapsed() >= SLOW_PASS)
+            })
+    }
+
+    /// Its part of an earlier pass is still running.
+    fn in_flight(&self, cluster_id: &str) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster_id)
+            .is_some_and(|t| !t.is_finished())
+    }
+
+    /// A cluster's part that ended after its pass stopped waiting: the next pass counts it,
+    /// and one comes at once if it sent anything (its follow-ups observe what it did).
+    fn count_late(&self, (n, e): (Steps, i64)) {
+        {
+            let mut late = self.late.lock().unwrap_or_else(|e| e.into_inner());
+            late.0.sent += n.sent;
+            late.0.failed += n.failed;
+            late.1 += e;
+        }
+        if n.sent > 0 {
+            self.handle.wake();
+        }
     }
 
     /// Every connector's id, generation, desired state and restart request: what a wake-up
@@ -343,7 +505,9 @@ impl Reconciler {
                 return Ok(None);
             };
             let backing_off = cluster.next_attempt_at.is_some_and(|t| now_ms() < t);
-            if backing_off || cluster.managed_by == "strimzi" {
+            // A slow cluster's creates would hold up the others': a full pass runs it apart.
+            let apart = self.in_flight(&cluster_id) || self.was_slow(&cluster_id);
+            if backing_off || apart || cluster.managed_by == "strimzi" {
                 return Ok(None);
             }
             let (desired, _) = self
@@ -577,6 +741,7 @@ impl Reconciler {
         &self,
         cluster: &ConnectCluster,
         read_offsets: bool,
+        started: Instant,
     ) -> Result<Steps, ClusterError> {
         let client = self.client(cluster).await;
         let (desired, stored) = self
@@ -627,17 +792,28 @@ impl Reconciler {
             .await
             .map_err(db_err)?;
         // Connect answered. Confirming that every pass would be a commit a second for nothing:
-        // the confirmation only has to stay well inside STALE_AFTER_SECS.
+        // the confirmation only has to stay well inside STALE_AFTER_SECS. A slow pass (and the
+        // first one after) is recorded each time, so the cluster shows as slow, and no longer.
+        let took = started.elapsed();
+        let slow = took >= SLOW_PASS
+            || cluster
+                .last_pass_ms
+                .is_some_and(|ms| ms >= SLOW_PASS.as_millis() as i64);
         let confirmed_recently = cluster
             .observed_at
             .as_deref()
             .and_then(crate::time::parse)
             .is_some_and(|t| (chrono::Utc::now() - t).num_seconds() < OBSERVED_REFRESH_SECS);
-        if !confirmed_recently || cluster.last_error.is_some() || cluster.next_attempt_at.is_some()
+        if !confirmed_recently
+            || slow
+            || cluster.last_error.is_some()
+            || cluster.next_attempt_at.is_some()
         {
             // As above: an answer from the address a PATCH just replaced is not the new one's.
-            db::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = $1 WHERE id = $2 AND url = $3 AND updated_at = $4")
-                .bind(crate::time::now())
+            let now = crate::time::now();
+            db::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = $1, last_pass_at = $1, last_pass_ms = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
+                .bind(&now)
+                .bind(took.as_millis() as i64)
                 .bind(&cluster.id)
                 .bind(&cluster.url)
                 .bind(&cluster.updated_at)
@@ -647,8 +823,18 @@ impl Reconciler {
             self.writes.mark();
         }
         if read_offsets {
-            for d in desired.iter().filter(|d| live.contains_key(&d.name)) {
-                if let Ok(offsets) = client.offsets(&d.name).await {
+            // Concurrently, like the steps: one call per connector on a slow cluster adds up.
+            let reads: Vec<_> = desired
+                .iter()
+                .filter(|d| live.contains_key(&d.name))
+                .map(|d| offsets_of(&client, d))
+                .collect();
+            let read: Vec<_> = futures::stream::iter(reads)
+                .buffer_unordered(STEP_CONCURRENCY)
+                .collect()
+                .await;
+            for (d, offsets) in read {
+                if let Ok(offsets) = offsets {
                     let _ = db::query("UPDATE connector_status SET offsets = $1, offsets_at = $2 WHERE connector_id = $3").bind(offsets.to_string()).bind(crate::time::now()).bind(&d.id).execute(&self.pool).await;
                 }
             }
@@ -1023,6 +1209,14 @@ struct Done<'p> {
     restart: Option<(&'p str, &'p str, u32, String)>,
 }
 
+/// A connector's committed offsets, read for the status page.
+async fn offsets_of<'d>(
+    client: &ConnectClient,
+    d: &'d Desired,
+) -> (&'d Desired, Result<serde_json::Value, ConnectError>) {
+    (d, client.offsets(&d.name).await)
+}
+
 /// One Connect call for a step (never a database write: see [`Reconciler::apply`]).
 async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Done<'p> {
     let done = |id: &'p str, action, result, applied| Done {
@@ -1083,6 +1277,14 @@ async fn execute<'p>(client: &ConnectClient, index: usize, step: &'p Step) -> Do
         Step::Forget { id } => done(id, "forget", Ok(()), None),
     }
 }
+
+/// A cluster whose part of a pass takes this long is slow: shown as such, and the passes after
+/// do not wait for it (they do not wait longer than this for any cluster).
+pub const SLOW_PASS: Duration = Duration::from_secs(1);
+
+/// The most one cluster's part of a pass may take (each Connect call has its own 20 s timeout):
+/// past it, the part stops and the cluster is backed off as unreachable.
+pub const CLUSTER_BUDGET: Duration = Duration::from_secs(300);
 
 /// How often a cluster's `observed_at` is written while nothing changes (a fraction of
 /// [`crate::connectors::STALE_AFTER_SECS`], after which observations show as UNKNOWN).
@@ -1170,6 +1372,30 @@ pub struct Status {
     pub passes_in_this_process: u64,
     /// The last recorded pass.
     pub last_pass: Option<PassRecord>,
+    /// Each Connect cluster's passes in the process that answered (empty where another process
+    /// holds the lease): how often they come and how long they take.
+    pub clusters: Vec<ClusterPassStatus>,
+}
+
+/// One Connect cluster's reconcile passes, as the process running them recorded them.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ReconcilerCluster")]
+pub struct ClusterPassStatus {
+    pub connect_cluster_id: String,
+    pub name: String,
+    /// Its parts of passes finished in this process.
+    pub passes: u64,
+    /// The mean time between the starts of its last passes (up to 10), in milliseconds.
+    pub pass_period_ms: Option<u64>,
+    /// How long its last finished pass took, in milliseconds.
+    pub last_pass_ms: Option<u64>,
+    /// Milliseconds since its last finished pass ended.
+    pub last_pass_age_ms: Option<u64>,
+    /// How long the pass running now has run, in milliseconds (null: none running).
+    pub running_ms: Option<u64>,
+    /// Its last pass (or the one running) took a second or longer: the other clusters' passes
+    /// do not wait for it.
+    pub slow: bool,
 }
 
 /// One recorded reconcile pass.
@@ -1193,12 +1419,37 @@ pub async fn status(pool: &Pool, handle: &Handle) -> anyhow::Result<Status> {
     let passes_recorded: i64 = db::query_scalar("SELECT COUNT(*) FROM reconcile_passes")
         .fetch_one(pool)
         .await?;
+    let names = crate::clusters::connect::choices(pool).await?;
+    let clusters = {
+        let records = handle.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        names
+            .into_iter()
+            .filter_map(|(id, name)| {
+                let p = records.get(&id)?;
+                let ms = |d: Duration| d.as_millis() as u64;
+                let running = p.running_since.map(|t| t.elapsed());
+                let last = p.last_ended.map(|(_, took)| took);
+                Some(ClusterPassStatus {
+                    passes: p.passes,
+                    pass_period_ms: p.period().map(ms),
+                    last_pass_ms: last.map(ms),
+                    last_pass_age_ms: p.last_ended.map(|(at, _)| ms(at.elapsed())),
+                    running_ms: running.map(ms),
+                    slow: last.is_some_and(|d| d >= SLOW_PASS)
+                        || running.is_some_and(|d| d >= SLOW_PASS),
+                    connect_cluster_id: id,
+                    name,
+                })
+            })
+            .collect()
+    };
     Ok(Status {
         holder: lease.as_ref().map(|l| l.0.clone()),
         lease_expires_at_ms: lease.as_ref().map(|l| l.1),
         passes_recorded,
         passes_in_this_process: handle.passes.load(Ordering::Relaxed),
         last_pass,
+        clusters,
     })
 }
 

@@ -1155,6 +1155,10 @@ mod tests {
             next_attempt_at: None,
             created_at: String::new(),
             updated_at: String::new(),
+            last_pass_at: None,
+            last_pass_ms: None,
+            last_pass_age_secs: None,
+            slow: false,
         }
     }
 

@@ -1970,3 +1970,87 @@ pub mod contract {
         }
     }
 }
+
+/// `bench/connect_standin.py` serving `n` Connect stand-ins (one process, a port each), for
+/// scenarios with more Connect clusters than the stack runs. Stopped when dropped.
+pub struct ConnectStandins {
+    pub urls: Vec<String>,
+    child: Child,
+}
+
+impl ConnectStandins {
+    pub async fn start(n: usize) -> ConnectStandins {
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let mut cmd = Command::new(python);
+        cmd.arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bench/connect_standin.py"
+        ));
+        // Port 0: each binds a free port itself and prints its URL (a port chosen here could
+        // be taken by the time it binds).
+        for _ in 0..n {
+            cmd.args(["--port", "0"]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs bench/connect_standin.py");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("connect stand-in on ") {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let mut standins = ConnectStandins {
+            urls: Vec::new(),
+            child,
+        };
+        while standins.urls.len() < n {
+            match rx.recv_timeout(Duration::from_secs(15)) {
+                Ok(url) => standins.urls.push(url),
+                Err(_) => panic!(
+                    "bench/connect_standin.py started {} of {n} stand-ins within 15 s",
+                    standins.urls.len()
+                ),
+            }
+        }
+        standins
+    }
+
+    /// Every later Connect call to the stand-in at `url` answered `ms` late.
+    pub async fn set_latency(url: &str, ms: u64) {
+        let res = reqwest::Client::new()
+            .put(format!("{url}/standin/latency"))
+            .json(&serde_json::json!({ "ms": ms }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 204);
+    }
+
+    /// The connector `name` on the stand-in at `url` FAILED with `trace` (also after restarts).
+    pub async fn fail(url: &str, name: &str, trace: &str) {
+        let res = reqwest::Client::new()
+            .put(format!("{url}/standin/connectors/{name}/fail"))
+            .json(&serde_json::json!({ "trace": trace }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), 204);
+    }
+}
+
+impl Drop for ConnectStandins {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

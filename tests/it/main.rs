@@ -12,6 +12,7 @@ mod channels;
 mod connections;
 mod deliveries;
 mod hostile;
+mod isolation;
 mod lists;
 mod manifest;
 mod monitoring;
