@@ -50,6 +50,7 @@ pub enum AlertKind {
     ConnectorFailed,
     ConnectorMissingOrDrifted,
     ConnectUnreachable,
+    ConnectWorkerLost,
     KafkaUnreachable,
     PipelineNoNewDataSeconds,
     PipelineSourceUnreachable,

@@ -9,6 +9,7 @@
 pub mod lease;
 pub mod plan;
 pub mod policy;
+pub mod workers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -249,6 +250,36 @@ impl Reconciler {
             &format!("cluecdc-reconciler ({})", self.lease.holder),
         )
         .trusting(cluster.tls_ca_certificate.as_deref())
+    }
+
+    /// Asks every worker Connect's statuses name (and every one known lost) whether it answers,
+    /// records the lost ones (`workers`), and answers `live` with what is on them UNASSIGNED.
+    async fn watch_workers(
+        &self,
+        cluster: &ConnectCluster,
+        mut live: BTreeMap<String, Live>,
+    ) -> anyhow::Result<BTreeMap<String, Live>> {
+        let named = workers::referenced(&live);
+        let known = workers::lost(&self.pool, &cluster.id).await?;
+        let ask: std::collections::BTreeSet<String> = named
+            .keys()
+            .cloned()
+            .chain(known.iter().map(|k| k.worker_id.clone()))
+            .collect();
+        let base = self.client(cluster).await;
+        let lost = workers::probe(&cluster.url, &ask, |url| base.at(url)).await;
+        let (write, forget) = workers::changes(&known, &named, &lost, now_ms());
+        for w in &write {
+            if !known.iter().any(|k| k.worker_id == w.worker_id) {
+                tracing::warn!(cluster = %cluster.name, worker = %w.worker_id, tasks = w.tasks, "Connect worker lost: it does not answer; its tasks wait for the group to move them");
+            }
+        }
+        if !write.is_empty() || !forget.is_empty() {
+            workers::store(&self.pool, &cluster.id, &write, &forget).await?;
+            self.writes.mark();
+        }
+        workers::mark_lost(&mut live, &lost);
+        Ok(live)
     }
 
     /// One pass over every cluster; returns the steps it sent to Connect.
@@ -587,6 +618,7 @@ impl Reconciler {
                     Live {
                         config: info.config,
                         state: status.connector.state,
+                        worker_id: status.connector.worker_id,
                         trace: status.connector.trace,
                         tasks: status
                             .tasks
@@ -602,6 +634,8 @@ impl Reconciler {
                 ))
             })
             .collect();
+        // Workers that stopped answering: what Connect still shows on them is UNASSIGNED.
+        let live = self.watch_workers(cluster, live).await.map_err(db_err)?;
         let observe_only = cluster.managed_by == "strimzi";
         let plan = {
             let mut rng = rand::thread_rng();
