@@ -28,6 +28,8 @@ PLUGINS = [
     {"class": "io.debezium.connector.jdbc.JdbcSinkConnector", "type": "sink", "version": "3.5.0.Final"},
     {"class": "io.aiven.kafka.connect.s3.AivenKafkaConnectS3SinkConnector", "type": "sink", "version": "3.4.2"},
 ]
+# The worker id its statuses name: its own address once it listens (ClueCDC asks each worker a
+# status names whether it answers; one that does not is a lost worker).
 WORKER = "127.0.0.1:8083"
 
 
@@ -241,6 +243,8 @@ def serve(port, latency_ms=0.0, rebalance_rate=0.0):
     """Starts the stand-in in a background thread; returns the server (stop it with `stop`)."""
     Handler.state = State(latency_ms / 1000.0, rebalance_rate)
     server = _Server(("127.0.0.1", port), Handler)
+    global WORKER
+    WORKER = f"127.0.0.1:{server.server_address[1]}"
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -71,7 +71,9 @@ fn worker_url(cluster_url: &str, worker: &str) -> Option<String> {
 
 /// Asks each worker at once; answers those that do not answer at all (any HTTP answer, even an
 /// error status, is a live worker). `make` builds the client for one worker's address (the
-/// cluster's credentials and CA).
+/// cluster's credentials and CA). When none answers, none is lost: the cluster URL did answer,
+/// so the worker ids are addresses ClueCDC cannot reach (pod IPs behind a Kubernetes service,
+/// say), not dead workers.
 pub async fn probe(
     cluster_url: &str,
     workers: &BTreeSet<String>,
@@ -91,8 +93,16 @@ pub async fn probe(
             (w.clone(), answered)
         })
     });
-    futures::future::join_all(asks)
-        .await
+    let answers = futures::future::join_all(asks).await;
+    silent(answers)
+}
+
+/// The workers that did not answer, provided one did (see [`probe`]).
+fn silent(answers: Vec<(String, bool)>) -> BTreeSet<String> {
+    if !answers.iter().any(|(_, answered)| *answered) {
+        return BTreeSet::new();
+    }
+    answers
         .into_iter()
         .filter(|(_, answered)| !answered)
         .map(|(w, _)| w)
@@ -300,6 +310,19 @@ mod tests {
         let (w, f) = changes(&known, &BTreeMap::new(), &BTreeSet::new(), 4000);
         assert!(w.is_empty());
         assert_eq!(f, vec!["w3:1".to_string()]);
+    }
+
+    #[test]
+    fn a_worker_is_lost_only_when_another_answers_at_its_own_address() {
+        let a = |w: &str, ok: bool| (w.to_string(), ok);
+        assert_eq!(
+            silent(vec![a("w1:1", true), a("w2:1", false)]),
+            BTreeSet::from(["w2:1".to_string()])
+        );
+        assert!(
+            silent(vec![a("10.0.0.1:8083", false), a("10.0.0.2:8083", false)]).is_empty(),
+            "addresses ClueCDC cannot reach are not lost workers"
+        );
     }
 
     #[test]

@@ -94,7 +94,7 @@ async fn a_three_worker_cluster_loses_a_worker_and_clue_cdc_shows_its_tasks_movi
     let tag = format!(
         "{}{}",
         std::process::id() % 10_000,
-        uuid::Uuid::new_v4().simple().to_string()[..6].to_string()
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
     );
     let name = format!("rb-{tag}");
     let ports = [free_port(), free_port(), free_port()];
