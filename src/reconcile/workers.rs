@@ -79,7 +79,16 @@ pub async fn probe(
     workers: &BTreeSet<String>,
     make: impl Fn(&str) -> ConnectClient,
 ) -> BTreeSet<String> {
-    let asks = workers.iter().filter_map(|w| {
+    // The worker the cluster URL names has just answered the pass's list call: not asked again
+    // (a one-worker cluster registered by its own address costs no call at all).
+    let own = cluster_url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_string();
+    let known_alive = workers.contains(&own).then(|| (own.clone(), true));
+    let asks = workers.iter().filter(|w| **w != own).filter_map(|w| {
         let url = worker_url(cluster_url, w)?;
         let client = make(&url);
         Some(async move {
@@ -93,7 +102,8 @@ pub async fn probe(
             (w.clone(), answered)
         })
     });
-    let answers = futures::future::join_all(asks).await;
+    let mut answers = futures::future::join_all(asks).await;
+    answers.extend(known_alive);
     silent(answers)
 }
 
