@@ -274,8 +274,9 @@ async fn a_three_worker_cluster_loses_a_worker_and_clue_cdc_shows_its_tasks_movi
             victim + 1,
             moving.len()
         );
-        stack_cmd(&["cluster", "kill", &name, &(victim + 1).to_string()]);
+        // Timed from the SIGKILL (the command returns once the process is gone).
         let killed = Instant::now();
+        stack_cmd(&["cluster", "kill", &name, &(victim + 1).to_string()]);
 
         // ClueCDC shows each of them UNASSIGNED with the lost worker named, then RUNNING on a
         // survivor; never FAILED.
@@ -360,6 +361,17 @@ async fn a_three_worker_cluster_loses_a_worker_and_clue_cdc_shows_its_tasks_movi
                 "Connect worker {lost} of {name} lost: {tasks_on_it} tasks were on it"
             )),
             "{message}"
+        );
+
+        // The cluster's page lists the lost worker, its tasks and their move.
+        let page = api.text(&format!("/clusters/connect/{connect}")).await;
+        let row = page
+            .split("<tr>")
+            .find(|r| r.contains(lost.as_str()))
+            .unwrap_or_else(|| panic!("the cluster page lists the lost worker {lost}"));
+        assert!(
+            row.contains(&format!(">{tasks_on_it}<")) && row.contains("moved to the other workers"),
+            "{row}"
         );
 
         // The data keeps arriving: rows inserted now reach MariaDB, and every delivery reads them.
