@@ -86,6 +86,9 @@ pub struct Reconciler {
     known: std::sync::Mutex<Option<HashMap<String, i64>>>,
     /// Marked after a pass commits a change the lists show (see [`crate::snapshots`]).
     writes: crate::snapshots::Writes,
+    /// Per cluster id, the workers that did not answer in time last pass (see
+    /// [`workers::Answer::Silent`]).
+    silent: std::sync::Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -123,6 +126,7 @@ impl Reconciler {
             last_offsets: std::sync::Mutex::new(None),
             known: std::sync::Mutex::new(None),
             writes,
+            silent: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -267,7 +271,22 @@ impl Reconciler {
             .chain(known.iter().map(|k| k.worker_id.clone()))
             .collect();
         let base = self.client(cluster).await;
-        let lost = workers::probe(&cluster.url, &ask, |url| base.at(url)).await;
+        let answers = workers::probe(&cluster.url, &ask, |url| base.at(url)).await;
+        let lost = {
+            let mut silent = self.silent.lock().unwrap_or_else(|e| e.into_inner());
+            // A worker already lost stays lost while it does not answer, slowly or at all.
+            let mut before = silent.remove(&cluster.id).unwrap_or_default();
+            before.extend(known.iter().map(|k| k.worker_id.clone()));
+            let now_silent: std::collections::BTreeSet<String> = answers
+                .iter()
+                .filter(|(_, a)| *a == workers::Answer::Silent)
+                .map(|(w, _)| w.clone())
+                .collect();
+            if !now_silent.is_empty() {
+                silent.insert(cluster.id.clone(), now_silent);
+            }
+            workers::lost_among(&answers, &before)
+        };
         let (write, forget) = workers::changes(&known, &named, &lost, now_ms());
         for w in &write {
             if !known.iter().any(|k| k.worker_id == w.worker_id) {

@@ -69,53 +69,68 @@ fn worker_url(cluster_url: &str, worker: &str) -> Option<String> {
     Some(format!("{scheme}://{worker}"))
 }
 
-/// Asks each worker at once; answers those that do not answer at all (any HTTP answer, even an
-/// error status, is a live worker). `make` builds the client for one worker's address (the
-/// cluster's credentials and CA). When none answers, none is lost: the cluster URL did answer,
-/// so the worker ids are addresses ClueCDC cannot reach (pod IPs behind a Kubernetes service,
-/// say), not dead workers.
+/// How a worker answered this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Any HTTP answer, even an error status: alive.
+    Answered,
+    /// Refused, reset, unresolvable: nothing serves its address.
+    Gone,
+    /// No answer within [`PROBE_TIMEOUT`]: a dead host, or a live worker too busy to answer
+    /// (a long GC pause, a loaded machine); lost only when the next pass finds it silent too.
+    Silent,
+}
+
+/// Asks each worker at once (`make` builds the client for one worker's address: the cluster's
+/// credentials and CA), except the one the cluster URL names: it has just answered the pass's
+/// list call (a one-worker cluster registered by its own address costs no call at all).
 pub async fn probe(
     cluster_url: &str,
     workers: &BTreeSet<String>,
     make: impl Fn(&str) -> ConnectClient,
-) -> BTreeSet<String> {
-    // The worker the cluster URL names has just answered the pass's list call: not asked again
-    // (a one-worker cluster registered by its own address costs no call at all).
+) -> Vec<(String, Answer)> {
     let own = cluster_url
         .split("://")
         .nth(1)
         .unwrap_or("")
         .trim_end_matches('/')
         .to_string();
-    let known_alive = workers.contains(&own).then(|| (own.clone(), true));
+    let known_alive = workers
+        .contains(&own)
+        .then(|| (own.clone(), Answer::Answered));
     let asks = workers.iter().filter(|w| **w != own).filter_map(|w| {
         let url = worker_url(cluster_url, w)?;
         let client = make(&url);
         Some(async move {
-            let answered = matches!(
-                tokio::time::timeout(PROBE_TIMEOUT, client.server_info()).await,
-                Ok(Ok(_))
-                    | Ok(Err(crate::connect::ConnectError::Status { .. }))
-                    | Ok(Err(crate::connect::ConnectError::Decode(_)))
-                    | Ok(Err(crate::connect::ConnectError::Rebalancing))
-            );
-            (w.clone(), answered)
+            use crate::connect::ConnectError;
+            let answer = match tokio::time::timeout(PROBE_TIMEOUT, client.server_info()).await {
+                Err(_) => Answer::Silent,
+                Ok(Err(ConnectError::Unreachable { .. })) => Answer::Gone,
+                Ok(_) => Answer::Answered,
+            };
+            (w.clone(), answer)
         })
     });
     let mut answers = futures::future::join_all(asks).await;
     answers.extend(known_alive);
-    silent(answers)
+    answers
 }
 
-/// The workers that did not answer, provided one did (see [`probe`]).
-fn silent(answers: Vec<(String, bool)>) -> BTreeSet<String> {
-    if !answers.iter().any(|(_, answered)| *answered) {
+/// The lost workers among this pass's answers: gone, or silent this pass and the one before
+/// (`silent_before`, which also holds the workers already lost). None when no worker answered at all: the cluster URL did answer, so the
+/// worker ids are addresses ClueCDC cannot reach (pod IPs behind a Kubernetes service, say),
+/// not dead workers.
+pub fn lost_among(
+    answers: &[(String, Answer)],
+    silent_before: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    if !answers.iter().any(|(_, a)| *a == Answer::Answered) {
         return BTreeSet::new();
     }
     answers
-        .into_iter()
-        .filter(|(_, answered)| !answered)
-        .map(|(w, _)| w)
+        .iter()
+        .filter(|(w, a)| *a == Answer::Gone || (*a == Answer::Silent && silent_before.contains(w)))
+        .map(|(w, _)| w.clone())
         .collect()
 }
 
@@ -323,14 +338,27 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_is_lost_only_when_another_answers_at_its_own_address() {
-        let a = |w: &str, ok: bool| (w.to_string(), ok);
+    fn a_worker_is_lost_when_gone_or_silent_twice_and_only_when_another_answers() {
+        use Answer::*;
+        let a = |w: &str, x: Answer| (w.to_string(), x);
+        let none = BTreeSet::new();
         assert_eq!(
-            silent(vec![a("w1:1", true), a("w2:1", false)]),
+            lost_among(&[a("w1:1", Answered), a("w2:1", Gone)], &none),
             BTreeSet::from(["w2:1".to_string()])
         );
         assert!(
-            silent(vec![a("10.0.0.1:8083", false), a("10.0.0.2:8083", false)]).is_empty(),
+            lost_among(&[a("w1:1", Answered), a("w2:1", Silent)], &none).is_empty(),
+            "one slow answer is not a loss"
+        );
+        assert_eq!(
+            lost_among(
+                &[a("w1:1", Answered), a("w2:1", Silent)],
+                &BTreeSet::from(["w2:1".to_string()])
+            ),
+            BTreeSet::from(["w2:1".to_string()])
+        );
+        assert!(
+            lost_among(&[a("10.0.0.1:8083", Gone), a("10.0.0.2:8083", Gone)], &none).is_empty(),
             "addresses ClueCDC cannot reach are not lost workers"
         );
     }
