@@ -38,12 +38,15 @@ PLUGINS = [
     {"class": "io.debezium.connector.jdbc.JdbcSinkConnector", "type": "sink", "version": "3.5.0.Final"},
     {"class": "io.aiven.kafka.connect.s3.AivenKafkaConnectS3SinkConnector", "type": "sink", "version": "3.4.2"},
 ]
+# The worker id its statuses name: its own address once it listens (ClueCDC asks each worker a
+# status names whether it answers; one that does not is a lost worker).
 WORKER = "127.0.0.1:8083"
 
 
 class State:
     def __init__(self, latency_s, rebalance_rate):
         self.lock = threading.Lock()
+        self.worker = WORKER  # this stand-in's address, set when it starts serving
         self.connectors = {}  # name -> {"config": {...}, "state": "RUNNING"}
         self.latency_s = latency_s
         self.rebalance_rate = rebalance_rate
@@ -98,12 +101,12 @@ def version_of(config):
     return next((p["version"] for p in PLUGINS if p["class"] == cls), "4.1.1")
 
 
-def status_of(name, c):
+def status_of(name, c, worker=WORKER):
     v = version_of(c["config"])
     failing = c.get("failing") if c["state"] == "RUNNING" else None
     state = "FAILED" if failing is not None else c["state"]
-    task = {"id": 0, "state": state, "worker_id": WORKER, "version": v}
-    connector = {"state": state, "worker_id": WORKER, "version": v}
+    task = {"id": 0, "state": state, "worker_id": worker, "version": v}
+    connector = {"state": state, "worker_id": worker, "version": v}
     if failing is not None:  # Connect adds the trace to a FAILED status only
         task["trace"] = connector["trace"] = failing
     tasks = [] if state == "STOPPED" else [task]
@@ -199,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
                 for n, c in items:
                     e = {}
                     if "status" in expand:
-                        e["status"] = status_of(n, c)
+                        e["status"] = status_of(n, c, self.state.worker)
                     if "info" in expand:
                         e["info"] = info_of(n, c)
                     out[n] = e
@@ -234,7 +237,7 @@ class Handler(BaseHTTPRequestHandler):
                     s.connectors[name] = c = {"config": config, "state": "RUNNING" if created else c["state"]}
                     return self.reply(201 if created else 200, info_of(name, c))
                 if sub == "/status":
-                    return self.reply(200, status_of(name, c))
+                    return self.reply(200, status_of(name, c, self.state.worker))
                 if sub == "/tasks":
                     return self.reply(200, [] if c["state"] == "STOPPED" else [{"id": {"connector": name, "task": 0}, "config": dict(c["config"])}])
                 if sub == "/offsets":
@@ -245,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
                 if sub == "/restart" and method == "POST":
                     q = parse_qs(url.query)
                     if "true" in q.get("includeTasks", []) + q.get("onlyFailed", []):
-                        return self.reply(202, status_of(name, c))
+                        return self.reply(202, status_of(name, c, self.state.worker))
                     return self.reply(204)
         return self.reply(404, {"error_code": 404, "message": f"no such endpoint: {method} {path}"})
 
@@ -276,6 +279,8 @@ def serve(port, latency_ms=0.0, rebalance_rate=0.0):
     Handler.state = state
     handler = type("StandinHandler", (Handler,), {"state": state})
     server = _Server(("127.0.0.1", port), handler)
+    # Each stand-in reports its own address as the worker its connectors run on.
+    state.worker = f"127.0.0.1:{server.server_address[1]}"
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

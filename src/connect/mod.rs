@@ -240,6 +240,15 @@ impl ConnectClient {
         self
     }
 
+    /// The same client (credentials, trust, agent) for another address of the cluster: one
+    /// of its workers.
+    pub fn at(&self, base: &str) -> Self {
+        ConnectClient {
+            base: base.trim_end_matches('/').to_string(),
+            ..self.clone()
+        }
+    }
+
     pub fn url(&self) -> &str {
         &self.base
     }

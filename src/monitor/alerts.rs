@@ -51,6 +51,7 @@ pub enum AlertKind {
     ConnectorFailed,
     ConnectorMissingOrDrifted,
     ConnectUnreachable,
+    ConnectWorkerLost,
     KafkaUnreachable,
     PipelineNoNewDataSeconds,
     PipelineSourceUnreachable,

@@ -119,6 +119,30 @@ pub struct Progress {
 /// (so the alert's first message carries the cause), then at most once a minute.
 const STALL_CHECK_EVERY_MS: i64 = 60_000;
 
+/// How long after its worker was lost a connector counts as being moved by its group (Connect's
+/// `scheduled.rebalance.max.delay.ms`, five minutes by default, plus the group's own time): its
+/// delivery and pipeline alerts wait meanwhile, the lost worker has its one alert. Past it, they
+/// fire as usual (the group did not move it).
+pub const REASSIGN_GRACE_MS: i64 = 600_000;
+
+/// Whether `c` only waits for its group to move it off a worker lost less than the grace ago.
+fn reassigning(
+    c: Option<&crate::connectors::ConnectorView>,
+    lost: &[(String, crate::reconcile::workers::LostWorker)],
+    now: i64,
+) -> bool {
+    let Some(c) = c else { return false };
+    c.phase == "UNASSIGNED"
+        && c.tasks.iter().any(|t| {
+            t.state == "UNASSIGNED"
+                && lost.iter().any(|(cluster, w)| {
+                    *cluster == c.connect_cluster_id
+                        && w.worker_id == t.worker_id
+                        && now - w.lost_at < REASSIGN_GRACE_MS
+                })
+        })
+}
+
 /// Why a stalled sink does not write: the destination's own connection test, read like a task
 /// trace (permanent causes need a person; transient ones clear by themselves).
 fn stall_cause(report: &crate::connections::TestReport) -> String {
@@ -485,6 +509,9 @@ impl Monitor {
         // change pauses a `pause` delivery as early as the cycle can. ----
         seen.extend(crate::tables::schema::cycle(&self.ctx.pool, &self.ctx.secrets).await);
         // ---- end schema guardrails ----
+        // Workers Connect lost (reconcile::workers): one alert each, and their connectors'
+        // delivery and pipeline alerts wait while the group moves them.
+        let lost = crate::reconcile::workers::all_lost(&self.ctx.pool).await?;
         // Delivery lag, per delivery (sum over partitions).
         for d in crate::deliveries::list(&self.ctx.pool, &system)
             .await
@@ -492,6 +519,9 @@ impl Monitor {
         {
             present.push(d.name.clone());
             if let Ok(detail) = crate::deliveries::detail(&self.ctx, &system, &d.id).await {
+                if reassigning(detail.connector.as_ref(), &lost, now) {
+                    continue;
+                }
                 if let Some(age) = detail.freshness_secs {
                     seen.push(Observation {
                         kind: "delivery_freshness_seconds",
@@ -643,7 +673,8 @@ impl Monitor {
                     message: String::new(),
                 });
             }
-            if let Some(age) = detail.newest_record_age_secs {
+            let moving = reassigning(detail.connector.as_ref(), &lost, now);
+            if let Some(age) = detail.newest_record_age_secs.filter(|_| !moving) {
                 seen.push(Observation {
                     kind: "pipeline_no_new_data_seconds",
                     subject: p.name.clone(),
@@ -840,6 +871,27 @@ impl Monitor {
                 value: if cluster.last_error.is_some() { 1.0 } else { 0.0 },
                 message: format!("Kafka Connect {} does not answer ({}): check that its workers run and that ClueCDC can reach {}", cluster.name, cluster.last_error.clone().unwrap_or_default(), cluster.url),
             });
+            for (_, w) in lost.iter().filter(|(c, _)| *c == cluster.id) {
+                let now_where = match w.moved_at {
+                    Some(m) => format!(
+                        "Connect moved them to the surviving workers {} s after the loss",
+                        (m - w.lost_at).max(0) / 1000
+                    ),
+                    None => "Connect moves them to the surviving workers once its group gives up on it (scheduled.rebalance.max.delay.ms, 5 min by default); meanwhile they show UNASSIGNED".into(),
+                };
+                seen.push(Observation {
+                    kind: "connect_worker_lost",
+                    subject: format!("{}/{}", cluster.name, w.worker_id),
+                    value: 1.0,
+                    message: format!(
+                        "Connect worker {} of {} lost: {} task{} were on it; {now_where}. ClueCDC restarts none of them: bring the worker back or add capacity",
+                        w.worker_id,
+                        cluster.name,
+                        w.tasks,
+                        if w.tasks == 1 { "" } else { "s" }
+                    ),
+                });
+            }
         }
         let rules: Vec<Rule> =
             db::query_as("SELECT kind, threshold, for_secs, enabled, description FROM alert_rules")

@@ -17,6 +17,7 @@
 pub mod lease;
 pub mod plan;
 pub mod policy;
+pub mod workers;
 
 use crate::db;
 use std::collections::{BTreeMap, HashMap};
@@ -100,6 +101,9 @@ pub struct Reconciler {
     /// What clusters' parts finished after their pass stopped waiting for them sent and failed:
     /// counted by the next pass (its record, its follow-ups).
     late: std::sync::Mutex<(Steps, i64)>,
+    /// Per cluster id, the workers that did not answer in time last pass (see
+    /// [`workers::Answer::Silent`]).
+    silent: std::sync::Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -139,6 +143,7 @@ impl Reconciler {
             writes,
             in_flight: Default::default(),
             late: Default::default(),
+            silent: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -276,6 +281,51 @@ impl Reconciler {
             &format!("cluecdc-reconciler ({})", self.lease.holder),
         )
         .trusting(cluster.tls_ca_certificate.as_deref())
+    }
+
+    /// Asks every worker Connect's statuses name (and every one known lost) whether it answers,
+    /// records the lost ones (`workers`), and answers `live` with what is on them UNASSIGNED.
+    async fn watch_workers(
+        &self,
+        cluster: &ConnectCluster,
+        mut live: BTreeMap<String, Live>,
+    ) -> anyhow::Result<BTreeMap<String, Live>> {
+        let named = workers::referenced(&live);
+        let known = workers::lost(&self.pool, &cluster.id).await?;
+        let ask: std::collections::BTreeSet<String> = named
+            .keys()
+            .cloned()
+            .chain(known.iter().map(|k| k.worker_id.clone()))
+            .collect();
+        let base = self.client(cluster).await;
+        let answers = workers::probe(&cluster.url, &ask, |url| base.at(url)).await;
+        let lost = {
+            let mut silent = self.silent.lock().unwrap_or_else(|e| e.into_inner());
+            // A worker already lost stays lost while it does not answer, slowly or at all.
+            let mut before = silent.remove(&cluster.id).unwrap_or_default();
+            before.extend(known.iter().map(|k| k.worker_id.clone()));
+            let now_silent: std::collections::BTreeSet<String> = answers
+                .iter()
+                .filter(|(_, a)| *a == workers::Answer::Silent)
+                .map(|(w, _)| w.clone())
+                .collect();
+            if !now_silent.is_empty() {
+                silent.insert(cluster.id.clone(), now_silent);
+            }
+            workers::lost_among(&answers, &before)
+        };
+        let (write, forget) = workers::changes(&known, &named, &lost, now_ms());
+        for w in &write {
+            if !known.iter().any(|k| k.worker_id == w.worker_id) {
+                tracing::warn!(cluster = %cluster.name, worker = %w.worker_id, tasks = w.tasks, "Connect worker lost: it does not answer; its tasks wait for the group to move them");
+            }
+        }
+        if !write.is_empty() || !forget.is_empty() {
+            workers::store(&self.pool, &cluster.id, &write, &forget).await?;
+            self.writes.mark();
+        }
+        workers::mark_lost(&mut live, &lost);
+        Ok(live)
     }
 
     /// One pass over every cluster; returns the steps it sent to Connect.
@@ -760,6 +810,7 @@ impl Reconciler {
                     Live {
                         config: info.config,
                         state: status.connector.state,
+                        worker_id: status.connector.worker_id,
                         trace: status.connector.trace,
                         tasks: status
                             .tasks
@@ -775,6 +826,8 @@ impl Reconciler {
                 ))
             })
             .collect();
+        // Workers that stopped answering: what Connect still shows on them is UNASSIGNED.
+        let live = self.watch_workers(cluster, live).await.map_err(db_err)?;
         let observe_only = cluster.managed_by == "strimzi";
         let plan = {
             let mut rng = rand::thread_rng();

@@ -89,6 +89,8 @@ pub struct LiveTask {
 pub struct Live {
     pub config: Config,
     pub state: String,
+    /// The worker running the connector itself.
+    pub worker_id: String,
     pub trace: Option<String>,
     pub tasks: Vec<LiveTask>,
 }
@@ -468,6 +470,11 @@ pub fn compute(
                         if l.tasks.len() == 1 { "" } else { "s" }
                     );
                 }
+            } else if let Some(message) = unassigned(l) {
+                // Waiting for the group to place them (a lost worker's tasks, a rebalance):
+                // Connect's work, never a restart of ClueCDC's.
+                obs.phase = "UNASSIGNED";
+                obs.message = message;
             } else if state == "RUNNING" && l.tasks.is_empty() {
                 obs.phase = "PENDING";
                 obs.message = "running; waiting for tasks to be assigned".into();
@@ -484,6 +491,39 @@ pub fn compute(
         }
     }
     plan
+}
+
+/// What is unassigned: the connector or some of its tasks, with the worker each was on.
+fn unassigned(l: &Live) -> Option<String> {
+    let tasks: Vec<&LiveTask> = l.tasks.iter().filter(|t| t.state == "UNASSIGNED").collect();
+    if l.state != "UNASSIGNED" && tasks.is_empty() {
+        return None;
+    }
+    let mut on: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    if l.state == "UNASSIGNED" {
+        on.entry(l.worker_id.as_str())
+            .or_default()
+            .push("the connector".into());
+    }
+    for t in &tasks {
+        on.entry(t.worker_id.as_str())
+            .or_default()
+            .push(format!("task {}", t.id));
+    }
+    let parts: Vec<String> = on
+        .into_iter()
+        .map(|(w, what)| {
+            if w.is_empty() {
+                what.join(", ")
+            } else {
+                format!("{} (was on worker {w})", what.join(", "))
+            }
+        })
+        .collect();
+    Some(format!(
+        "unassigned: {}; Connect moves them to a live worker (not restarted by ClueCDC)",
+        parts.join("; ")
+    ))
 }
 
 fn static_state(s: &str) -> &'static str {
@@ -536,6 +576,7 @@ mod tests {
         Live {
             config: c,
             state: state.into(),
+            worker_id: "w".into(),
             trace: None,
             tasks: tasks
                 .iter()
@@ -548,6 +589,22 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn tasks_of_a_lost_worker_are_unassigned_naming_it_and_not_restarted() {
+        let mut l = live(cfg(&[("a", "1")]), "RUNNING", &["RUNNING", "UNASSIGNED"]);
+        l.tasks[1].worker_id = "10.0.0.3:8083".into();
+        let d = desired("c", cfg(&[("a", "1")]), DesiredState::Running, None);
+        let p = run(&[d], &[("c", l)], false);
+        assert!(p.steps.is_empty(), "nothing to do: {:?}", p.steps);
+        let o = &p.observations[0];
+        assert_eq!(o.phase, "UNASSIGNED");
+        assert!(
+            o.message.contains("task 1 (was on worker 10.0.0.3:8083)"),
+            "{}",
+            o.message
+        );
     }
 
     fn run(d: &[Desired], l: &[(&str, Live)], observe_only: bool) -> Plan {

@@ -533,6 +533,16 @@ struct ConnectDetailPage {
     check: Option<ProviderCheck>,
     is_admin: bool,
     stale: bool,
+    lost: Vec<LostWorkerRow>,
+}
+
+/// A worker the reconciler found lost, as the cluster's page shows it.
+struct LostWorkerRow {
+    worker_id: String,
+    tasks: i64,
+    lost_ago_secs: i64,
+    /// Seconds from the loss until Connect showed none of its tasks on it.
+    moved_after_secs: Option<i64>,
 }
 
 /// A Connect cluster's page: its settings and the provider check per worker (the stored one at
@@ -562,9 +572,22 @@ pub async fn page_connect(
         crate::time::parse(&k.checked_at)
             .is_none_or(|t| (chrono::Utc::now() - t).num_seconds() >= provider_check::FRESH_SECS)
     });
+    let now = chrono::Utc::now().timestamp_millis();
+    let lost = crate::reconcile::workers::lost(&state.pool, &c.id)
+        .await
+        .map_err(|e| crate::error::Error::Unexpected(e.into()))?
+        .into_iter()
+        .map(|w| LostWorkerRow {
+            lost_ago_secs: (now - w.lost_at).max(0) / 1000,
+            moved_after_secs: w.moved_at.map(|m| (m - w.lost_at).max(0) / 1000),
+            worker_id: w.worker_id,
+            tasks: w.tasks,
+        })
+        .collect();
     page_with_status(
         StatusCode::OK,
         &ConnectDetailPage {
+            lost,
             layout: Layout::new(
                 format!("Connect cluster {}", c.name),
                 paths::CLUSTERS,

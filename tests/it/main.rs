@@ -9,6 +9,7 @@ mod access;
 mod app_smoke;
 mod bulk;
 mod channels;
+mod connect_rebalance;
 mod connections;
 mod deliveries;
 mod hostile;

@@ -536,6 +536,7 @@ async fn rules_and_webhooks_validate_their_input() {
             "binlog_behind_bytes",
             "binlog_position_lost",
             "connect_unreachable",
+            "connect_worker_lost",
             "connector_failed",
             "connector_missing_or_drifted",
             "delivery_freshness_seconds",
