@@ -159,6 +159,16 @@ pub fn store_env(cmd: &mut Command, data: &Path) {
     }
 }
 
+/// Drops a database `fresh_postgres_database` made (its connections closed first).
+pub fn drop_postgres_database(name: &str) {
+    let s = stack();
+    let _ = Command::new("psql")
+        .args(["-h", &s.pg_host, "-p", &s.pg_port.to_string(), "-U", "postgres", "-d", "postgres", "-c"])
+        .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .env("PGPASSWORD", var("PG_SUPERUSER_PASSWORD"))
+        .output();
+}
+
 /// Creates (or empties) a PostgreSQL database on the stack's server: `postgres://` URL
 /// without the password (`CLUECDC_DATABASE_PASSWORD` carries it) and the password.
 pub fn fresh_postgres_database(name: &str) -> (String, String) {

@@ -208,5 +208,9 @@ async fn a_setup_copied_from_sqlite_to_postgresql_exports_the_same_bytes_decrypt
         );
     };
     // The instances are gone with `result` (killed when dropped): nothing recreates it.
-    with_cleanup(result, f.cleanup(&s.connect_url, &name)).await;
+    with_cleanup(result, async {
+        f.cleanup(&s.connect_url, &name).await;
+        drop_postgres_database(&database);
+    })
+    .await;
 }
