@@ -100,9 +100,25 @@ fn store_database(data: &Path) -> Option<String> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::path::absolute(data).unwrap().hash(&mut h);
     let name = format!("cluecdc_t_{:016x}", h.finish());
+    let exists = psql_admin(&format!(
+        "SELECT 1 FROM pg_database WHERE datname = '{name}'"
+    ));
+    if String::from_utf8_lossy(&exists.stdout).trim() != "1" {
+        let out = psql_admin(&format!("CREATE DATABASE {name}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || err.contains("already exists"),
+            "CREATE DATABASE {name}: {err}"
+        );
+    }
+    Some(name)
+}
+
+/// One statement as the stack's PostgreSQL superuser, on its `postgres` database (unaligned,
+/// tuples only).
+fn psql_admin(sql: &str) -> std::process::Output {
     let s = stack();
-    let pw = var("PG_SUPERUSER_PASSWORD");
-    let out = Command::new("psql")
+    Command::new("psql")
         .args([
             "-h",
             &s.pg_host,
@@ -113,37 +129,11 @@ fn store_database(data: &Path) -> Option<String> {
             "-d",
             "postgres",
             "-tAc",
+            sql,
         ])
-        .arg(format!(
-            "SELECT 1 FROM pg_database WHERE datname = '{name}'"
-        ))
-        .env("PGPASSWORD", &pw)
+        .env("PGPASSWORD", var("PG_SUPERUSER_PASSWORD"))
         .output()
-        .unwrap();
-    if String::from_utf8_lossy(&out.stdout).trim() != "1" {
-        let out = Command::new("psql")
-            .args([
-                "-h",
-                &s.pg_host,
-                "-p",
-                &s.pg_port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-            ])
-            .arg(format!("CREATE DATABASE {name}"))
-            .env("PGPASSWORD", &pw)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() || err.contains("already exists"),
-            "CREATE DATABASE {name}: {err}"
-        );
-    }
-    Some(name)
+        .unwrap()
 }
 
 /// Points a `cluecdc` command at the store of `data` (no change on SQLite). The password goes
@@ -161,48 +151,23 @@ pub fn store_env(cmd: &mut Command, data: &Path) {
 
 /// Drops a database `fresh_postgres_database` made (its connections closed first).
 pub fn drop_postgres_database(name: &str) {
-    let s = stack();
-    let _ = Command::new("psql")
-        .args(["-h", &s.pg_host, "-p", &s.pg_port.to_string(), "-U", "postgres", "-d", "postgres", "-c"])
-        .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .env("PGPASSWORD", var("PG_SUPERUSER_PASSWORD"))
-        .output();
+    psql_admin(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
 }
 
 /// Creates (or empties) a PostgreSQL database on the stack's server: `postgres://` URL
 /// without the password (`CLUECDC_DATABASE_PASSWORD` carries it) and the password.
 pub fn fresh_postgres_database(name: &str) -> (String, String) {
     let s = stack();
-    let pw = var("PG_SUPERUSER_PASSWORD");
-    for sql in [
-        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        format!("CREATE DATABASE {name}"),
-    ] {
-        let out = Command::new("psql")
-            .args([
-                "-h",
-                &s.pg_host,
-                "-p",
-                &s.pg_port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &sql,
-            ])
-            .env("PGPASSWORD", &pw)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    drop_postgres_database(name);
+    let out = psql_admin(&format!("CREATE DATABASE {name}"));
+    assert!(
+        out.status.success(),
+        "CREATE DATABASE {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (
         format!("postgres://postgres@{}:{}/{name}", s.pg_host, s.pg_port),
-        pw,
+        var("PG_SUPERUSER_PASSWORD"),
     )
 }
 
