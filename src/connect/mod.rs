@@ -240,11 +240,14 @@ impl ConnectClient {
         self
     }
 
-    /// The same client (credentials, trust, agent) for another address of the cluster: one
-    /// of its workers.
+    /// The same client (trust, agent) for another address of the cluster: one of its
+    /// workers, whose address Connect reports, not the user. Without the cluster's
+    /// credentials: the basic-auth password goes only to the URL the user registered (a worker
+    /// that wants it answers 401, which still says it is alive).
     pub fn at(&self, base: &str) -> Self {
         ConnectClient {
             base: base.trim_end_matches('/').to_string(),
+            auth: None,
             ..self.clone()
         }
     }
@@ -654,6 +657,38 @@ pub fn version_serves_tasks_config(version: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// A worker address taken from Connect's statuses never receives the cluster's password:
+    /// the request `at` a worker carries no Authorization header, the registered URL's does.
+    #[tokio::test]
+    async fn a_worker_address_is_asked_without_the_clusters_password() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heard = tokio::spawn(async move {
+            let mut requests = Vec::new();
+            for _ in 0..2 {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = sock.read(&mut buf).await.unwrap();
+                requests.push(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+                let body = r#"{"version":"4.1.1","commit":"x","kafka_cluster_id":"k"}"#;
+                let reply = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                sock.write_all(reply.as_bytes()).await.unwrap();
+            }
+            requests
+        });
+        let cluster = ConnectClient::new(&url, Some(("admin".into(), "hunter2".into())));
+        cluster.server_info().await.unwrap();
+        cluster.at(&url).server_info().await.unwrap();
+        let requests = heard.await.unwrap();
+        assert!(
+            requests[0].contains("authorization: basic"),
+            "{}",
+            requests[0]
+        );
+        assert!(!requests[1].contains("authorization"), "{}", requests[1]);
+    }
+
     use super::*;
 
     #[test]
