@@ -312,8 +312,11 @@ impl DataSettings {
                 !from_argv,
                 "--database-url: the URL holds a password, and the command line is readable by every user of this machine; put the password in CLUECDC_DATABASE_PASSWORD or --database-password-file"
             );
-            let decoded = percent_decode(p);
-            password = Some(decoded);
+            password = Some(
+                percent_encoding::percent_decode_str(p)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            );
             let _ = url.set_password(None);
         }
         if let Some(file) = &self.database_password_file {
@@ -348,23 +351,4 @@ impl DataSettings {
             password: password.map(crate::secrets::Secret::new),
         })
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 3 <= bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-            if let Ok(b) = u8::from_str_radix(hex, 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

@@ -222,19 +222,10 @@ pub async fn open(path: &Path) -> anyhow::Result<Pool> {
 fn sqlite_url(path: &Path) -> anyhow::Result<String> {
     let abs =
         std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))?;
-    let s = abs
-        .to_str()
-        .with_context(|| format!("database path {} is not UTF-8", abs.display()))?;
-    let encoded: String = s
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    Ok(format!("sqlite://{encoded}?mode=rwc"))
+    let file = url::Url::from_file_path(&abs)
+        .map_err(|_| anyhow::anyhow!("database path {} is not absolute", abs.display()))?;
+    // The file URL's path is percent-encoded; sqlx decodes it back.
+    Ok(format!("sqlite://{}?mode=rwc", file.path()))
 }
 
 /// Taken by this process's writers that come in bursts (pipeline creates, the reconciler's
@@ -312,4 +303,18 @@ pub async fn pending_migrations(pool: &Pool) -> anyhow::Result<usize> {
 /// True when a write failed on a UNIQUE constraint (a name already taken).
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The embedded file opens wherever it lies: a path with a space, `?`, `#` and `%` is
+    /// the file SQLite creates, not a URL query or fragment.
+    #[tokio::test]
+    async fn a_database_path_with_url_characters_is_the_file_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("odd dir ?#%41").join("cluecdc.db");
+        let pool = super::open(&path).await.unwrap();
+        super::migrate(&pool).await.unwrap();
+        assert!(path.is_file(), "{}", path.display());
+    }
 }
