@@ -580,15 +580,19 @@ pub async fn names(
 }
 
 /// The rows `select` (a query of this crate's, ending before its WHERE) finds whose `id_column`
-/// is one of `ids`, in any order: the rows of one page, loaded after `page_ids`.
-pub async fn rows_by_id<R>(
+/// is one of `ids`, in any order: the rows of one page, loaded after `page_ids`. The ids are
+/// bound in the column's own type (text ids as `String`, integer ids as `i64`): PostgreSQL
+/// refuses to compare an integer column with text, and a cast on the column would cost the
+/// index on either engine.
+pub async fn rows_by_id<R, K>(
     pool: &crate::db::Pool,
     select: &str,
     id_column: &str,
-    ids: &[String],
+    ids: &[K],
 ) -> Result<Vec<R>>
 where
     R: for<'r> sqlx::FromRow<'r, crate::db::Row> + Send + Unpin,
+    K: for<'q> sqlx::Encode<'q, crate::db::Db> + sqlx::Type<crate::db::Db> + Sync,
 {
     if ids.is_empty() {
         return Ok(vec![]);

@@ -622,7 +622,7 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Connect
     )
     .await?;
     let mut rows = Vec::new();
-    for r in listing::rows_by_id::<Row>(pool, SELECT, "id", &ids.items).await? {
+    for r in listing::rows_by_id::<Row, String>(pool, SELECT, "id", &ids.items).await? {
         rows.push(view(store, from_row(r)?).await?);
     }
     let items = listing::in_order(&ids.items, rows, |v: &ConnectionView| {

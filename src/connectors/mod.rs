@@ -391,7 +391,7 @@ pub async fn views(
     pool: &Pool,
     ids: &[String],
 ) -> Result<std::collections::HashMap<String, ConnectorView>> {
-    let rows = listing::rows_by_id::<Row>(pool, SELECT, "c.id", ids).await?;
+    let rows = listing::rows_by_id::<Row, String>(pool, SELECT, "c.id", ids).await?;
     Ok(rows.into_iter().map(|r| (r.id.clone(), view(r))).collect())
 }
 

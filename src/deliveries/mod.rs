@@ -230,7 +230,7 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Deliver
         w,
     )
     .await?;
-    let rows = listing::rows_by_id::<Row>(pool, SELECT, "id", &ids.items)
+    let rows = listing::rows_by_id::<Row, String>(pool, SELECT, "id", &ids.items)
         .await?
         .into_iter()
         .map(Delivery::from)

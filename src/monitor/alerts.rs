@@ -243,7 +243,10 @@ pub async fn page(pool: &Pool, who: &Principal, w: &Window) -> Result<Page<Alert
         w,
     )
     .await?;
-    let rows = listing::rows_by_id::<Alert>(pool, "SELECT * FROM alerts", "id", &ids.items).await?;
+    // `page_ids` hands ids over as text; alerts.id is an integer column.
+    let int_ids: Vec<i64> = ids.items.iter().filter_map(|id| id.parse().ok()).collect();
+    let rows =
+        listing::rows_by_id::<Alert, i64>(pool, "SELECT * FROM alerts", "id", &int_ids).await?;
     let items = listing::in_order(&ids.items, rows, |a: &Alert| a.id.to_string());
     Ok(ids.with_items(items))
 }

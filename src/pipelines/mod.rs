@@ -737,11 +737,12 @@ pub async fn page(ctx: &Ctx, who: &Principal, w: &Window) -> Result<Page<Pipelin
         w,
     )
     .await?;
-    let rows = listing::rows_by_id::<Row>(pool, "SELECT * FROM pipelines", "id", &ids.items)
-        .await?
-        .into_iter()
-        .map(Pipeline::from)
-        .collect();
+    let rows =
+        listing::rows_by_id::<Row, String>(pool, "SELECT * FROM pipelines", "id", &ids.items)
+            .await?
+            .into_iter()
+            .map(Pipeline::from)
+            .collect();
     let items = listing::in_order(&ids.items, rows, |p: &Pipeline| p.id.clone());
     Ok(ids.with_items(items))
 }
