@@ -246,12 +246,10 @@ async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
         assert_eq!(me(bob.clone()).await, 200);
     }
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(binary())
-            .args(args)
-            .arg("--data-dir")
-            .arg(app.data_dir())
-            .output()
-            .unwrap();
+        let mut cmd = std::process::Command::new(binary());
+        cmd.args(args).arg("--data-dir").arg(app.data_dir());
+        store_env(&mut cmd, &app.data_dir());
+        let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
             "{}",

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::helpers::{binary, create_user, sign_in, spawn_app, spawn_app_from, PASSWORD};
+use crate::helpers::{
+    binary, create_user, pin_sqlite, sign_in, spawn_app, spawn_app_from, PASSWORD,
+};
 
 #[tokio::test]
 async fn the_binary_answers_healthz_and_readyz() {
@@ -31,6 +33,8 @@ async fn a_copy_of_the_binary_alone_in_an_empty_directory_serves_its_page_and_ht
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("cluecdc");
     std::fs::copy(binary(), &exe).unwrap();
+    // The embedded default: the binary alone, its store a file in the data directory.
+    pin_sqlite(&dir.path().join("data"));
     let app = spawn_app_from(&exe, dir, &[]);
     let client = app.client();
 

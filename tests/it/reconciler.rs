@@ -400,7 +400,9 @@ async fn serve_and_worker_together_never_both_act_and_a_crashed_holder_is_replac
     // The worker starts first and takes the lease; serve shares its data directory.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut worker = std::process::Command::new(binary())
+    let mut worker = std::process::Command::new(binary());
+    store_env(&mut worker, &data);
+    let mut worker = worker
         .args(["worker", "--data-dir"])
         .arg(&data)
         .envs(FAST.iter().copied())

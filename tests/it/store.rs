@@ -206,6 +206,25 @@ async fn a_setup_copied_from_sqlite_to_postgresql_exports_the_same_bytes_decrypt
             acted.is_empty(),
             "the reconciler did nothing to the connector: {acted:?}"
         );
+
+        // `backup` copies the embedded file; on PostgreSQL it refuses, writes nothing, and names
+        // the PostgreSQL tools instead.
+        let to = api.app.dir.path().join("backup.db");
+        let out = Command::new(binary())
+            .args(["backup", "--to", to.to_str().unwrap(), "--data-dir"])
+            .arg(&data)
+            .env("CLUECDC_DATABASE_URL", &url)
+            .env("CLUECDC_DATABASE_PASSWORD", &pg_password)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{said}");
+        assert!(
+            said.contains("pg_dump") && said.contains("pg_restore"),
+            "{said}"
+        );
+        assert!(!said.contains(&pg_password), "{said}");
+        assert!(!to.exists(), "nothing written");
     };
     // The instances are gone with `result` (killed when dropped): nothing recreates it.
     with_cleanup(result, async {
