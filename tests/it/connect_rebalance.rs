@@ -89,6 +89,8 @@ async fn caught_up(api: &Api, ids: &[String]) -> Option<()> {
 #[tokio::test]
 async fn a_three_worker_cluster_loses_a_worker_and_clue_cdc_shows_its_tasks_moving_restarts_none_raises_one_alert_and_the_data_keeps_arriving(
 ) {
+    // Its own Connect workers: one such test at a time across the engines' runs.
+    let _heavy = heavy_exclusive().await;
     let started = Instant::now();
     let s = stack();
     let tag = format!(

@@ -933,19 +933,74 @@ pub async fn drop_slot(pool: &sqlx::PgPool, slot: &str) {
     }
 }
 
+/// A readers-writer lock shared by every test process on this machine (the suite runs once per
+/// metadata engine, both at once, against the one stack): `flock` on two files under the temp
+/// dir. Each acquisition opens its own file description, so holders in one process exclude each
+/// other as holders in two do. A writer first takes the turnstile and keeps it, so readers
+/// arriving after it wait behind it instead of starving it.
+pub struct StackGate {
+    _gate: std::fs::File,
+    _turnstile: Option<std::fs::File>,
+}
+
+async fn stack_gate(name: &str, exclusive: bool) -> StackGate {
+    let path = |what: &str| std::env::temp_dir().join(format!("cluecdc-it-{name}.{what}.lock"));
+    let (turnstile, gate) = (path("turnstile"), path("gate"));
+    tokio::task::spawn_blocking(move || {
+        let open = |p: &Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        };
+        let t = open(&turnstile);
+        t.lock().unwrap();
+        let g = open(&gate);
+        if exclusive {
+            g.lock().unwrap();
+            StackGate {
+                _gate: g,
+                _turnstile: Some(t),
+            }
+        } else {
+            g.lock_shared().unwrap();
+            drop(t);
+            StackGate {
+                _gate: g,
+                _turnstile: None,
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
 /// Tests that need the shared Connect worker running hold this (shared); the one test that
 /// stops Connect holds it exclusively.
-pub fn connect_gate() -> &'static tokio::sync::RwLock<()> {
-    static GATE: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
-    GATE.get_or_init(|| tokio::sync::RwLock::new(()))
+pub async fn connect_shared() -> StackGate {
+    stack_gate("connect", false).await
 }
 
-pub async fn connect_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
-    connect_gate().read().await
+pub async fn connect_exclusive() -> StackGate {
+    stack_gate("connect", true).await
 }
 
-pub async fn connect_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
-    connect_gate().write().await
+/// Sign-ins through the stack's Dex hold this (shared); the test that restarts Dex holds it
+/// exclusively.
+pub async fn dex_shared() -> StackGate {
+    stack_gate("dex", false).await
+}
+
+pub async fn dex_exclusive() -> StackGate {
+    stack_gate("dex", true).await
+}
+
+/// One at a time across test processes: the tests that start three-worker Connect clusters
+/// of their own (each a few JVMs; two at once would mostly measure the machine).
+pub async fn heavy_exclusive() -> StackGate {
+    stack_gate("heavy", true).await
 }
 
 /// Runs `scripts/stack` with arguments (for tests that stop and start a component).

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha512};
 
 use crate::helpers::{
-    admin_api_with, drop_capture_fixture, eventually, free_port, stack, stack_cmd, var,
-    with_cleanup, Api,
+    admin_api_with, drop_capture_fixture, eventually, free_port, heavy_exclusive, stack, stack_cmd,
+    var, with_cleanup, Api,
 };
 
 const JAR: &str = "/static/cluecdc-config-provider.jar";
@@ -78,6 +78,8 @@ fn provider_file(path: &std::path::Path, url: &str, token: &str) {
 #[tokio::test]
 async fn the_provider_check_names_each_worker_problem_and_a_worker_with_only_the_downloaded_jar_runs_a_pipeline(
 ) {
+    // Its own Connect workers: one such test at a time across the engines' runs.
+    let _heavy = heavy_exclusive().await;
     let s = stack();
     let jar_path = var("CLUECDC_PROVIDER_JAR");
     let api = admin_api_with(&[("CLUECDC_PROVIDER_JAR", &jar_path)]);
