@@ -171,7 +171,10 @@ mod tests {
         let l = limiter(3, 100);
         let t = 1_000 * MINUTE;
         for i in 0..3 {
-            assert_eq!(l.check_at(&pool, "alice", "1.1.1.1", t + i).await.unwrap(), None);
+            assert_eq!(
+                l.check_at(&pool, "alice", "1.1.1.1", t + i).await.unwrap(),
+                None
+            );
             l.record_failure_at(&pool, "alice", "1.1.1.1", t + i)
                 .await
                 .unwrap();
@@ -183,7 +186,10 @@ mod tests {
                 .is_some(),
             "per account, whatever the address"
         );
-        assert_eq!(l.check_at(&pool, "bob", "1.1.1.1", t + 3).await.unwrap(), None);
+        assert_eq!(
+            l.check_at(&pool, "bob", "1.1.1.1", t + 3).await.unwrap(),
+            None
+        );
     }
 
     #[tokio::test]
@@ -192,11 +198,16 @@ mod tests {
         let l = limiter(100, 3);
         let t = 1_000 * MINUTE;
         for name in ["a", "b", "c"] {
-            l.record_failure_at(&pool, name, "9.9.9.9", t).await.unwrap();
+            l.record_failure_at(&pool, name, "9.9.9.9", t)
+                .await
+                .unwrap();
         }
         let wait = l.check_at(&pool, "d", "9.9.9.9", t + 1).await.unwrap();
         assert_eq!(wait, Some(60), "the whole window less 1 ms, rounded up");
-        assert_eq!(l.check_at(&pool, "d", "8.8.8.8", t + 1).await.unwrap(), None);
+        assert_eq!(
+            l.check_at(&pool, "d", "8.8.8.8", t + 1).await.unwrap(),
+            None
+        );
     }
 
     #[tokio::test]
@@ -205,8 +216,13 @@ mod tests {
         let l = limiter(2, 100);
         let t = 1_000 * MINUTE;
         l.record_failure_at(&pool, "a", "x", t).await.unwrap();
-        l.record_failure_at(&pool, "a", "x", t + 20_000).await.unwrap();
-        assert_eq!(l.check_at(&pool, "a", "x", t + 30_000).await.unwrap(), Some(30));
+        l.record_failure_at(&pool, "a", "x", t + 20_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            l.check_at(&pool, "a", "x", t + 30_000).await.unwrap(),
+            Some(30)
+        );
         assert_eq!(
             l.check_at(&pool, "a", "x", t + MINUTE - 1).await.unwrap(),
             Some(1),
@@ -240,8 +256,16 @@ mod tests {
             let l = if i % 2 == 0 { &one } else { &two };
             l.record_failure_at(&pool, "ada", "x", t + i).await.unwrap();
         }
-        assert!(one.check_at(&pool, "ada", "x", t + 5).await.unwrap().is_some());
-        assert!(two.check_at(&pool, "ada", "x", t + 5).await.unwrap().is_some());
+        assert!(one
+            .check_at(&pool, "ada", "x", t + 5)
+            .await
+            .unwrap()
+            .is_some());
+        assert!(two
+            .check_at(&pool, "ada", "x", t + 5)
+            .await
+            .unwrap()
+            .is_some());
     }
 
     #[tokio::test]
