@@ -250,6 +250,7 @@ async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
             .args(args)
             .arg("--data-dir")
             .arg(app.data_dir())
+            .envs(app.store_vars())
             .output()
             .unwrap();
         assert!(
