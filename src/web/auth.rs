@@ -299,7 +299,13 @@ pub async fn login_submit(
             StatusCode::FORBIDDEN,
         );
     }
-    if let Err(wait) = state.inner.login_limiter.check(&name, &address) {
+    let limited = state
+        .inner
+        .login_limiter
+        .check(&state.pool, &name, &address)
+        .await
+        .map_err(PageError)?;
+    if let Some(wait) = limited {
         audit::record_alone(&state.pool, failed_login(&name, &address, "rate limited"))
             .await
             .map_err(PageError)?;
@@ -318,7 +324,12 @@ pub async fn login_submit(
     let user = match user {
         Some(u) if verified && !u.disabled => u,
         _ => {
-            state.inner.login_limiter.record_failure(&name, &address);
+            state
+                .inner
+                .login_limiter
+                .record_failure(&state.pool, &name, &address)
+                .await
+                .map_err(PageError)?;
             audit::record_alone(
                 &state.pool,
                 failed_login(&name, &address, "wrong name or password"),
@@ -332,7 +343,12 @@ pub async fn login_submit(
             );
         }
     };
-    state.inner.login_limiter.record_success(&name);
+    state
+        .inner
+        .login_limiter
+        .record_success(&state.pool, &name)
+        .await
+        .map_err(PageError)?;
     let agent = req
         .headers()
         .get(header::USER_AGENT)

@@ -156,6 +156,14 @@ func TestServicesSharingAnImageAlsoShareItsBuild(t *testing.T) {
 func TestEveryNamedVolumeUsedByAServiceIsDeclared(t *testing.T) {
 	forEachProject(t, func(t *testing.T, p *types.Project) {
 		used := map[string]bool{}
+		// A volume only a profile's services use is still used (when that profile runs).
+		for _, s := range p.DisabledServices {
+			for _, v := range s.Volumes {
+				if v.Type == types.VolumeTypeVolume {
+					used[v.Source] = true
+				}
+			}
+		}
 		for _, s := range sortedServices(p) {
 			for i, v := range s.Volumes {
 				switch v.Type {

@@ -51,8 +51,21 @@ func repoPath(t *testing.T, rel string) string {
 // cross-reference check, so that the specific tests below can report a precise message instead.
 func loadProject(t *testing.T, consistency bool, files ...string) (*types.Project, error) {
 	t.Helper()
+	return loadProjectWithProfiles(t, consistency, nil, files...)
+}
+
+// loadProjectWithProfiles is loadProject with compose profiles enabled, like
+// `docker compose --profile NAME`; services of other profiles land in DisabledServices.
+func loadProjectWithProfiles(t *testing.T, consistency bool, profiles []string, files ...string) (*types.Project, error) {
+	t.Helper()
+	return loadWith(t, consistency, profiles, map[string]string{}, files...)
+}
+
+// loadWith is loadProjectWithProfiles with the given environment for interpolation.
+func loadWith(t *testing.T, consistency bool, profiles []string, environment map[string]string, files ...string) (*types.Project, error) {
+	t.Helper()
 	root := repoRoot(t)
-	details := types.ConfigDetails{WorkingDir: root, Environment: map[string]string{}}
+	details := types.ConfigDetails{WorkingDir: root, Environment: environment}
 	for _, f := range files {
 		details.ConfigFiles = append(details.ConfigFiles, types.ConfigFile{Filename: filepath.Join(root, f)})
 	}
@@ -60,18 +73,24 @@ func loadProject(t *testing.T, consistency bool, files ...string) (*types.Projec
 		o.SkipValidation = false
 		o.SkipConsistencyCheck = !consistency
 		o.SkipInterpolation = false
+		o.Profiles = profiles
 	})
 }
 
 // project variants every cross-check runs against.
 type variant struct {
-	name  string
-	files []string
+	name     string
+	files    []string
+	profiles []string
 }
 
+// haProfile is compose.yaml's profile of replicas on PostgreSQL metadata behind a load balancer.
+const haProfile = "ha"
+
 var variants = []variant{
-	{"compose.yaml", []string{composeFile}},
-	{"compose.yaml+compose.test.yaml", []string{composeFile, composeTestFile}},
+	{"compose.yaml", []string{composeFile}, nil},
+	{"compose.yaml+compose.test.yaml", []string{composeFile, composeTestFile}, nil},
+	{"compose.yaml --profile ha", []string{composeFile}, []string{haProfile}},
 }
 
 // forEachProject runs fn once per variant on a loaded project, as a named subtest.
@@ -79,7 +98,7 @@ func forEachProject(t *testing.T, fn func(t *testing.T, p *types.Project)) {
 	t.Helper()
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			p, err := loadProject(t, false, v.files...)
+			p, err := loadProjectWithProfiles(t, false, v.profiles, v.files...)
 			if err != nil {
 				t.Fatalf("loading %s: %v", strings.Join(v.files, " + "), err)
 			}

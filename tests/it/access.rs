@@ -246,10 +246,13 @@ async fn a_token_revoked_from_the_cli_is_refused_on_the_next_request() {
         assert_eq!(me(bob.clone()).await, 200);
     }
     let cli = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(binary());
-        cmd.args(args).arg("--data-dir").arg(app.data_dir());
-        store_env(&mut cmd, &app.data_dir());
-        let out = cmd.output().unwrap();
+        let out = std::process::Command::new(binary())
+            .args(args)
+            .arg("--data-dir")
+            .arg(app.data_dir())
+            .envs(app.store_vars())
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -523,6 +526,98 @@ async fn repeated_wrong_passwords_lock_the_account_for_a_while() {
         !audit.to_string().contains("wrong password"),
         "attempted passwords are never recorded"
     );
+}
+
+/// One sign-in on `base` from a fresh browser: the status and the page.
+async fn sign_in_attempt(base: &str, name: &str, password: &str) -> (u16, String) {
+    let c = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = c
+        .get(format!("{base}/login"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = hidden_value(&page, "csrf_token").unwrap();
+    let res = c
+        .post(format!("{base}/login"))
+        .form(&[
+            ("name", name),
+            ("password", password),
+            ("csrf_token", csrf.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// Issue 33: replicas behind a load balancer share one store, and the failures they count with
+/// it. Spread over two `serve` processes, the account locks at the same total as on one (5),
+/// and both replicas refuse it, even with the right password.
+#[tokio::test]
+async fn failed_sign_ins_spread_over_two_replicas_lock_the_account_at_the_same_total() {
+    let data = tempfile::tempdir().unwrap();
+    let one = spawn_app_on(&binary(), tempfile::tempdir().unwrap(), data.path(), &[]);
+    let two = spawn_app_on(&binary(), tempfile::tempdir().unwrap(), data.path(), &[]);
+    create_user(&one, "ada", "admin");
+    for i in 0..5 {
+        let replica = if i % 2 == 0 { &one } else { &two };
+        let (status, page) = sign_in_attempt(&replica.url, "ada", "wrong password!!").await;
+        assert_eq!(
+            status,
+            401,
+            "failure {} of 5 is only counted: {page}",
+            i + 1
+        );
+    }
+    for replica in [&two, &one] {
+        let (status, page) = sign_in_attempt(&replica.url, "ada", PASSWORD).await;
+        assert_eq!(
+            status, 429,
+            "locked on every replica, even with the right password"
+        );
+        let wait: u64 = page
+            .split("Too many failed sign-ins. Try again in ")
+            .nth(1)
+            .and_then(|rest| rest.split(" s.").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the page says how long to wait: {page}"));
+        assert!(
+            (1..=900).contains(&wait),
+            "inside the 15-minute window: {wait}"
+        );
+    }
+    // Another account is not held back by ada's failures, on either replica.
+    create_user(&one, "grace", "viewer");
+    assert_eq!(sign_in_attempt(&two.url, "grace", PASSWORD).await.0, 303);
+
+    let token = create_token(&two, "ada", &[]);
+    for replica in [&one, &two] {
+        let audit: Value = replica
+            .client()
+            .get(format!(
+                "{}/api/v1/audit?action=auth.login&outcome=failure",
+                replica.url
+            ))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            audit["items"].as_array().unwrap().len(),
+            7,
+            "five failed and two refused sign-ins, audited once each, seen from either replica"
+        );
+    }
 }
 
 #[tokio::test]
