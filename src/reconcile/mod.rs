@@ -701,14 +701,19 @@ impl Reconciler {
         tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
         // Only if the cluster is still the one this pass tried: a PATCH made meanwhile cleared
         // the error, and the old address's failure must not come back over the new address.
+        // Fenced: a holder paused mid-call wakes to its call's timeout, and its backoff would
+        // keep its successor off the cluster for up to a minute.
+        let mut tx = self.pool.begin().await?;
+        self.lease.fence(&mut tx).await?;
         db::query("UPDATE connect_clusters SET failures = failures + 1, last_error = $1, next_attempt_at = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
             .bind(e.to_string())
             .bind(now_ms() + backoff.as_millis() as i64)
             .bind(&cluster.id)
             .bind(&cluster.url)
             .bind(&cluster.updated_at)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         // Its connectors now show UNKNOWN.
         self.writes.mark();
         Ok(())
@@ -863,16 +868,20 @@ impl Reconciler {
             || cluster.next_attempt_at.is_some()
         {
             // As above: an answer from the address a PATCH just replaced is not the new one's.
+            // Fenced like every write of the holder's.
             let now = crate::time::now();
+            let mut tx = self.pool.begin().await.map_err(|e| db_err(e.into()))?;
+            self.lease.fence(&mut tx).await.map_err(db_err)?;
             db::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = $1, last_pass_at = $1, last_pass_ms = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
                 .bind(&now)
                 .bind(took.as_millis() as i64)
                 .bind(&cluster.id)
                 .bind(&cluster.url)
                 .bind(&cluster.updated_at)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(|e| db_err(e.into()))?;
+            tx.commit().await.map_err(|e| db_err(e.into()))?;
             self.writes.mark();
         }
         if read_offsets {
@@ -1545,6 +1554,7 @@ mod tests {
             url: created.url.clone(),
             reason: "connection refused".into(),
         };
+        assert!(r.lease.try_hold().await.unwrap());
         // What the pass read, then the PATCH, then the pass's verdict.
         connect::update(&ctx, &who, &created.id, &input("http://127.0.0.1:2"))
             .await
@@ -1559,7 +1569,33 @@ mod tests {
         // The same failure against the cluster as it now is is recorded.
         r.record_unreachable(&now, &refused).await.unwrap();
         let after = connect::get(&pool, &who, &created.id).await.unwrap();
-        assert!(after.last_error.unwrap().contains("unreachable"));
+        assert!(after.last_error.as_deref().unwrap().contains("unreachable"));
         assert!(after.next_attempt_at.is_some());
+
+        // A holder that lost the lease (paused past it) records no backoff: its successor
+        // would otherwise stay off the cluster for up to a minute.
+        let stale = Reconciler::new(
+            pool.clone(),
+            secrets.clone(),
+            Settings {
+                lease_ttl: Duration::from_millis(200),
+                ..Settings::default()
+            },
+            Arc::new(Handle::default()),
+            "stale".into(),
+            crate::snapshots::Writes::default(),
+        );
+        r.lease.release().await;
+        assert!(stale.lease.try_hold().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(r.lease.try_hold().await.unwrap(), "r takes over");
+        let e = stale
+            .record_unreachable(&after, &refused)
+            .await
+            .unwrap_err();
+        assert!(e.downcast_ref::<lease::Fenced>().is_some(), "{e}");
+        let unchanged = connect::get(&pool, &who, &created.id).await.unwrap();
+        assert_eq!(unchanged.next_attempt_at, after.next_attempt_at);
+        assert_eq!(unchanged.last_error, after.last_error);
     }
 }
