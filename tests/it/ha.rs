@@ -283,6 +283,7 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
             ("CLUECDC_LEASE_TTL", "3s"),
             ("CLUECDC_RECONCILE_INTERVAL", "60s"),
             ("CLUECDC_LEAK_SCAN_INTERVAL", "1h"),
+            ("CLUECDC_LOG", "info,cluecdc::reconcile=debug"),
         ]);
         let apps: Vec<TestApp> = std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -563,58 +564,62 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
         wait_running(&connect_url, &base_connector, Duration::from_secs(60)).await;
 
         // ---- SIGKILL the lease holder mid-burst of 50 creates and a replay -------------------
-        let ops_holder = holder(&db, "operations").await;
-        let replay = api
-            .post(
-                &format!(
-                    "/api/v1/deliveries/{}/replay",
-                    delivery["id"].as_str().unwrap()
-                ),
-                json!({"from": "earliest", "confirm": delivery["name"]}),
-            )
-            .await;
-        assert_eq!(replay.status, 202, "{}", replay.body);
-        let op_id = replay.body["operation_id"].as_str().unwrap().to_string();
-        let ops_holder = match ops_holder {
-            Some(h) => Some(h),
-            None => {
-                tokio::time::sleep(Duration::from_millis(600)).await;
-                holder(&db, "operations").await
-            }
-        };
         let victim = pid_of_holder(&h);
-        eprintln!(
-            "reconciler lease: replica {holder_index} (pid {victim}); operations lease: {ops_holder:?}"
-        );
+        let replay_id: Mutex<Option<String>> = Mutex::new(None);
         let acked = AtomicUsize::new(0);
         let killed_at: Mutex<Option<Instant>> = Mutex::new(None);
-        let outcomes: Vec<(usize, u16, bool, Value)> = {
+        let outcomes: Vec<(usize, u16, bool, bool, Value)> = {
             let burst = futures::stream::iter(1..=BURST)
                 .map(|i| {
                     let api = &api;
                     let acked = &acked;
+                    let tag = &tag;
                     let body = pipeline_body(i);
                     async move {
                         let (a, retried) = api
                             .call(reqwest::Method::POST, "/api/v1/pipelines", Some(body))
                             .await;
-                        if a.status == 201 || (retried && a.status == 409) {
+                        // A retry refused because the name or prefix is taken: the first
+                        // attempt committed if the pipeline is there (by name).
+                        let committed = a.status == 201
+                            || (retried
+                                && api
+                                    .get(&format!("/api/v1/pipelines/ha%20{tag}%20{i}"))
+                                    .await
+                                    .status
+                                    == 200);
+                        if committed {
                             acked.fetch_add(1, Ordering::SeqCst);
                         }
-                        (i, a.status, retried, a.body)
+                        (i, a.status, retried, committed, a.body)
                     }
                 })
                 .buffer_unordered(10)
                 .collect::<Vec<_>>();
+            // A few creates in, the replay starts; the holder dies while it waits for the
+            // reconciler to stop the delivery's connector.
             let killer = async {
-                while acked.load(Ordering::SeqCst) < 5 {
+                while acked.load(Ordering::SeqCst) < 3 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                let (_, op) = (0, api.get(&format!("/api/v1/operations/{op_id}")).await);
+                let replay = api
+                    .post(
+                        &format!(
+                            "/api/v1/deliveries/{}/replay",
+                            delivery["id"].as_str().unwrap()
+                        ),
+                        json!({"from": "earliest", "confirm": delivery["name"]}),
+                    )
+                    .await;
+                assert_eq!(replay.status, 202, "{}", replay.body);
+                let op_id = replay.body["operation_id"].as_str().unwrap().to_string();
+                *replay_id.lock().unwrap() = Some(op_id.clone());
+                let op = api.get(&format!("/api/v1/operations/{op_id}")).await;
+                let ops_holder = holder(&db, "operations").await;
                 signal(victim, "-KILL");
                 *killed_at.lock().unwrap() = Some(Instant::now());
                 eprintln!(
-                    "SIGKILLed replica {holder_index} after {} acknowledged creates; the replay was at step {}",
+                    "SIGKILLed replica {holder_index} (pid {victim}) after {} acknowledged creates; the replay was at step {} (operations lease: {ops_holder:?})",
                     acked.load(Ordering::SeqCst),
                     op.body["step"]
                 );
@@ -638,15 +643,12 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
         };
         let mut expected = BTreeSet::new();
         let mut retried = 0;
-        for (i, status, again, body) in &outcomes {
+        for (i, status, again, committed, body) in &outcomes {
             retried += usize::from(*again);
-            match status {
-                201 => {}
-                409 if *again => assert!(body.to_string().contains("already exists"), "{body}"),
-                _ => panic!("create {i}: {status} {body}"),
-            }
+            assert!(committed, "create {i}: {status} {body}");
             expected.insert(format!("cluecdc-capture-ha-{tag}-{i}"));
         }
+        let op_id = replay_id.lock().unwrap().clone().unwrap();
         eprintln!(
             "{} creates acknowledged ({retried} after a retry)",
             expected.len()
@@ -767,15 +769,52 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
             )
             .await;
         assert!(a.status < 300, "{}", a.body);
-        eventually(
-            Duration::from_secs(30),
-            "the new holder pauses pipeline 0",
-            || async {
-                let st = connect_status(&connect_url, &base_connector).await?;
-                (st["connector"]["state"] == "PAUSED").then_some(())
-            },
-        )
-        .await;
+        let asked_pause = Instant::now();
+        loop {
+            let st = connect_status(&connect_url, &base_connector).await;
+            if st
+                .as_ref()
+                .is_some_and(|st| st["connector"]["state"] == "PAUSED")
+            {
+                break;
+            }
+            if asked_pause.elapsed() > Duration::from_secs(30) {
+                let calls: Vec<String> = proxy
+                    .snapshot()
+                    .into_iter()
+                    .filter(|c| c.at >= paused_at)
+                    .map(|c| format!("{:?} {} {} {}", c.at - paused_at, c.agent, c.method, c.path))
+                    .collect();
+                panic!(
+                    "the new holder did not pause pipeline 0 within 30 s; Connect shows {st:?}; calls since the pause:\n{}\nthe new holder's log:\n{}",
+                    calls.join("\n"),
+                    replicas
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .find(|a| a.child.id() == pid_of_holder(&h3))
+                        .map(TestApp::log)
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.contains("reconcil") || l.contains("WARN"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let resumes = || {
+            let db = db.clone();
+            let id = base_pipeline["connector_id"].as_str().unwrap().to_string();
+            async move {
+                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM audit_log WHERE action = 'connector.resume' AND target_id = $1")
+                    .bind(id)
+                    .fetch_one(&db)
+                    .await
+                    .unwrap()
+            }
+        };
+        let resumes_before = resumes().await;
         proxy.heal();
         let resumed = Instant::now();
         signal(pid2, "-CONT");
@@ -789,22 +828,32 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
                 .map(TestApp::log)
                 .unwrap()
         };
+        // Its pass, planned before the pause, goes on once Connect answers: the steps stop at the
+        // lease check, and the transaction recording what it saw is refused by the fence.
         let said = eventually(
             Duration::from_secs(25),
-            "the resumed holder notices the loss",
+            "the resumed holder's write refused by the fence",
             || async {
                 let log = apps_log(pid2);
-                log.lines()
-                    .find(|l| {
-                        l.contains("lost the reconciler lease")
+                let lines: Vec<String> = log
+                    .lines()
+                    .filter(|l| {
+                        l.contains("lease lost")
+                            || l.contains("lost the reconciler lease")
                             || l.contains("write refused")
-                            || l.contains("lease lost")
                     })
                     .map(str::to_string)
+                    .collect();
+                lines
+                    .iter()
+                    .any(|l| l.contains("write refused"))
+                    .then_some(lines)
             },
         )
         .await;
-        eprintln!("the resumed former holder said: {said}");
+        for line in &said {
+            eprintln!("the resumed former holder said: {line}");
+        }
         // Its pass, had it gone on, would have recorded itself in reconcile_passes: nothing.
         // Give it the time of a whole further lease lifetime to try.
         tokio::time::sleep(TTL).await;
@@ -828,7 +877,20 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
             epoch > epoch2,
             "a take-over moves the epoch: {epoch2} → {epoch}"
         );
-        assert!(rows_of(h3.clone()).await > 0 || holder(&db, "reconciler").await.is_some());
+        assert!(
+            rows_of(h3.clone()).await > 0,
+            "the new holder records its passes"
+        );
+        assert_eq!(
+            resumes().await,
+            resumes_before,
+            "no resume of pipeline 0 recorded after the pause"
+        );
+        let st = connect_status(&connect_url, &base_connector).await.unwrap();
+        assert_eq!(
+            st["connector"]["state"], "PAUSED",
+            "pipeline 0 stays paused: {st}"
+        );
         eprintln!("whole test {:?}", started.elapsed());
     };
 
