@@ -104,6 +104,10 @@ pub struct Reconciler {
     /// Per cluster id, the workers that did not answer in time last pass (see
     /// [`workers::Answer::Silent`]).
     silent: std::sync::Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
+    /// Clusters a pass skipped because their part of an earlier pass still ran: that part
+    /// wakes the loop when it ends, or the change that pass came for waits for the interval.
+    /// Locked inside `in_flight`'s lock, never the other way round.
+    skipped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -144,6 +148,7 @@ impl Reconciler {
             in_flight: Default::default(),
             late: Default::default(),
             silent: std::sync::Mutex::new(HashMap::new()),
+            skipped: Default::default(),
         }
     }
 
@@ -355,7 +360,8 @@ impl Reconciler {
         let mut waiting = futures::stream::FuturesUnordered::new();
         let mut visited = 0;
         for cluster in clusters {
-            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) || self.in_flight(&cluster.id)
+            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t)
+                || self.skip_in_flight(&cluster.id)
             {
                 continue;
             }
@@ -366,10 +372,17 @@ impl Reconciler {
             let id = cluster.id.clone();
             let task = tokio::spawn(async move {
                 let outcome = this.run_cluster(&cluster, read_offsets).await;
-                this.in_flight
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&cluster.id);
+                let skipped = {
+                    let mut flights = this.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                    flights.remove(&cluster.id);
+                    this.skipped
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&cluster.id)
+                };
+                if skipped {
+                    this.handle.wake();
+                }
                 if let Err(outcome) = tx.send(outcome) {
                     this.count_late(outcome);
                 }
@@ -488,6 +501,20 @@ impl Reconciler {
     }
 
     /// Its part of an earlier pass is still running.
+    /// True while the cluster's part of an earlier pass still runs (a slow cluster): this pass
+    /// leaves it alone, and that part wakes the loop when it ends (see `skipped`).
+    fn skip_in_flight(&self, cluster_id: &str) -> bool {
+        let flights = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let busy = flights.get(cluster_id).is_some_and(|t| !t.is_finished());
+        if busy {
+            self.skipped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(cluster_id.to_string());
+        }
+        busy
+    }
+
     fn in_flight(&self, cluster_id: &str) -> bool {
         self.in_flight
             .lock()
