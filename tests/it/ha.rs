@@ -769,6 +769,15 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
             )
             .await;
         assert!(a.status < 300, "{}", a.body);
+        let apps_log = |pid: u32| {
+            replicas
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|a| a.child.id() == pid)
+                .map(TestApp::log)
+                .unwrap()
+        };
         let asked_pause = Instant::now();
         loop {
             let st = connect_status(&connect_url, &base_connector).await;
@@ -785,20 +794,15 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
                     .filter(|c| c.at >= paused_at)
                     .map(|c| format!("{:?} {} {} {}", c.at - paused_at, c.agent, c.method, c.path))
                     .collect();
+                let log = apps_log(pid_of_holder(&h3));
+                let said: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("reconcil") || l.contains("WARN"))
+                    .collect();
                 panic!(
                     "the new holder did not pause pipeline 0 within 30 s; Connect shows {st:?}; calls since the pause:\n{}\nthe new holder's log:\n{}",
                     calls.join("\n"),
-                    replicas
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .find(|a| a.child.id() == pid_of_holder(&h3))
-                        .map(TestApp::log)
-                        .unwrap_or_default()
-                        .lines()
-                        .filter(|l| l.contains("reconcil") || l.contains("WARN"))
-                        .collect::<Vec<_>>()
-                        .join("\n")
+                    said.join("\n")
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -819,15 +823,6 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
         let resumed = Instant::now();
         signal(pid2, "-CONT");
         *stopped.lock().unwrap() = None;
-        let apps_log = |pid: u32| {
-            replicas
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|a| a.child.id() == pid)
-                .map(TestApp::log)
-                .unwrap()
-        };
         // Its pass, planned before the pause, goes on once Connect answers: the steps stop at the
         // lease check, and the transaction recording what it saw is refused by the fence.
         let said = eventually(
@@ -895,13 +890,18 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
     };
 
     let cleanup = async {
-        if let Some(pid) = stopped.lock().unwrap().take() {
+        if let Some(pid) = stopped.lock().unwrap_or_else(|e| e.into_inner()).take() {
             signal(pid, "-CONT");
         }
         // What each replica said about leases and what it refused or failed at: the story of
         // a failure, and of the take-overs when it passes.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        for (i, app) in replicas.lock().unwrap().iter().enumerate() {
+        for (i, app) in replicas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .enumerate()
+        {
             let log = app.log();
             let lines: Vec<&str> = log
                 .lines()
@@ -915,7 +915,11 @@ async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive
                 );
             }
         }
-        for app in replicas.lock().unwrap().iter_mut() {
+        for app in replicas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+        {
             let _ = app.child.kill();
             let _ = app.child.wait();
         }
