@@ -405,6 +405,14 @@ impl Ctx<'_> {
     pub fn still_held(&self) -> bool {
         self.lease.still_held()
     }
+
+    /// The first statement of every transaction recording an operation's progress: refused
+    /// (the transaction must roll back) once another process took the operations lease, so a
+    /// holder paused mid-step (a stopped process, a partitioned host) cannot move an
+    /// operation its successor carries on, nor finish it, after waking.
+    pub async fn fence(&self, tx: &mut db::Tx<'_>) -> Result<()> {
+        Ok(self.lease.fence(tx).await?)
+    }
 }
 
 /// How long one step may wait before the operation fails there.
@@ -487,25 +495,31 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
         };
         match outcome {
             Step::Next(step) => {
+                let mut tx = ctx.pool.begin().await?;
+                ctx.fence(&mut tx).await?;
                 db::query("UPDATE operations SET step = $1, step_started_at = $2, error = NULL WHERE id = $3 AND state = 'running'")
                     .bind(step)
                     .bind(now_ms())
                     .bind(&op.id)
-                    .execute(&ctx.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 tracing::info!(operation = %op.id, kind = %op.kind, step, "operation step");
                 op.step = step.to_string();
                 op.step_started_at = now_ms();
             }
             Step::Wait(why) => {
                 if op.error.as_deref() != Some(why.as_str()) {
+                    let mut tx = ctx.pool.begin().await?;
+                    ctx.fence(&mut tx).await?;
                     db::query(
                         "UPDATE operations SET error = $1 WHERE id = $2 AND state = 'running'",
                     )
                     .bind(&why)
                     .bind(&op.id)
-                    .execute(&ctx.pool)
+                    .execute(&mut *tx)
                     .await?;
+                    tx.commit().await?;
                 }
                 return Ok(());
             }
@@ -531,15 +545,20 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
     ) else {
         return Ok(());
     };
+    let mut tx = ctx.pool.begin().await?;
+    ctx.fence(&mut tx).await?;
     let done = db::query("UPDATE connectors SET desired_state = $1, operation_id = NULL, generation = generation + 1, updated_at = $2 WHERE id = $3 AND operation_id = $4")
         .bind(to)
         .bind(crate::time::now())
         .bind(connector)
         .bind(&op.id)
-        .execute(&ctx.pool)
+        .execute(&mut *tx)
         .await?;
     if done.rows_affected() > 0 {
-        crate::reconcile::bump_desired_version(&ctx.pool).await?;
+        crate::reconcile::bump_desired_version(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    if done.rows_affected() > 0 {
         ctx.reconciler.wake();
     }
     Ok(())
@@ -547,6 +566,7 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
 
 async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String>) -> Result<()> {
     let mut tx = ctx.pool.begin().await?;
+    ctx.fence(&mut tx).await?;
     let done = db::query("UPDATE operations SET state = $1, error = $2, finished_at = $3 WHERE id = $4 AND state = 'running'")
         .bind(state)
         .bind(&error)
@@ -723,6 +743,51 @@ mod tests {
                 .unwrap();
         assert_eq!(state, ("paused".to_string(), None), "given back paused");
         refuse_if_held(&pool, "k", "resume").await.unwrap();
+    }
+
+    /// A holder paused past its operations lease (it still believes it holds it) records no
+    /// progress once another took over: neither a step, nor the end, nor the connector given
+    /// back; the successor does.
+    #[tokio::test]
+    async fn a_paused_operations_holder_records_nothing_after_a_take_over() {
+        let (_d, pool) = pool_with_connector().await;
+        let who = Principal::cli();
+        let mut tx = pool.begin().await.unwrap();
+        let id = hold(&mut tx, &who, new("replay"), "k").await.unwrap();
+        tx.commit().await.unwrap();
+        let svc = crate::ctx::Ctx::for_test(&pool);
+        let a = Lease::new(pool.clone(), LEASE, "a".into(), 200);
+        let b = Lease::new(pool.clone(), LEASE, "b".into(), 60_000);
+        assert!(a.try_hold().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            b.try_hold().await.unwrap(),
+            "a's lease ran out: b takes over"
+        );
+        let stale = Ctx {
+            svc: &svc,
+            lease: &a,
+        };
+        let op = load(&pool, &id).await.unwrap();
+        assert!(release(&stale, &op).await.is_err());
+        assert!(finish(&stale, &op, "done", None).await.is_err());
+        let (state, held_by): (String, Option<String>) =
+            db::query_as("SELECT desired_state, operation_id FROM connectors WHERE id = 'k'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            (state.as_str(), held_by.as_deref()),
+            ("stopped", Some(id.as_str()))
+        );
+        assert_eq!(load(&pool, &id).await.unwrap().state, "running");
+        let current = Ctx {
+            svc: &svc,
+            lease: &b,
+        };
+        release(&current, &op).await.unwrap();
+        finish(&current, &op, "done", None).await.unwrap();
+        assert_eq!(load(&pool, &id).await.unwrap().state, "done");
     }
 
     /// A delete request that gives up waiting says what is left: Connect, or (past "remove")

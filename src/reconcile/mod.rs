@@ -104,6 +104,10 @@ pub struct Reconciler {
     /// Per cluster id, the workers that did not answer in time last pass (see
     /// [`workers::Answer::Silent`]).
     silent: std::sync::Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
+    /// Clusters a pass skipped because their part of an earlier pass still ran: that part
+    /// wakes the loop when it ends, or the change that pass came for waits for the interval.
+    /// Locked inside `in_flight`'s lock, never the other way round.
+    skipped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 pub fn holder_id(role: &str) -> String {
@@ -144,6 +148,7 @@ impl Reconciler {
             in_flight: Default::default(),
             late: Default::default(),
             silent: std::sync::Mutex::new(HashMap::new()),
+            skipped: Default::default(),
         }
     }
 
@@ -355,7 +360,8 @@ impl Reconciler {
         let mut waiting = futures::stream::FuturesUnordered::new();
         let mut visited = 0;
         for cluster in clusters {
-            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t) || self.in_flight(&cluster.id)
+            if cluster.next_attempt_at.is_some_and(|t| now_ms() < t)
+                || self.skip_in_flight(&cluster.id)
             {
                 continue;
             }
@@ -366,10 +372,17 @@ impl Reconciler {
             let id = cluster.id.clone();
             let task = tokio::spawn(async move {
                 let outcome = this.run_cluster(&cluster, read_offsets).await;
-                this.in_flight
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&cluster.id);
+                let skipped = {
+                    let mut flights = this.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                    flights.remove(&cluster.id);
+                    this.skipped
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&cluster.id)
+                };
+                if skipped {
+                    this.handle.wake();
+                }
                 if let Err(outcome) = tx.send(outcome) {
                     this.count_late(outcome);
                 }
@@ -488,6 +501,20 @@ impl Reconciler {
     }
 
     /// Its part of an earlier pass is still running.
+    /// True while the cluster's part of an earlier pass still runs (a slow cluster): this pass
+    /// leaves it alone, and that part wakes the loop when it ends (see `skipped`).
+    fn skip_in_flight(&self, cluster_id: &str) -> bool {
+        let flights = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let busy = flights.get(cluster_id).is_some_and(|t| !t.is_finished());
+        if busy {
+            self.skipped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(cluster_id.to_string());
+        }
+        busy
+    }
+
     fn in_flight(&self, cluster_id: &str) -> bool {
         self.in_flight
             .lock()
@@ -701,14 +728,19 @@ impl Reconciler {
         tracing::warn!(cluster = %cluster.name, error = %e, retry_in_ms = backoff.as_millis() as u64, "Connect cluster unreachable");
         // Only if the cluster is still the one this pass tried: a PATCH made meanwhile cleared
         // the error, and the old address's failure must not come back over the new address.
+        // Fenced: a holder paused mid-call wakes to its call's timeout, and its backoff would
+        // keep its successor off the cluster for up to a minute.
+        let mut tx = self.pool.begin().await?;
+        self.lease.fence(&mut tx).await?;
         db::query("UPDATE connect_clusters SET failures = failures + 1, last_error = $1, next_attempt_at = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
             .bind(e.to_string())
             .bind(now_ms() + backoff.as_millis() as i64)
             .bind(&cluster.id)
             .bind(&cluster.url)
             .bind(&cluster.updated_at)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         // Its connectors now show UNKNOWN.
         self.writes.mark();
         Ok(())
@@ -863,16 +895,20 @@ impl Reconciler {
             || cluster.next_attempt_at.is_some()
         {
             // As above: an answer from the address a PATCH just replaced is not the new one's.
+            // Fenced like every write of the holder's.
             let now = crate::time::now();
+            let mut tx = self.pool.begin().await.map_err(|e| db_err(e.into()))?;
+            self.lease.fence(&mut tx).await.map_err(db_err)?;
             db::query("UPDATE connect_clusters SET failures = 0, last_error = NULL, next_attempt_at = NULL, observed_at = $1, last_pass_at = $1, last_pass_ms = $2 WHERE id = $3 AND url = $4 AND updated_at = $5")
                 .bind(&now)
                 .bind(took.as_millis() as i64)
                 .bind(&cluster.id)
                 .bind(&cluster.url)
                 .bind(&cluster.updated_at)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(|e| db_err(e.into()))?;
+            tx.commit().await.map_err(|e| db_err(e.into()))?;
             self.writes.mark();
         }
         if read_offsets {
@@ -1545,6 +1581,7 @@ mod tests {
             url: created.url.clone(),
             reason: "connection refused".into(),
         };
+        assert!(r.lease.try_hold().await.unwrap());
         // What the pass read, then the PATCH, then the pass's verdict.
         connect::update(&ctx, &who, &created.id, &input("http://127.0.0.1:2"))
             .await
@@ -1559,7 +1596,33 @@ mod tests {
         // The same failure against the cluster as it now is is recorded.
         r.record_unreachable(&now, &refused).await.unwrap();
         let after = connect::get(&pool, &who, &created.id).await.unwrap();
-        assert!(after.last_error.unwrap().contains("unreachable"));
+        assert!(after.last_error.as_deref().unwrap().contains("unreachable"));
         assert!(after.next_attempt_at.is_some());
+
+        // A holder that lost the lease (paused past it) records no backoff: its successor
+        // would otherwise stay off the cluster for up to a minute.
+        let stale = Reconciler::new(
+            pool.clone(),
+            secrets.clone(),
+            Settings {
+                lease_ttl: Duration::from_millis(200),
+                ..Settings::default()
+            },
+            Arc::new(Handle::default()),
+            "stale".into(),
+            crate::snapshots::Writes::default(),
+        );
+        r.lease.release().await;
+        assert!(stale.lease.try_hold().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(r.lease.try_hold().await.unwrap(), "r takes over");
+        let e = stale
+            .record_unreachable(&after, &refused)
+            .await
+            .unwrap_err();
+        assert!(e.downcast_ref::<lease::Fenced>().is_some(), "{e}");
+        let unchanged = connect::get(&pool, &who, &created.id).await.unwrap();
+        assert_eq!(unchanged.next_attempt_at, after.next_attempt_at);
+        assert_eq!(unchanged.last_error, after.last_error);
     }
 }

@@ -1023,6 +1023,8 @@ pub struct ProxiedCall {
     pub method: String,
     pub path: String,
     pub agent: String,
+    /// When the proxy received it.
+    pub at: std::time::Instant,
 }
 
 /// A transparent HTTP proxy in front of the real Connect that records every call, so tests
@@ -1035,6 +1037,8 @@ pub struct ConnectProxy {
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<ProxiedCall>>>,
     pub refuse_creates: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub failing: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    /// (user agent part, path suffix, delay): see [`ConnectProxy::slow`].
+    pub slowed: std::sync::Arc<std::sync::Mutex<Vec<(String, String, Duration)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -1059,6 +1063,9 @@ impl ConnectProxy {
         let refuse = refuse_creates.clone();
         let failing: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>> = Default::default();
         let fail = failing.clone();
+        let slowed: std::sync::Arc<std::sync::Mutex<Vec<(String, String, Duration)>>> =
+            Default::default();
+        let slow = slowed.clone();
         let http = reqwest::Client::new();
         let endpoint = poem::endpoint::make(move |req: poem::Request| {
             let target = target.clone();
@@ -1066,6 +1073,7 @@ impl ConnectProxy {
             let http = http.clone();
             let refuse = refuse.clone();
             let fail = fail.clone();
+            let slow = slow.clone();
             async move {
                 let method = req.method().clone();
                 let path = req
@@ -1094,6 +1102,7 @@ impl ConnectProxy {
                         method: method.to_string(),
                         path: path.clone(),
                         agent: "(failed by the proxy)".into(),
+                        at: std::time::Instant::now(),
                     });
                     return poem::Response::builder()
                         .status(poem::http::StatusCode::SERVICE_UNAVAILABLE)
@@ -1108,11 +1117,23 @@ impl ConnectProxy {
                     .to_string();
                 let ctype = req.headers().get("content-type").cloned();
                 let body = req.into_body().into_bytes().await.unwrap_or_default();
+                let delay = slow
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|(a, suffix, _)| {
+                        agent.contains(a.as_str()) && path.ends_with(suffix.as_str())
+                    })
+                    .map(|(_, _, d)| *d);
                 record.lock().unwrap().push(ProxiedCall {
                     method: method.to_string(),
                     path: path.clone(),
                     agent,
+                    at: std::time::Instant::now(),
                 });
+                if let Some(d) = delay {
+                    tokio::time::sleep(d).await;
+                }
                 let mut out = http
                     .request(
                         reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap(),
@@ -1147,6 +1168,7 @@ impl ConnectProxy {
             calls,
             refuse_creates,
             failing,
+            slowed,
             task,
         }
     }
@@ -1163,9 +1185,20 @@ impl ConnectProxy {
             .push((method.to_string(), suffix.to_string()));
     }
 
-    /// Forwards every call again.
+    /// From now on, holds calls whose user agent contains `agent` and whose path ends with
+    /// `suffix` for `delay` before forwarding them (recorded on arrival): a process stuck
+    /// mid-call, as behind a slow worker.
+    pub fn slow(&self, agent: &str, suffix: &str, delay: Duration) {
+        self.slowed
+            .lock()
+            .unwrap()
+            .push((agent.to_string(), suffix.to_string(), delay));
+    }
+
+    /// Forwards every call again, at once.
     pub fn heal(&self) {
         self.failing.lock().unwrap().clear();
+        self.slowed.lock().unwrap().clear();
     }
 }
 

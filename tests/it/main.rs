@@ -12,6 +12,7 @@ mod channels;
 mod connect_rebalance;
 mod connections;
 mod deliveries;
+mod ha;
 mod hostile;
 mod isolation;
 mod lists;
