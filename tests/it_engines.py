@@ -12,13 +12,13 @@ threads would.
 Why a scheduler and not two `cargo test` runs side by side: some tests use fixed names in the
 shared stack (a delivery named "watched" is the Connect connector `cluecdc-deliver-watched` and
 its consumer group), which is safe within one run and not between two runs at the same moment.
-So a test module is only ever running in one engine at a time (modules that share a name are one
+So a test is only ever running in one engine at a time (modules that share a name form one
 group); tests that stop or restart a shared component take the file gates of
 tests/it/helpers.rs, which both engines honour; `isolation::` measures pass periods and runs
-with nothing beside it.
+with nothing beside it; `ha::` fixes its own engine (three replicas on PostgreSQL) and runs once.
 
-Tests are started longest first, from the durations the previous run wrote beside the binary
-(`it-durations.json`; alphabetical without it). A test still running after 15 minutes is killed
+Tests that run alone go first; the others are started longest first, from the durations the previous run wrote beside the binary
+(`it-durations.json`; without it, by module, the second engine from the other end). A test still running after 15 minutes is killed
 and counted as failed. Exit status 0 only when every test passed in both engines.
 """
 import json
@@ -31,16 +31,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = {"sqlite": {}, "postgres": {"CLUECDC_TEST_STORE": "postgres"}}
-# Modules whose tests create the same names in the stack (a delivery called "lake", one called
-# "bad") run under one group.
-SHARED_NAMES = {"object_storage": "manifest", "tables_schema": "deliveries"}
+# A test never runs in both engines at the same moment. Tests of different modules that create
+# the same names in the stack (a delivery called "lake", one called "bad") form one group, which
+# only one engine runs at a time. (Tests of one module already run side by side within a run.)
+SHARED_NAMES = {"manifest": "lake", "object_storage": "lake", "deliveries": "bad", "tables_schema": "bad"}
 ALONE = ("isolation::",)
+# Tests whose metadata engine is fixed by the test itself (three replicas on PostgreSQL) run once.
+ONCE = {"ha::": "postgres"}
 TIMEOUT_S = 15 * 60
 
 
 def group(test):
-    module = test.split("::", 1)[0]
-    return SHARED_NAMES.get(module, module)
+    return SHARED_NAMES.get(test.split("::", 1)[0], test)
 
 
 def main():
@@ -53,10 +55,19 @@ def main():
         before = json.loads(durations_file.read_text())
     except (OSError, ValueError):
         before = {}
+    def runs_in(engine, test):
+        return all(engine == only for prefix, only in ONCE.items() if test.startswith(prefix))
+
     queues = {}
-    for engine in ENGINES:
+    for i, engine in enumerate(ENGINES):
         known = before.get(engine, {})
-        queues[engine] = sorted(tests, key=lambda t: -known.get(t, 0.0))
+        # Without durations the second engine starts at the other end of the list, so the two
+        # rarely want the same module.
+        order = tests if i == 0 or known else tests[::-1]
+        # Tests that run alone go first, while nothing else wants the machine.
+        queues[engine] = sorted(
+            (t for t in order if runs_in(engine, t)), key=lambda t: (not t.startswith(ALONE), -known.get(t, 0.0))
+        )
     running = {}  # (engine, test) -> (process, log file, started)
     results = {engine: {} for engine in ENGINES}
     failed = []
@@ -89,21 +100,24 @@ def main():
                 log.seek(0)
                 print(f"---- [{engine}] {test} output ----\n{log.read()}", flush=True)
             log.close()
+        # A test that runs alone is started before anything else once it is next in a queue:
+        # from then on nothing new starts until the machine is quiet and it has run.
         alone_running = any(t.startswith(ALONE) for (_, t) in running)
-        for engine, queue in queues.items():
-            others = set().union(*(busy_groups(e) for e in ENGINES if e != engine))
-            while queue and sum(1 for (e, _) in running if e == engine) < slots and not alone_running:
-                pick = next((t for t in queue if group(t) not in others), None)
-                if pick is None:
-                    break
-                if pick.startswith(ALONE):
-                    if running:
-                        break  # wait for the machine to be quiet
-                    alone_running = True
-                queue.remove(pick)
-                start(engine, pick)
-                if alone_running:
-                    break
+        alone_next = [(e, q[0]) for e, q in queues.items() if q and q[0].startswith(ALONE)]
+        if alone_next and not alone_running:
+            if not running:
+                engine, test = alone_next[0]
+                queues[engine].remove(test)
+                start(engine, test)
+        elif not alone_running:
+            for engine, queue in queues.items():
+                others = set().union(*(busy_groups(e) for e in ENGINES if e != engine))
+                while sum(1 for (e, _) in running if e == engine) < slots:
+                    pick = next((t for t in queue if group(t) not in others and not t.startswith(ALONE)), None)
+                    if pick is None:
+                        break
+                    queue.remove(pick)
+                    start(engine, pick)
         time.sleep(0.2)
 
     wall = time.monotonic() - t0

@@ -248,6 +248,8 @@ async fn connect_names(connect: &str) -> BTreeSet<String> {
 #[tokio::test]
 async fn three_replicas_behind_haproxy_keep_sessions_wake_the_reconciler_survive_a_killed_lease_holder_mid_burst_and_fence_a_paused_one(
 ) {
+    // A Connect worker of its own: one such test at a time across the engines' runs.
+    let _heavy = heavy_exclusive().await;
     let started = Instant::now();
     let s = stack();
     let tag = format!(
