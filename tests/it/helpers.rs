@@ -955,17 +955,23 @@ async fn stack_gate(name: &str, exclusive: bool) -> StackGate {
                 .open(p)
                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
         };
+        let flock = |f: &std::fs::File, op: libc::c_int| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor this closure's caller owns and keeps open.
+            let r = unsafe { libc::flock(f.as_raw_fd(), op) };
+            assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+        };
         let t = open(&turnstile);
-        t.lock().unwrap();
+        flock(&t, libc::LOCK_EX);
         let g = open(&gate);
         if exclusive {
-            g.lock().unwrap();
+            flock(&g, libc::LOCK_EX);
             StackGate {
                 _gate: g,
                 _turnstile: Some(t),
             }
         } else {
-            g.lock_shared().unwrap();
+            flock(&g, libc::LOCK_SH);
             drop(t);
             StackGate {
                 _gate: g,
