@@ -130,7 +130,7 @@ impl Application {
                 },
                 secure_cookies: settings.secure_cookies(),
                 trusted_proxies: crate::web::forwarded::TrustedProxies::new(
-                    settings.trusted_proxies.clone(),
+                    settings.trusted_proxies.iter().flatten().copied().collect(),
                 ),
                 login_limiter: LoginLimiter::new(Limits::default()),
                 public_url: settings.public_url.clone(),

@@ -88,7 +88,7 @@ pub struct ServeSettings {
 
     /// A load balancer or proxy (CIDR, or one address) whose `X-Forwarded-For` names the client;
     /// repeatable, comma-separated in the environment. The right-most untrusted entry is the
-    /// client's address (sign-in limits, audit, sessions). Empty: the header is ignored.
+    /// client's address (sign-in limits, audit, sessions). None (or empty): the header is ignored.
     #[arg(
         long = "trusted-proxy",
         env = "CLUECDC_TRUSTED_PROXIES",
@@ -96,7 +96,7 @@ pub struct ServeSettings {
         value_delimiter = ',',
         value_parser = crate::web::forwarded::parse_trusted_proxy
     )]
-    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub trusted_proxies: Vec<Option<ipnet::IpNet>>,
 
     /// The ClueCDC config provider jar to hand out at `/static/cluecdc-config-provider.jar`
     /// with its SHA-512, for Connect workers and image builds (the container image sets it).

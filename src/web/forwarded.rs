@@ -70,11 +70,16 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
 }
 
 /// Parses one `--trusted-proxy` value: a CIDR (`10.0.0.0/8`, `fd00::/8`) or a bare address
-/// (one host, `/32` or `/128`).
-pub fn parse_trusted_proxy(s: &str) -> Result<IpNet, String> {
+/// (one host, `/32` or `/128`). An empty value is none, so that `CLUECDC_TRUSTED_PROXIES=`
+/// (as templating often writes an unset setting) means the default, not an error.
+pub fn parse_trusted_proxy(s: &str) -> Result<Option<IpNet>, String> {
     let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map(Some)
         .map_err(|_| {
             format!(
                 "{s:?} is not an address range (--trusted-proxy / CLUECDC_TRUSTED_PROXIES); write a CIDR such as 10.0.0.0/8, 192.0.2.10/32 or fd00::/8"
@@ -90,7 +95,7 @@ mod tests {
         TrustedProxies::new(
             cidrs
                 .iter()
-                .map(|c| parse_trusted_proxy(c).unwrap())
+                .map(|c| parse_trusted_proxy(c).unwrap().unwrap())
                 .collect(),
         )
     }
@@ -202,23 +207,22 @@ mod tests {
 
     #[test]
     fn trusted_proxy_values_are_checked() {
+        let net = |s: &str| Some(s.parse::<IpNet>().unwrap());
         assert_eq!(
             parse_trusted_proxy("10.0.0.0/8").unwrap(),
-            "10.0.0.0/8".parse::<IpNet>().unwrap()
+            net("10.0.0.0/8")
         );
         assert_eq!(
             parse_trusted_proxy("192.0.2.10").unwrap(),
-            "192.0.2.10/32".parse::<IpNet>().unwrap()
+            net("192.0.2.10/32")
         );
-        assert_eq!(
-            parse_trusted_proxy(" fd00::/8 ").unwrap(),
-            "fd00::/8".parse::<IpNet>().unwrap()
-        );
+        assert_eq!(parse_trusted_proxy(" fd00::/8 ").unwrap(), net("fd00::/8"));
+        assert_eq!(parse_trusted_proxy(" ").unwrap(), None, "empty is none");
         for bad in [
             "10.0.0.0/33",
             "10.0.0/8",
             "lb.example.com",
-            "",
+            "*",
             "fd00::/129",
         ] {
             let e = parse_trusted_proxy(bad).unwrap_err();
