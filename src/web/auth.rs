@@ -463,7 +463,7 @@ async fn sso_failed(
         other => other.to_string(),
     };
     tracing::warn!(reason = e.reason(), error = %message, "single sign-on refused");
-    let address = client_address(req, &state);
+    let address = client_address(req, state);
     oidc::record_refusal(&state.pool, &e, &address).await;
     let page = LoginPage {
         error: Some(format!(
