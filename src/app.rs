@@ -45,6 +45,8 @@ pub struct StateInner {
     pub http_metrics: crate::monitor::metrics::HttpMetrics,
     pub sessions: Lifetimes,
     pub secure_cookies: bool,
+    /// Whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    pub trusted_proxies: crate::web::forwarded::TrustedProxies,
     pub login_limiter: LoginLimiter,
     /// The URL people (and Connect workers) use to reach this server, when configured.
     pub public_url: Option<String>,
@@ -127,6 +129,9 @@ impl Application {
                     absolute_secs: settings.session_max,
                 },
                 secure_cookies: settings.secure_cookies(),
+                trusted_proxies: crate::web::forwarded::TrustedProxies::new(
+                    settings.trusted_proxies.iter().flatten().copied().collect(),
+                ),
                 login_limiter: LoginLimiter::new(Limits::default()),
                 public_url: settings.public_url.clone(),
                 snapshots: crate::snapshots::Snapshots::new(&settings.data.database_path()),
@@ -313,6 +318,7 @@ pub async fn run_worker(
             absolute_secs: 0,
         },
         secure_cookies: false,
+        trusted_proxies: Default::default(),
         login_limiter: LoginLimiter::new(Limits::default()),
         public_url: None,
         snapshots: crate::snapshots::Snapshots::disabled(),

@@ -86,6 +86,18 @@ pub struct ServeSettings {
     #[arg(long, env = "CLUECDC_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
     pub session_max: i64,
 
+    /// A load balancer or proxy (CIDR, or one address) whose `X-Forwarded-For` names the client;
+    /// repeatable, comma-separated in the environment. The right-most untrusted entry is the
+    /// client's address (sign-in limits, audit, sessions). None (or empty): the header is ignored.
+    #[arg(
+        long = "trusted-proxy",
+        env = "CLUECDC_TRUSTED_PROXIES",
+        value_name = "CIDR",
+        value_delimiter = ',',
+        value_parser = crate::web::forwarded::parse_trusted_proxy
+    )]
+    pub trusted_proxies: Vec<Option<ipnet::IpNet>>,
+
     /// The ClueCDC config provider jar to hand out at `/static/cluecdc-config-provider.jar`
     /// with its SHA-512, for Connect workers and image builds (the container image sets it).
     #[arg(long, env = "CLUECDC_PROVIDER_JAR")]

@@ -174,11 +174,22 @@ fn safe_next(next: Option<&str>) -> String {
     }
 }
 
-fn client_address(req: &Request) -> String {
-    req.remote_addr()
-        .as_socket_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
+/// The client's address for sign-in limits, audit rows and sessions: the TCP peer, or behind
+/// a trusted proxy the address it forwarded (see [`super::forwarded`]).
+fn client_address(req: &Request, state: &AppState) -> String {
+    let Some(peer) = req.remote_addr().as_socket_addr().map(|a| a.ip()) else {
+        return "unknown".into();
+    };
+    let forwarded = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    state
+        .inner
+        .trusted_proxies
+        .client(peer, forwarded)
+        .to_string()
 }
 
 fn session_cookie(state: &AppState, value: &str, max_age_secs: i64) -> Cookie {
@@ -283,7 +294,7 @@ pub async fn login_submit(
         return Err(PageError(Error::Csrf));
     }
     let name = form.name.trim().to_string();
-    let address = client_address(req);
+    let address = client_address(req, &state);
     let again = |error: String, status: StatusCode| {
         let page = LoginPage {
             name: name.clone(),
@@ -452,7 +463,7 @@ async fn sso_failed(
         other => other.to_string(),
     };
     tracing::warn!(reason = e.reason(), error = %message, "single sign-on refused");
-    let address = client_address(req);
+    let address = client_address(req, state);
     oidc::record_refusal(&state.pool, &e, &address).await;
     let page = LoginPage {
         error: Some(format!(
@@ -541,7 +552,7 @@ pub async fn sso_callback(
         Ok(v) => v,
         Err(e) => return sso_failed(req, jar, &state, &provider, e).await,
     };
-    let address = client_address(req);
+    let address = client_address(req, &state);
     let agent = req
         .headers()
         .get(header::USER_AGENT)
@@ -660,7 +671,7 @@ pub async fn setup_submit(
         Err(Error::Invalid { fields, .. }) => return again(fields),
         Err(e) => return Err(PageError(e)),
     };
-    let address = client_address(req);
+    let address = client_address(req, &state);
     let session = sessions::start(
         &state.pool,
         &user,

@@ -36,6 +36,7 @@ mod connections;
 mod connectors;
 mod deliveries;
 pub mod error;
+pub mod forwarded;
 mod getting_started;
 mod health;
 mod home;

@@ -281,6 +281,44 @@ func TestTheConnectProviderUrlDefaultsToTheSingleBinaryAndCanNameTheLoadBalancer
 	}
 }
 
+// Behind the balancer every replica's TCP peer is HAProxy: the balancer must append the
+// client's address (option forwardfor) and every replica must trust the balancer's fixed
+// address, and no wider range, for the per-address sign-in limit to count clients.
+func TestTheHaReplicasTrustOnlyTheBalancersForwardedFor(t *testing.T) {
+	p := mustLoadHA(t)
+	lb := service(t, p, "cluecdc-lb")
+	cfgPath := ""
+	for _, v := range lb.Volumes {
+		if v.Type == types.VolumeTypeBind && strings.HasSuffix(v.Target, "haproxy.cfg") {
+			cfgPath = v.Source
+		}
+	}
+	forwards := false
+	for _, sec := range readHAProxy(t, cfgPath) {
+		if sec.kind == "defaults" || sec.kind == "backend" || sec.kind == "frontend" {
+			forwards = forwards || sec.has("option forwardfor")
+		}
+	}
+	if !forwards {
+		t.Errorf("%s: no `option forwardfor`; the replicas would see only the balancer's address", cfgPath)
+	}
+	var lbAddr string
+	for _, n := range lb.Networks {
+		if n != nil && n.Ipv4Address != "" {
+			lbAddr = n.Ipv4Address
+		}
+	}
+	if lbAddr == "" {
+		t.Fatalf("service \"cluecdc-lb\": no fixed ipv4_address for the replicas to trust")
+	}
+	for _, r := range replicas(t, p) {
+		got, _ := env(r, "CLUECDC_TRUSTED_PROXIES")
+		if got != lbAddr+"/32" {
+			t.Errorf("replica %s: CLUECDC_TRUSTED_PROXIES = %q, want the balancer alone, %s/32", r.Name, got, lbAddr)
+		}
+	}
+}
+
 // ---- helpers ------------------------------------------------------------------------------------
 
 func usesSecret(s types.ServiceConfig, name string) bool {

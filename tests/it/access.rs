@@ -530,6 +530,16 @@ async fn repeated_wrong_passwords_lock_the_account_for_a_while() {
 
 /// One sign-in on `base` from a fresh browser: the status and the page.
 async fn sign_in_attempt(base: &str, name: &str, password: &str) -> (u16, String) {
+    sign_in_forwarded(base, None, name, password).await
+}
+
+/// Like `sign_in_attempt`, the POST carrying `X-Forwarded-For: forwarded` as a balancer sends it.
+async fn sign_in_forwarded(
+    base: &str,
+    forwarded: Option<&str>,
+    name: &str,
+    password: &str,
+) -> (u16, String) {
     let c = reqwest::Client::builder()
         .cookie_store(true)
         .redirect(reqwest::redirect::Policy::none())
@@ -544,8 +554,11 @@ async fn sign_in_attempt(base: &str, name: &str, password: &str) -> (u16, String
         .await
         .unwrap();
     let csrf = hidden_value(&page, "csrf_token").unwrap();
-    let res = c
-        .post(format!("{base}/login"))
+    let mut post = c.post(format!("{base}/login"));
+    if let Some(f) = forwarded {
+        post = post.header("x-forwarded-for", f);
+    }
+    let res = post
         .form(&[
             ("name", name),
             ("password", password),
@@ -618,6 +631,145 @@ async fn failed_sign_ins_spread_over_two_replicas_lock_the_account_at_the_same_t
             "five failed and two refused sign-ins, audited once each, seen from either replica"
         );
     }
+}
+
+/// The `address` of each `auth.login` audit row with this outcome.
+async fn login_audit_addresses(app: &TestApp, token: &str, outcome: &str) -> Vec<String> {
+    let audit: Value = app
+        .client()
+        .get(format!(
+            "{}/api/v1/audit?action=auth.login&outcome={outcome}",
+            app.url
+        ))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["summary"]["address"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+const CLIENT_A: &str = "203.0.113.7";
+const CLIENT_B: &str = "198.51.100.4";
+
+/// 20 failed sign-ins (the per-address limit) "from" `CLIENT_A`, each on its own unknown
+/// account so that no per-account limit (5) is reached first.
+async fn exhaust_from_a(app: &TestApp) {
+    for i in 0..20 {
+        let (status, page) = sign_in_forwarded(
+            &app.url,
+            Some(CLIENT_A),
+            &format!("stranger{i}"),
+            "wrong password!!",
+        )
+        .await;
+        assert_eq!(
+            status,
+            401,
+            "failure {} of 20 is only counted: {page}",
+            i + 1
+        );
+    }
+}
+
+/// Issue 33: behind a load balancer (here the test itself, 127.0.0.1, trusted), the address
+/// the balancer forwards is the client: A's failures lock A out and not B, a forged prefix
+/// does not move anyone onto A's count, and audit rows name the clients, not the balancer.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_sign_in_limit_counts_the_forwarded_client() {
+    let app = spawn_app_from(
+        &binary(),
+        tempfile::tempdir().unwrap(),
+        &[("CLUECDC_TRUSTED_PROXIES", "127.0.0.1/32")],
+    );
+    create_user(&app, "ada", "admin");
+    exhaust_from_a(&app).await;
+    let (status, _) = sign_in_forwarded(&app.url, Some(CLIENT_A), "ada", PASSWORD).await;
+    assert_eq!(
+        status, 429,
+        "A is at its limit, even with the right password"
+    );
+    let (status, page) = sign_in_forwarded(&app.url, Some(CLIENT_B), "ada", PASSWORD).await;
+    assert_eq!(status, 303, "B is not held back by A's failures: {page}");
+    // The client prepends what it likes; the balancer appends the address it saw (B).
+    let forged = format!("{CLIENT_A}, {CLIENT_B}");
+    let (status, page) = sign_in_forwarded(&app.url, Some(&forged), "ada", PASSWORD).await;
+    assert_eq!(status, 303, "the left-most entry is never believed: {page}");
+
+    let token = create_token(&app, "ada", &[]);
+    assert_eq!(
+        login_audit_addresses(&app, &token, "failure").await,
+        vec![CLIENT_A.to_string(); 21],
+        "twenty failures and one refusal, each naming A, not the balancer"
+    );
+    assert_eq!(
+        login_audit_addresses(&app, &token, "success").await,
+        vec![CLIENT_B.to_string(); 2],
+        "the sessions started from B"
+    );
+}
+
+/// Without `--trusted-proxy` the header is whatever the client wrote, so it is ignored: the
+/// limit counts the TCP peer and a client cannot dodge it by naming other addresses.
+#[tokio::test]
+async fn without_trusted_proxies_x_forwarded_for_is_ignored() {
+    let app = spawn_app_from(
+        &binary(),
+        tempfile::tempdir().unwrap(),
+        &[("CLUECDC_TRUSTED_PROXIES", "")],
+    );
+    create_user(&app, "ada", "admin");
+    exhaust_from_a(&app).await;
+    let (status, _) = sign_in_forwarded(&app.url, Some(CLIENT_B), "ada", PASSWORD).await;
+    assert_eq!(
+        status, 429,
+        "the peer, 127.0.0.1, is at its limit whatever the header says"
+    );
+    let token = create_token(&app, "ada", &[]);
+    assert_eq!(
+        login_audit_addresses(&app, &token, "failure").await,
+        vec!["127.0.0.1".to_string(); 21]
+    );
+}
+
+/// A bad `CLUECDC_TRUSTED_PROXIES` stops the start with the setting and the value named.
+#[tokio::test]
+async fn a_bad_trusted_proxy_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("CLUECDC_TRUSTED_PROXIES", "10.0.0.0/8,10.1.2.0/33")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("serve exits at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--trusted-proxy")
+            && stderr.contains("CLUECDC_TRUSTED_PROXIES")
+            && stderr.contains("10.1.2.0/33"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("listening"),
+        "nothing listened"
+    );
 }
 
 #[tokio::test]
