@@ -955,23 +955,20 @@ async fn stack_gate(name: &str, exclusive: bool) -> StackGate {
                 .open(p)
                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
         };
-        let flock = |f: &std::fs::File, op: libc::c_int| {
-            use std::os::fd::AsRawFd;
-            // SAFETY: flock on a descriptor this closure's caller owns and keeps open.
-            let r = unsafe { libc::flock(f.as_raw_fd(), op) };
-            assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+        let flock = |f: &std::fs::File, op: rustix::fs::FlockOperation| {
+            rustix::fs::flock(f, op).unwrap_or_else(|e| panic!("flock: {e}"));
         };
         let t = open(&turnstile);
-        flock(&t, libc::LOCK_EX);
+        flock(&t, rustix::fs::FlockOperation::LockExclusive);
         let g = open(&gate);
         if exclusive {
-            flock(&g, libc::LOCK_EX);
+            flock(&g, rustix::fs::FlockOperation::LockExclusive);
             StackGate {
                 _gate: g,
                 _turnstile: Some(t),
             }
         } else {
-            flock(&g, libc::LOCK_SH);
+            flock(&g, rustix::fs::FlockOperation::LockShared);
             drop(t);
             StackGate {
                 _gate: g,
