@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The integration suite once per metadata engine, both runs at once against the one stack.
 
-    tests/it_engines.py IT_BINARY
+    tests/it_engines.py IT_BINARY [FILTER...]    (FILTER: run only tests whose name contains it)
 
 Runs every test of the `it` binary (built by `cargo test --test it --no-run`) twice: on the
 embedded SQLite default, and with CLUECDC_TEST_STORE=postgres (each instance its own database
@@ -13,13 +13,15 @@ Why a scheduler and not two `cargo test` runs side by side: some tests use fixed
 shared stack (a delivery named "watched" is the Connect connector `cluecdc-deliver-watched` and
 its consumer group), which is safe within one run and not between two runs at the same moment.
 So a test is only ever running in one engine at a time (modules that share a name form one
-group); tests that stop or restart a shared component take the file gates of
-tests/it/helpers.rs, which both engines honour; `isolation::` measures pass periods and runs
-with nothing beside it; `ha::` fixes its own engine (three replicas on PostgreSQL) and runs once.
+group). Tests that stop or restart a shared component take the file gates of
+tests/it/helpers.rs, which both engines honour. `isolation::` (it measures pass periods) and
+the test that stops Connect run first, with nothing beside them. `ha::` fixes its own engine
+(three replicas on PostgreSQL) and runs once.
 
-Tests that run alone go first; the others are started longest first, from the durations the previous run wrote beside the binary
-(`it-durations.json`; without it, by module, the second engine from the other end). A test still running after 15 minutes is killed
-and counted as failed. Exit status 0 only when every test passed in both engines.
+The other tests start longest first, from the durations the previous full run wrote beside the
+binary (`it-durations.json`; without it, in name order, the second engine from the other end).
+A test still running after 15 minutes is killed and counted as failed. Exit status 0 only when
+every test passed in both engines.
 """
 import json
 import os
@@ -35,7 +37,9 @@ ENGINES = {"sqlite": {}, "postgres": {"CLUECDC_TEST_STORE": "postgres"}}
 # the same names in the stack (a delivery called "lake", one called "bad") form one group, which
 # only one engine runs at a time. (Tests of one module already run side by side within a run.)
 SHARED_NAMES = {"manifest": "lake", "object_storage": "lake", "deliveries": "bad", "tables_schema": "bad"}
-ALONE = ("isolation::",)
+# Run with nothing beside them, first: isolation measures pass periods, and the test that stops
+# Connect would otherwise hold every Connect test of both runs back while it waits for the gate.
+ALONE = ("isolation::", "reconciler::with_connect_stopped")
 # Tests whose metadata engine is fixed by the test itself (three replicas on PostgreSQL) run once.
 ONCE = {"ha::": "postgres"}
 TIMEOUT_S = 15 * 60
@@ -50,6 +54,8 @@ def main():
     slots = int(os.environ.get("IT_SLOTS", "2"))
     listed = subprocess.run([binary, "--list", "--format", "terse"], capture_output=True, text=True, check=True, cwd=ROOT)
     tests = [line[: -len(": test")] for line in listed.stdout.splitlines() if line.endswith(": test")]
+    if sys.argv[2:]:
+        tests = [t for t in tests if any(f in t for f in sys.argv[2:])]
     durations_file = binary.parent / "it-durations.json"
     try:
         before = json.loads(durations_file.read_text())
@@ -121,7 +127,8 @@ def main():
         time.sleep(0.2)
 
     wall = time.monotonic() - t0
-    durations_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    if not sys.argv[2:]:
+        durations_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     for engine in ENGINES:
         n = len(results[engine])
         bad = sum(1 for e, _ in failed if e == engine)

@@ -626,15 +626,16 @@ async fn a_delivery_replays_from_a_time_skips_and_undoes_with_its_offset_history
         );
         // Done means observed delivering again: the sink committed past the target (3), not
         // only RUNNING.
-        let offsets: Value = reqwest::get(format!(
-            "{}/connectors/cluecdc-deliver-replayed/offsets",
-            s.connect_url
-        ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        let (_, offsets) = connect_call(
+            reqwest::Method::GET,
+            &format!(
+                "{}/connectors/cluecdc-deliver-replayed/offsets",
+                s.connect_url
+            ),
+            None,
+        )
+        .await;
+        let offsets: Value = serde_json::from_str(&offsets).unwrap();
         let committed = offsets["offsets"][0]["offset"]["kafka_offset"].as_i64();
         assert!(
             committed.is_some_and(|c| c > 3),

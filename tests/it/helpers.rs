@@ -876,6 +876,53 @@ pub async fn connect_status(connect: &str, name: &str) -> Option<serde_json::Val
     res.json().await.ok()
 }
 
+/// One call to a Connect worker's REST API, made again while Connect says a rebalance is in
+/// progress or expected (409, or 500 naming a rebalance: frequent while both engines' runs
+/// create connectors on the one worker), for up to 60 s: (status, body).
+pub async fn connect_call(
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, String) {
+    let client = reqwest::Client::new();
+    for _ in 0..120 {
+        let mut req = client.request(method.clone(), url);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let res = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap_or_default();
+        if status == 409 || (status == 500 && text.contains("rebalance")) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        return (status, text);
+    }
+    panic!("{method} {url}: Connect was rebalancing for 60 s")
+}
+
+/// Connect's stored config for a connector; None when it does not exist. Retries while Connect
+/// answers 409 or 5xx ("a rebalance is expected", frequent while the two engines' runs create
+/// and delete connectors on the one worker): a test reads what Connect holds, not its moment of
+/// rebalancing.
+pub async fn connect_config(s: &Stack, name: &str) -> Option<serde_json::Value> {
+    for _ in 0..120 {
+        let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
+            .await
+            .ok()?;
+        match res.status().as_u16() {
+            200 => return res.json().await.ok(),
+            404 => return None,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    panic!("Connect did not answer for {name}'s config within 60 s")
+}
+
 /// Waits until the connector and all its tasks are RUNNING; panics with the last status.
 pub async fn wait_running(connect: &str, name: &str, within: Duration) -> serde_json::Value {
     let deadline = std::time::Instant::now() + within;

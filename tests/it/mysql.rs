@@ -572,12 +572,9 @@ async fn a_verify_full_mysql_pipeline_streams_into_postgres_and_minio_shows_its_
 
         // The connector on the worker verifies too: verify_identity against a truststore the
         // config provider built from the connection's CA; Connect holds references only.
-        let live: Value = reqwest::get(format!("{}/connectors/{connector}/config", s.connect_url))
+        let live: Value = connect_config(&s, &connector)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .expect("the connector in Connect");
         assert_eq!(
             live["connector.class"],
             "io.debezium.connector.mysql.MySqlConnector"

@@ -322,15 +322,10 @@ async fn a_postgres_pipeline_delivers_into_mysql_over_verified_tls_with_upserts_
         let dir = std::env::var("CLUECDC_PROVIDER_FILES").unwrap();
         let store = std::path::Path::new(&dir).join(format!("{r}-truststore.p12"));
         assert!(store.exists(), "{}", store.display());
-        let live = reqwest::get(format!(
-            "{}/connectors/cluecdc-deliver-to-mysql/config",
-            s.connect_url
-        ))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        let live = connect_config(&s, "cluecdc-deliver-to-mysql")
+            .await
+            .expect("the connector in Connect")
+            .to_string();
         assert!(
             live.contains(":ca_truststore_file}") && !live.contains("BEGIN CERTIFICATE"),
             "{live}"

@@ -317,12 +317,13 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             0,
             "nothing stored: {list}"
         );
-        let live: Value = reqwest::get(format!("{}/connectors", s.connect_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, live) = connect_call(
+            reqwest::Method::GET,
+            &format!("{}/connectors", s.connect_url),
+            None,
+        )
+        .await;
+        let live: Value = serde_json::from_str(&live).unwrap();
         assert!(
             !live
                 .as_array()
@@ -804,15 +805,9 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             !says.contains(&wrong) && !says.contains(&s.s3_secret_key),
             "sanitized: {says}"
         );
-        let live: Value = reqwest::get(format!(
-            "{}/connectors/cluecdc-deliver-lake/config",
-            s.connect_url
-        ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        let live: Value = connect_config(&s, "cluecdc-deliver-lake")
+            .await
+            .expect("the connector in Connect");
         assert!(
             !live.to_string().contains(&wrong),
             "Connect stores a reference, not the secret"

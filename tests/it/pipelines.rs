@@ -284,15 +284,9 @@ async fn a_postgres_pipeline_snapshots_then_streams_inserts_updates_and_deletes_
             "the slot is left in place"
         );
         assert!(
-            reqwest::get(format!(
-                "{}/connectors/{}",
-                s.connect_url,
-                pipelines_connector(&prefix)
-            ))
-            .await
-            .unwrap()
-            .status()
-                == 404,
+            connect_config(&s, &pipelines_connector(&prefix))
+                .await
+                .is_none(),
             "the connector is gone"
         );
         let (_, topics) = api

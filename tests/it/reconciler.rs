@@ -72,22 +72,6 @@ async fn recorded(
         .cloned()
 }
 
-/// Connect's stored config for a connector; None when it does not exist. Retries while Connect
-/// answers 409 (a rebalance in progress) or 5xx.
-async fn connect_config(s: &Stack, name: &str) -> Option<Value> {
-    for _ in 0..40 {
-        let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
-            .await
-            .ok()?;
-        match res.status().as_u16() {
-            200 => return res.json().await.ok(),
-            404 => return None,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    None
-}
-
 #[tokio::test]
 async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_recorded() {
     let s = stack();
@@ -125,13 +109,13 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
         // Config changed directly in Connect: restored, with the diff recorded.
         let mut changed = source_config(&name);
         changed["topic"] = json!("somewhere-else");
-        let res = reqwest::Client::new()
-            .put(format!("{}/connectors/{name}/config", s.connect_url))
-            .json(&changed)
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success());
+        let (status, said) = connect_call(
+            reqwest::Method::PUT,
+            &format!("{}/connectors/{name}/config", s.connect_url),
+            Some(&changed),
+        )
+        .await;
+        assert!((200..300).contains(&status), "{said}");
         eventually(
             Duration::from_secs(60),
             "the desired config restored in Connect",
@@ -157,13 +141,13 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
 
         // An unknown connector added in Connect is reported, never deleted.
         let stranger = format!("stranger-{}", tag());
-        let res = reqwest::Client::new()
-            .put(format!("{}/connectors/{stranger}/config", s.connect_url))
-            .json(&source_config(&stranger))
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success());
+        let (status, said) = connect_call(
+            reqwest::Method::PUT,
+            &format!("{}/connectors/{stranger}/config", s.connect_url),
+            Some(&source_config(&stranger)),
+        )
+        .await;
+        assert!((200..300).contains(&status), "{said}");
         eventually(
             Duration::from_secs(30),
             "the unknown connector listed as unmanaged",
@@ -622,13 +606,13 @@ async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_l
         // Someone changes it in Connect; an admin adopts the change instead of a repair.
         let mut changed = source_config(&name);
         changed["batch.size"] = json!("100");
-        let res = reqwest::Client::new()
-            .put(format!("{}/connectors/{name}/config", s.connect_url))
-            .json(&changed)
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success());
+        let (status, said) = connect_call(
+            reqwest::Method::PUT,
+            &format!("{}/connectors/{name}/config", s.connect_url),
+            Some(&changed),
+        )
+        .await;
+        assert!((200..300).contains(&status), "{said}");
         let (status, adopted) = api
             .post(&format!("/api/v1/connectors/{name}/adopt"), json!({}))
             .await;
@@ -686,13 +670,13 @@ async fn a_strimzi_managed_cluster_is_observed_only_and_an_admin_can_adopt_the_l
         .unwrap()
         .contains("KafkaConnector"));
     let outsider = format!("strimzi-owned-{}", tag());
-    let res = reqwest::Client::new()
-        .put(format!("{}/connectors/{outsider}/config", s.connect_url))
-        .json(&source_config(&outsider))
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success());
+    let (status, said) = connect_call(
+        reqwest::Method::PUT,
+        &format!("{}/connectors/{outsider}/config", s.connect_url),
+        Some(&source_config(&outsider)),
+    )
+    .await;
+    assert!((200..300).contains(&status), "{said}");
     eventually(
         Duration::from_secs(30),
         "the Strimzi cluster's connector listed",
@@ -1029,13 +1013,13 @@ async fn a_burst_of_new_connectors_is_created_with_few_list_calls_and_observed_a
     ]);
     let tag = tag();
     let stranger = format!("burst-stranger-{tag}");
-    let res = reqwest::Client::new()
-        .put(format!("{}/connectors/{stranger}/config", s.connect_url))
-        .json(&source_config(&stranger))
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success());
+    let (status, said) = connect_call(
+        reqwest::Method::PUT,
+        &format!("{}/connectors/{stranger}/config", s.connect_url),
+        Some(&source_config(&stranger)),
+    )
+    .await;
+    assert!((200..300).contains(&status), "{said}");
     let cluster = register(&api, &proxy.url).await;
     async fn unmanaged_listed(api: &Api, name: &str) -> bool {
         let (_, list) = api.get("/api/v1/connectors").await;

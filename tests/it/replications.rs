@@ -964,12 +964,7 @@ fn regex_escape(topic: &str) -> String {
 
 /// A connector's config as Connect has it.
 async fn live_config(name: &str) -> Option<Value> {
-    let s = stack();
-    let res = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
-        .await
-        .ok()?;
-    res.status().is_success().then_some(())?;
-    res.json().await.ok()
+    connect_config(&stack(), name).await
 }
 
 #[tokio::test]

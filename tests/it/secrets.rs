@@ -132,17 +132,13 @@ async fn unmanage_connector(api: &Api, s: &Stack, name: &str) {
 }
 
 async fn put_connector(s: &Stack, name: &str, config: &Value) {
-    let res = reqwest::Client::new()
-        .put(format!("{}/connectors/{name}/config", s.connect_url))
-        .json(config)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        res.status().is_success(),
-        "deploy {name}: {}",
-        res.text().await.unwrap()
-    );
+    let (status, said) = connect_call(
+        reqwest::Method::PUT,
+        &format!("{}/connectors/{name}/config", s.connect_url),
+        Some(config),
+    )
+    .await;
+    assert!((200..300).contains(&status), "deploy {name}: {said}");
 }
 
 #[tokio::test]
@@ -174,12 +170,9 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
         wait_running(&s.connect_url, &name, Duration::from_secs(120)).await;
         let first_pid = f.wait_slot_active(None).await;
 
-        let stored: Value = reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
+        let stored: Value = connect_config(&s, &name)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .expect("the connector in Connect");
         assert_eq!(
             stored["database.password"],
             format!("${{cluecdc:{secret_ref}:password}}"),
@@ -204,15 +197,16 @@ async fn a_debezium_connector_resolves_its_password_through_cluecdc_and_survives
             .await;
         assert_eq!(status, 200, "{rotated}");
         assert_eq!(rotated["secret_ref"], secret_ref.as_str());
-        let res = reqwest::Client::new()
-            .post(format!(
+        let (status, said) = connect_call(
+            reqwest::Method::POST,
+            &format!(
                 "{}/connectors/{name}/restart?includeTasks=true",
                 s.connect_url
-            ))
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success());
+            ),
+            None,
+        )
+        .await;
+        assert!((200..300).contains(&status), "{said}");
         let second_pid = f.wait_slot_active(Some(first_pid)).await;
         assert_ne!(
             first_pid, second_pid,

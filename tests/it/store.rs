@@ -22,15 +22,6 @@ async fn export(api: &Api) -> String {
     res.text().await.unwrap()
 }
 
-async fn connect_config(s: &Stack, name: &str) -> serde_json::Value {
-    reqwest::get(format!("{}/connectors/{name}/config", s.connect_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// The reconciler's audit rows (what it did to connectors), oldest first.
 async fn reconciler_acts(api: &Api) -> Vec<serde_json::Value> {
     let (_, audit) = api.get("/api/v1/audit?actor=reconciler&limit=100").await;

@@ -374,15 +374,10 @@ async fn a_verify_full_pipeline_streams_through_tls_kafka_into_verify_full_and_h
             );
             assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), t.ca.trim());
         }
-        let live = reqwest::get(format!(
-            "{}/connectors/cluecdc-capture-{prefix}/config",
-            s.connect_url
-        ))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        let live = connect_config(&s, &format!("cluecdc-capture-{prefix}"))
+            .await
+            .expect("the connector in Connect")
+            .to_string();
         assert!(
             live.contains("${cluecdc:") && live.contains(":ca_cert_file}"),
             "{live}"
@@ -597,15 +592,9 @@ async fn a_verify_ca_mariadb_pipeline_streams_keeps_its_schema_history_on_the_tl
     let result = async {
         crate::pipelines::wait_pipeline_running(&api, &pid).await;
         // The connector's own Kafka clients (schema history) log in like ClueCDC: references only.
-        let live: Value = reqwest::get(format!(
-            "{}/connectors/cluecdc-capture-{prefix}/config",
-            s.connect_url
-        ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        let live: Value = connect_config(&s, &format!("cluecdc-capture-{prefix}"))
+            .await
+            .expect("the connector in Connect");
         assert!(
             live["schema.history.internal.producer.sasl.jaas.config"]
                 .as_str()
