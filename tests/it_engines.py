@@ -20,8 +20,10 @@ the test that stops Connect run first, with nothing beside them. `ha::` fixes it
 
 The other tests start longest first, from the durations the previous full run wrote beside the
 binary (`it-durations.json`; without it, in name order, the second engine from the other end).
-A test still running after 15 minutes is killed and counted as failed. Exit status 0 only when
-every test passed in both engines.
+A test still running after 15 minutes is killed and counted as failed. A failed test is run
+once more (its output printed either way): it counts as passed only if the second run passes, and
+the summary names it as flaky, with the first failure above it. Exit status 0 only when every
+test passed in both engines.
 """
 import json
 import os
@@ -77,6 +79,7 @@ def main():
     running = {}  # (engine, test) -> (process, log file, started)
     results = {engine: {} for engine in ENGINES}
     failed = []
+    retried = set()
     t0 = time.monotonic()
     print(f"{len(tests)} tests × {len(ENGINES)} engines, {slots} at a time per engine", flush=True)
 
@@ -100,11 +103,17 @@ def main():
             del running[(engine, test)]
             results[engine][test] = round(took, 1)
             ok = proc.returncode == 0
-            print(f"[{engine}] test {test} ... {'ok' if ok else 'FAILED'} ({took:.1f} s)", flush=True)
+            again = not ok and (engine, test) not in retried
+            print(f"[{engine}] test {test} ... {'ok' if ok else 'FAILED'} ({took:.1f} s){' (running it again)' if again else ''}",
+                  flush=True)
             if not ok:
-                failed.append((engine, test))
                 log.seek(0)
                 print(f"---- [{engine}] {test} output ----\n{log.read()}", flush=True)
+                if again:
+                    retried.add((engine, test))
+                    queues[engine].insert(0, test)
+                else:
+                    failed.append((engine, test))
             log.close()
         # A test that runs alone is started before anything else once it is next in a queue:
         # from then on nothing new starts until the machine is quiet and it has run.
@@ -134,6 +143,10 @@ def main():
         bad = sum(1 for e, _ in failed if e == engine)
         print(f"{engine}: {n - bad} passed, {bad} failed; {sum(results[engine].values()):.0f} s of test time", flush=True)
     print(f"both engines in {wall:.0f} s", flush=True)
+    flaky = sorted(retried - set(failed))
+    if flaky:
+        print("flaky (failed once, passed when run again; the first failure is printed above):\n"
+              + "\n".join(f"  [{e}] {t}" for e, t in flaky), flush=True)
     if failed:
         print("failed:\n" + "\n".join(f"  [{e}] {t}" for e, t in failed), flush=True)
         sys.exit(1)
