@@ -64,7 +64,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Optional
 
