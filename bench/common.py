@@ -136,6 +136,32 @@ def wrk(url, token, seconds, connections=64):
     return {"p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "rps": round(rps)}
 
 
+def load_pages(app, token, pages, seconds, label):
+    """Each page at 64 clients, after one view alone whose time is kept beside (`first_ms`): a
+    first view loads what later ones reuse (the topics page reads the broker), and under wrk
+    (which corrects for coordinated omission) one such wait of every client would be most of
+    the p99 of a steady load."""
+    out = {}
+    for p in pages:
+        t0 = time.perf_counter()
+        must(200, http("GET", app.url + p, token), f"GET {p}")
+        first_ms = round((time.perf_counter() - t0) * 1000, 1)
+        out[p] = {**wrk(app.url + p, token, seconds), "first_ms": first_ms}
+        say(f"{label}: {p}: {out[p]}")
+    return out
+
+
+def replace_section(page_path, name, md):
+    """Writes `md` between the `<!-- {name}:start -->` and `<!-- {name}:end -->` markers of a
+    docs page, leaving the rest of the page as it is; exits when the markers are missing."""
+    page = page_path.read_text()
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in page or end not in page:
+        sys.exit(f"{page_path} has no {start} … {end} markers: the table was not written")
+    before, rest = page.split(start, 1)
+    page_path.write_text(before + start + "\n" + md + "\n" + end + rest.split(end, 1)[1])
+
+
 def direct_script(connect_url, creates, validate=False, before=None, per_cluster=8):
     """The baseline: the same Connect calls straight against its REST API, 8 at a time, then
     polling the expanded list until every connector shows (RUNNING unless created STOPPED).

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import connect_standin
-from common import Broken, cpu_delta, cpu_s, direct_script, http, must, pct, rss_kib, say, wait_for, wrk
+from common import Broken, cpu_delta, cpu_s, direct_script, http, load_pages, must, pct, rss_kib, say, wait_for, wrk
 
 PASSWORD = "bench password, long enough"
 FILE_SOURCE = {"connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector", "file": "/dev/null", "topic": "bench"}
@@ -262,17 +262,6 @@ def settle(app, token, standins, quiet_s=2.0, timeout=600):
             last, since = now, time.monotonic()
 
 
-def load_pages(app, token, pages, seconds, label):
-    out = {}
-    for p in pages:
-        t0 = time.perf_counter()
-        must(200, http("GET", app.url + p, token), f"GET {p}")
-        first_ms = round((time.perf_counter() - t0) * 1000, 1)
-        out[p] = {**wrk(app.url + p, token, seconds), "first_ms": first_ms}
-        say(f"scale {label}: {p}: {out[p]}")
-    return out
-
-
 def status_list(app, token, reads):
     ms = []
     for _ in range(reads):
@@ -472,7 +461,7 @@ def phase_at(binary, n, clusters, a, full):
                     say(f"scale N = {n}: status list {out['status_list']}")
                 else:
                     settle(app, token, standins)
-                out["pages"] = load_pages(app, token, PAGES, a.scale_seconds, f"N = {n}")
+                out["pages"] = load_pages(app, token, PAGES, a.scale_seconds, f"scale N = {n}")
                 out["rss_after_pages_mib"] = round(rss_kib(app.pid) / 1024, 1)
                 app.stop()
 
@@ -660,12 +649,3 @@ def run(binary, a, root):
     (root / "artifacts").mkdir(exist_ok=True)
     (root / "artifacts/bench-scale.json").write_text(json.dumps(r, indent=2, ensure_ascii=False) + "\n")
     return r
-
-
-def write_docs(page_path, md):
-    page = page_path.read_text()
-    start, end = "<!-- scale:start -->", "<!-- scale:end -->"
-    if start not in page or end not in page:
-        raise SystemExit(f"{page_path} has no {start} … {end} markers: the scale table was not written")
-    before, rest = page.split(start, 1)
-    page_path.write_text(before + start + "\n" + md + "\n" + end + rest.split(end, 1)[1])
