@@ -1099,6 +1099,9 @@ impl Reconciler {
         // Rows this transaction changes (SQLite counts per connection), so that a pass that
         // wrote nothing does not end the lists' snapshots.
         let changes_before = db::write_count(&mut tx).await?;
+        // Whether this transaction writes a row a pass loads (see [`Loaded`]); counted here,
+        // since on PostgreSQL `write_count` cannot tell (the fence above has written already).
+        let mut touched = !done.is_empty() || !forget.is_empty();
         for d in &done {
             let name = by_id.get(d.id).map(|d| d.name.as_str()).unwrap_or_default();
             let outcome = match &d.result {
@@ -1196,6 +1199,7 @@ impl Reconciler {
             if unchanged {
                 continue;
             }
+            touched = true;
             db::query(
                 "INSERT INTO connector_status (connector_id, observed_generation, applied_config, live_config, phase, connector_state, tasks, trace, message, observed_at, restart_attempts, next_restart_at, healthy_since, applied_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, CASE WHEN $3 IS NULL THEN NULL ELSE $15 END)
@@ -1299,6 +1303,8 @@ impl Reconciler {
         tx.commit().await?;
         if changes > changes_before {
             self.writes.mark();
+        }
+        if touched {
             self.forget_loaded(&cluster.id);
         }
         Ok(steps)
