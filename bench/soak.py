@@ -347,8 +347,10 @@ def run(binary, minutes, n, clusters, latency_ms, root, build):
             app.stop()
             r["rows_at_end"] = table_rows(data / "cluecdc.db")
             r["db_at_end"] = scale.db_size(data)[0]
-    except Broken as e:
-        r["failures"].append(str(e))
+    except Exception as e:  # noqa: BLE001 — the run fails with the reason, its JSON still written
+        died = app is not None and app.proc.poll() is not None
+        r["failures"].append(str(e) if isinstance(e, Broken) else
+                             f"{type(e).__name__}: {e}" + (f" (cluecdc serve exited {app.proc.returncode})" if died else ""))
     finally:
         if churn is not None:
             churn.stop.set()
