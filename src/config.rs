@@ -216,7 +216,8 @@ pub struct RuntimeSettings {
     #[arg(long, env = "CLUECDC_SAMPLE_RETENTION", default_value = "7d", value_parser = parse_duration)]
     pub sample_retention: i64,
 
-    /// How often committed connector offsets are read (one call per connector).
+    /// How often committed connector offsets are read: running source connectors' each time,
+    /// every other connector's in turn (a tenth of them each time), one call per connector.
     #[arg(long, env = "CLUECDC_OFFSETS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub offsets_interval: i64,
 }

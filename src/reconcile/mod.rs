@@ -20,7 +20,7 @@ pub mod policy;
 pub mod workers;
 
 use crate::db;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,7 +109,9 @@ pub struct Reconciler {
     settings: Settings,
     lease: Lease,
     handle: Arc<Handle>,
-    last_offsets: std::sync::Mutex<Option<Instant>>,
+    /// When offsets were last read, and how many rounds of reads this process has made (which
+    /// share of the cold connectors a round reads: see [`offsets_due`]).
+    last_offsets: std::sync::Mutex<(Option<Instant>, u64)>,
     /// Every connector (id → generation) as of the start of this process's last full pass, plus
     /// those created since by creates-only passes: a wake-up whose only change is new connectors
     /// against this is served without listing every connector again (see [`Reconciler::new_only`]).
@@ -166,7 +168,7 @@ impl Reconciler {
             settings,
             lease,
             handle,
-            last_offsets: std::sync::Mutex::new(None),
+            last_offsets: std::sync::Mutex::new((None, 0)),
             known: std::sync::Mutex::new(None),
             writes,
             in_flight: Default::default(),
@@ -381,11 +383,13 @@ impl Reconciler {
         let clusters = crate::clusters::all(&self.pool).await?;
         let read_offsets = {
             let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
-            let due = last.is_none_or(|t| t.elapsed() >= self.settings.offsets_interval);
-            if due {
-                *last = Some(Instant::now());
-            }
-            due
+            let (at, round) = &mut *last;
+            let due = at.is_none_or(|t| t.elapsed() >= self.settings.offsets_interval);
+            due.then(|| {
+                *at = Some(Instant::now());
+                *round += 1;
+                *round
+            })
         };
         let mut waiting = futures::stream::FuturesUnordered::new();
         let mut visited = 0;
@@ -465,7 +469,7 @@ impl Reconciler {
     async fn run_cluster(
         &self,
         cluster: &ConnectCluster,
-        read_offsets: bool,
+        read_offsets: Option<u64>,
         version: Option<i64>,
     ) -> (Steps, i64) {
         let started = Instant::now();
@@ -789,7 +793,7 @@ impl Reconciler {
     ) -> anyhow::Result<(Vec<Desired>, HashMap<String, Stored>)> {
         const SELECT: &str = "SELECT c.id, c.name, c.config, c.desired_state, c.generation, c.restart_requested_by, c.restart_only_failed,
                     s.applied_config, s.restart_attempts, s.next_restart_at, s.healthy_since, s.applied_at,
-                    s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config, v.trace AS verdict
+                    s.observed_generation, s.phase, s.connector_state, s.tasks, s.trace, s.message, s.live_config, s.offsets_at IS NOT NULL AS offsets_read, v.trace AS verdict
              FROM connectors c LEFT JOIN connector_status s ON s.connector_id = c.id LEFT JOIN connector_verdicts v ON v.connector_id = c.id";
         let rows: Vec<DesiredRow> = match of {
             DesiredOf::Cluster(cluster_id) => {
@@ -832,6 +836,7 @@ impl Reconciler {
                         trace: r.trace,
                         message: r.message,
                         live_config: r.live_config,
+                        offsets_read: r.offsets_read,
                     },
                 );
             }
@@ -901,7 +906,7 @@ impl Reconciler {
     async fn reconcile_cluster(
         &self,
         cluster: &ConnectCluster,
-        read_offsets: bool,
+        read_offsets: Option<u64>,
         version: Option<i64>,
         started: Instant,
     ) -> Result<Steps, ClusterError> {
@@ -912,11 +917,20 @@ impl Reconciler {
             .map_err(db_err)?;
         // The one list call of this pass for this cluster.
         let expanded = client.list_expanded().await?;
+        // Running source connectors: their committed offsets move, and pipelines' freshness and
+        // binlog positions are read from them (see `offsets_due`).
+        let mut moving: HashSet<String> = HashSet::new();
         let live: BTreeMap<String, Live> = expanded
             .into_iter()
             .filter_map(|(name, e)| {
                 let status = e.status?;
                 let info = e.info?;
+                if read_offsets.is_some()
+                    && info.kind == "source"
+                    && status.connector.state == "RUNNING"
+                {
+                    moving.insert(name.clone());
+                }
                 Some((
                     name,
                     Live {
@@ -989,13 +1003,34 @@ impl Reconciler {
                 .await
                 .map_err(|e| db_err(e.into()))?;
             tx.commit().await.map_err(|e| db_err(e.into()))?;
-            self.writes.mark();
+            // Lists show at once what changed: an error cleared (its connectors were UNKNOWN), or
+            // the cluster turning slow or no longer slow. A confirmation alone, nearly every pass
+            // of every cluster, is not marked: each mark made every list view wait for a fresh
+            // load, and at 10,000 connectors those waits were the connectors page's p99 at 64
+            // clients (7–9 ms without passes, 33–82 ms with them).
+            let was_slow = cluster
+                .last_pass_ms
+                .is_some_and(|ms| ms >= SLOW_PASS.as_millis() as i64);
+            if cluster.last_error.is_some()
+                || cluster.next_attempt_at.is_some()
+                || was_slow != (took >= SLOW_PASS)
+            {
+                self.writes.mark();
+            }
         }
-        if read_offsets {
+        if let Some(round) = read_offsets {
             // Concurrently, like the steps: one call per connector on a slow cluster adds up.
             let reads: Vec<_> = desired
                 .iter()
-                .filter(|d| live.contains_key(&d.name))
+                .filter(|d| {
+                    live.contains_key(&d.name)
+                        && offsets_due(
+                            &d.name,
+                            moving.contains(&d.name),
+                            stored.get(&d.id).is_some_and(|s| s.offsets_read),
+                            round,
+                        )
+                })
                 .map(|d| offsets_of(&client, d))
                 .collect();
             let read: Vec<_> = futures::stream::iter(reads)
@@ -1352,6 +1387,9 @@ struct Stored {
     trace: Option<String>,
     message: Option<String>,
     live_config: Option<String>,
+    /// Its committed offsets have been read at least once (kept rows may say no for up to
+    /// [`RELOAD_EVERY`] after a read: one more read at worst).
+    offsets_read: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -1376,6 +1414,8 @@ struct DesiredRow {
     trace: Option<String>,
     message: Option<String>,
     live_config: Option<String>,
+    #[sqlx(try_from = "crate::db::Flag")]
+    offsets_read: bool,
     verdict: Option<String>,
 }
 
@@ -1392,6 +1432,24 @@ struct Done<'p> {
     /// is the call's start: the backoff spaces restarts from when they were planned, and a call
     /// Connect holds for a while (a rebalance) must not make the history show them closer.
     restart: Option<(&'p str, &'p str, u32, String)>,
+}
+
+/// How many offsets rounds it takes to read every connector whose offsets do not move.
+const OFFSETS_ROTATION: u64 = 10;
+
+/// Whether round `round` of offsets reads reads this connector's. Running source connectors'
+/// every round: their positions are what pipelines' freshness and binlog positions are read
+/// from. Every other connector's once when never read, then one round in
+/// [`OFFSETS_ROTATION`] (by a hash of its name): a sink's committed offsets are shown on its
+/// page only (delivery lag and stalls come from its consumer group in Kafka), and a stopped
+/// or paused connector's do not move unless someone changes them. At 10,000 connectors the
+/// every-round reads were 10,000 calls a minute.
+fn offsets_due(name: &str, moving: bool, read_before: bool, round: u64) -> bool {
+    // FNV-1a: stable across processes and releases, unlike std's hasher.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    moving || !read_before || hash % OFFSETS_ROTATION == round % OFFSETS_ROTATION
 }
 
 /// A connector's committed offsets, read for the status page.
@@ -1642,6 +1700,37 @@ pub async fn status(pool: &Pool, handle: &Handle) -> anyhow::Result<Status> {
 mod tests {
     use super::*;
     use crate::clusters::connect::{self, ConnectClusterInput};
+
+    /// Running sources every round; a connector never read at the first round it is seen;
+    /// every other connector exactly once in any OFFSETS_ROTATION consecutive rounds, spread so
+    /// that no round reads many more than its share.
+    #[test]
+    fn offsets_are_read_every_round_for_running_sources_and_in_turn_for_the_rest() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("scale-{i:05}")).collect();
+        for round in [1, 7, 123] {
+            assert!(names.iter().all(|n| offsets_due(n, true, true, round)));
+            assert!(names.iter().all(|n| offsets_due(n, false, false, round)));
+        }
+        let mut per_round = Vec::new();
+        for n in &names {
+            let due: Vec<u64> = (41..41 + OFFSETS_ROTATION)
+                .filter(|&r| offsets_due(n, false, true, r))
+                .collect();
+            assert_eq!(
+                due.len(),
+                1,
+                "{n} is read once in {OFFSETS_ROTATION} rounds: {due:?}"
+            );
+            per_round.push(due[0]);
+        }
+        for r in 41..41 + OFFSETS_ROTATION {
+            let share = per_round.iter().filter(|&&x| x == r).count();
+            assert!(
+                (800..=1200).contains(&share),
+                "round {r} reads {share} of 10,000"
+            );
+        }
+    }
 
     /// A pass that tried the old address and failed must not write its error over a PATCH that
     /// moved the cluster meanwhile (the user would read the old address's failure as the new
