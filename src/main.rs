@@ -69,18 +69,11 @@ struct DefaultServe {
 /// core) and keeps freed memory in each: the server's threads (the runtime's workers, one per
 /// SQLite connection, the blocking pool) each held a partly free heap. At 10,000 connectors on
 /// 20 Connect clusters resident memory after the list pages' load was 198 MiB with the default
-/// and 155 MiB with two arenas (same run; `scripts/bench --scale`).
-///
-/// Blocks of 64 KiB and more are mapped apart and unmapped when freed
-/// (`MALLOC_MMAP_THRESHOLD_`): by default glibc raises that threshold after the first large
-/// free, up to 32 MiB, so every Connect list answer and rendered page after it was carved from
-/// the heaps, and the holes they left stayed resident (a `malloc_trim` at 185 MiB gave back
-/// 88 MiB; with the threshold fixed, 205 → 157 MiB after the same load, same run).
-///
-/// glibc reads both once, at start, and this crate forbids the `unsafe` a `mallopt` call
-/// needs, so the binary starts itself again with them set: `exec`, so the same process (pid,
-/// arguments, standard streams). Unless the environment already sets `MALLOC_ARENA_MAX` (then
-/// it is left as it is); if the `exec` fails, it goes on as it is.
+/// and 155 MiB with two arenas (same run; `scripts/bench --scale`). glibc reads
+/// `MALLOC_ARENA_MAX` once, at start, and this crate forbids the `unsafe` a `mallopt` call
+/// needs, so the binary starts itself again with it set: `exec`, so the same process (pid,
+/// arguments, standard streams). Unless the environment already sets it; if the `exec` fails,
+/// it goes on as it is.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn with_two_malloc_arenas() {
     use std::os::unix::process::CommandExt;
@@ -96,10 +89,6 @@ fn with_two_malloc_arenas() {
         .arg0(arg0)
         .args(args)
         .env("MALLOC_ARENA_MAX", "2")
-        .env(
-            "MALLOC_MMAP_THRESHOLD_",
-            std::env::var_os("MALLOC_MMAP_THRESHOLD_").unwrap_or_else(|| "65536".into()),
-        )
         .exec();
 }
 
