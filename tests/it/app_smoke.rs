@@ -159,23 +159,31 @@ async fn an_htmx_request_gets_the_fragment_not_the_page() {
     assert!(!html.contains("<html"));
 }
 
-/// The binary restarts itself with two malloc arenas (see `with_two_malloc_arenas` in
-/// src/main.rs; its memory figures are in scripts/bench --scale): same process, variable set.
+/// The reconciler and the monitors run on a runtime of their own (see `Background` in
+/// src/app.rs; the page figures are in scripts/bench --scale): its threads are there, named.
 #[tokio::test]
-async fn the_server_runs_with_two_malloc_arenas_in_the_process_it_was_started_as() {
+async fn the_background_tasks_run_on_threads_of_their_own() {
     let app = spawn_app();
-    let environ = std::fs::read(format!("/proc/{}/environ", app.child.id())).unwrap();
-    let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-    assert!(
-        vars.contains(&&b"MALLOC_ARENA_MAX=2"[..]),
-        "the serve process (pid {}) has no MALLOC_ARENA_MAX=2 in its environment",
-        app.child.id()
-    );
     let status = reqwest::get(format!("{}/readyz", app.url))
         .await
         .unwrap()
         .status();
-    assert_eq!(status, 200, "the re-executed process serves");
+    assert_eq!(status, 200);
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", app.child.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    // Two workers, and any of its blocking pool's threads (a name lookup), named alike.
+    assert!(
+        names.iter().filter(|n| *n == "background").count() >= 2,
+        "threads of the serve process (pid {}): {names:?}",
+        app.child.id()
+    );
+    assert!(
+        names.iter().any(|n| n == "tokio-rt-worker"),
+        "the requests' runtime: {names:?}"
+    );
 }
 
 #[tokio::test]
