@@ -65,12 +65,13 @@ struct DefaultServe {
     settings: ServeSettings,
 }
 
-/// mimalloc, not glibc's malloc. At 10,000 connectors on 20 Connect clusters (same run, 60-s
-/// wrk at 64 clients, background runtime in both) the list pages served 1.6–2× the requests per
-/// second with it (`/connectors` 17,200 → 28,500, `/deliveries` 33,400 → 66,800) and their p99
-/// fell from 6.8–14.2 ms to 3.4–7.1 ms: glibc's allocator was about 30 % of the process's CPU
-/// in a profile. Resident memory was about the same as glibc's with two arenas (170–200 MiB).
-/// It also ends the start-again-with-`MALLOC_ARENA_MAX` that glibc's per-thread arenas needed.
+/// mimalloc (its v2), not glibc's malloc. At 10,000 connectors on 20 Connect clusters (same
+/// session, 60-s wrk at 64 clients, background runtime in both) the list pages served 1.6–2×
+/// the requests per second with it (`/connectors` 17,200 → 28,500, `/deliveries` 33,400 →
+/// 66,800) and their p99 fell from 6.8–14.2 ms to 3.4–7.1 ms: glibc's allocator was about 30 %
+/// of the process's CPU in a profile. Resident memory in `scripts/bench --scale`: largest
+/// 175.6 MiB with v2, 226.3 MiB with v3, 171 MiB with glibc and two arenas. It also ends the
+/// start-again-with-`MALLOC_ARENA_MAX` that glibc's per-thread arenas needed.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
