@@ -34,9 +34,9 @@ resource::resource! {
 
 #[derive(Template)]
 #[template(path = "replications/index.html")]
-struct IndexPage {
+struct IndexPage<'a> {
     layout: Layout,
-    items: Vec<(Replication, String, String)>,
+    items: &'a [(Replication, String, String)],
     can_create: bool,
     bulk: Option<super::bulk::BulkBar>,
 }
@@ -56,25 +56,12 @@ pub async fn page_list(
     jar: &CookieJar,
     Query(sel): Query<super::bulk::SelectQuery>,
 ) -> PageResult<Response> {
-    let names = cluster_names(&state, &who).await?;
-    let name = |id: &str| {
-        names
-            .iter()
-            .find(|(k, _)| k == id)
-            .map(|(_, n)| n.clone())
-            .unwrap_or_else(|| id.to_string())
-    };
-    let items = replications::list(state.ctx(), &who)
-        .await?
-        .into_iter()
-        .map(|r| {
-            let (s, t) = (
-                name(&r.source_kafka_cluster_id),
-                name(&r.target_kafka_cluster_id),
-            );
-            (r, s, t)
-        })
-        .collect::<Vec<_>>();
+    // Kept like the other lists' pages (`Snapshots::recent`): every viewer sees the same rows.
+    let items = state
+        .inner
+        .snapshots
+        .recent("replications-page", || list_rows(&state, &who))
+        .await?;
     page_with_status(
         StatusCode::OK,
         &IndexPage {
@@ -85,10 +72,36 @@ pub async fn page_list(
                 items.len() as u64,
                 &sel,
             ),
-            items,
+            items: &items,
             can_create: who.role >= Role::Operator,
         },
     )
+}
+
+/// The replications with their source and target clusters' names.
+async fn list_rows(
+    state: &AppState,
+    who: &Principal,
+) -> Result<Vec<(Replication, String, String)>> {
+    let names = cluster_names(state, who).await?;
+    let name = |id: &str| {
+        names
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| id.to_string())
+    };
+    Ok(replications::list(state.ctx(), who)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let (s, t) = (
+                name(&r.source_kafka_cluster_id),
+                name(&r.target_kafka_cluster_id),
+            );
+            (r, s, t)
+        })
+        .collect())
 }
 
 /// The create form, as posted (checkboxes repeat `pipeline_ids`).
