@@ -216,8 +216,9 @@ pub struct RuntimeSettings {
     #[arg(long, env = "CLUECDC_SAMPLE_RETENTION", default_value = "7d", value_parser = parse_duration)]
     pub sample_retention: i64,
 
-    /// How often committed connector offsets are read: running source connectors' each time,
-    /// every other connector's in turn (a tenth of them each time), one call per connector.
+    /// How often committed connector offsets are read: running source connectors' each time
+    /// and for two times after they stop running, every other connector's in turn (a tenth of
+    /// them each time), one call per connector.
     #[arg(long, env = "CLUECDC_OFFSETS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub offsets_interval: i64,
 }

@@ -112,6 +112,9 @@ pub struct Reconciler {
     /// When offsets were last read, and how many rounds of reads this process has made (which
     /// share of the cold connectors a round reads: see [`offsets_due`]).
     last_offsets: std::sync::Mutex<(Option<Instant>, u64)>,
+    /// By cluster id: each source connector's last offsets round that saw it RUNNING (see
+    /// [`moving_sources`]).
+    seen_running: std::sync::Mutex<HashMap<String, HashMap<String, u64>>>,
     /// Every connector (id → generation) as of the start of this process's last full pass, plus
     /// those created since by creates-only passes: a wake-up whose only change is new connectors
     /// against this is served without listing every connector again (see [`Reconciler::new_only`]).
@@ -169,6 +172,7 @@ impl Reconciler {
             lease,
             handle,
             last_offsets: std::sync::Mutex::new((None, 0)),
+            seen_running: Default::default(),
             known: std::sync::Mutex::new(None),
             writes,
             in_flight: Default::default(),
@@ -917,20 +921,28 @@ impl Reconciler {
             .map_err(db_err)?;
         // The one list call of this pass for this cluster.
         let expanded = client.list_expanded().await?;
-        // Running source connectors: their committed offsets move, and pipelines' freshness and
-        // binlog positions are read from them (see `offsets_due`).
-        let mut moving: HashSet<String> = HashSet::new();
+        // Source connectors whose committed offsets move: pipelines' freshness and binlog
+        // positions are read from them (see `offsets_due`).
+        let moving: HashSet<String> = match read_offsets {
+            Some(round) => {
+                let mut seen = self.seen_running.lock().unwrap_or_else(|e| e.into_inner());
+                moving_sources(
+                    seen.entry(cluster.id.clone()).or_default(),
+                    expanded.iter().filter_map(|(name, e)| {
+                        let (status, info) = (e.status.as_ref()?, e.info.as_ref()?);
+                        (info.kind == "source")
+                            .then_some((name.as_str(), status.connector.state == "RUNNING"))
+                    }),
+                    round,
+                )
+            }
+            None => HashSet::new(),
+        };
         let live: BTreeMap<String, Live> = expanded
             .into_iter()
             .filter_map(|(name, e)| {
                 let status = e.status?;
                 let info = e.info?;
-                if read_offsets.is_some()
-                    && info.kind == "source"
-                    && status.connector.state == "RUNNING"
-                {
-                    moving.insert(name.clone());
-                }
                 Some((
                     name,
                     Live {
@@ -1437,8 +1449,8 @@ struct Done<'p> {
 /// How many offsets rounds it takes to read every connector whose offsets do not move.
 const OFFSETS_ROTATION: u64 = 10;
 
-/// Whether round `round` of offsets reads reads this connector's. Running source connectors'
-/// every round: their positions are what pipelines' freshness and binlog positions are read
+/// Whether round `round` of offsets reads reads this connector's. Moving source connectors'
+/// (running, or just stopped: [`moving_sources`]) every round: their positions are what pipelines' freshness and binlog positions are read
 /// from. Every other connector's once when never read, then one round in
 /// [`OFFSETS_ROTATION`] (by a hash of its name): a sink's committed offsets are shown on its
 /// page only (delivery lag and stalls come from its consumer group in Kafka), and a stopped
@@ -1450,6 +1462,40 @@ fn offsets_due(name: &str, moving: bool, read_before: bool, round: u64) -> bool 
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     moving || !read_before || hash % OFFSETS_ROTATION == round % OFFSETS_ROTATION
+}
+
+/// How many offsets rounds a source connector still counts as moving after it was last seen
+/// RUNNING: its tasks commit their last offsets when they stop (a pause, a stop), which can be
+/// after Connect reports the new state. Read only in turn, a paused MySQL pipeline showed its
+/// binlog position from before the pause, up to [`OFFSETS_ROTATION`] rounds long.
+const SETTLE_ROUNDS: u64 = 2;
+
+/// The source connectors whose offsets round `round` reads every time: those RUNNING now and
+/// those seen RUNNING within [`SETTLE_ROUNDS`] rounds. `seen` (name → last round seen RUNNING,
+/// one cluster's) is updated; names no longer listed, or settled, leave it.
+fn moving_sources<'a>(
+    seen: &mut HashMap<String, u64>,
+    sources: impl Iterator<Item = (&'a str, bool)>,
+    round: u64,
+) -> HashSet<String> {
+    let mut moving = HashSet::new();
+    let mut listed = HashSet::new();
+    for (name, running) in sources {
+        listed.insert(name);
+        if running {
+            seen.insert(name.to_string(), round);
+        }
+        if seen
+            .get(name)
+            .is_some_and(|r| round.saturating_sub(*r) <= SETTLE_ROUNDS)
+        {
+            moving.insert(name.to_string());
+        }
+    }
+    seen.retain(|name, r| {
+        listed.contains(name.as_str()) && round.saturating_sub(*r) <= SETTLE_ROUNDS
+    });
+    moving
 }
 
 /// A connector's committed offsets, read for the status page.
@@ -1704,6 +1750,28 @@ mod tests {
     /// Running sources every round; a connector never read at the first round it is seen;
     /// every other connector exactly once in any OFFSETS_ROTATION consecutive rounds, spread so
     /// that no round reads many more than its share.
+    #[test]
+    fn a_source_that_stops_running_is_read_for_two_more_rounds_then_in_turn() {
+        let mut seen = HashMap::new();
+        let round = |seen: &mut HashMap<String, u64>, r, a_running| {
+            let mut m: Vec<String> =
+                moving_sources(seen, [("a", a_running), ("b", false)].into_iter(), r)
+                    .into_iter()
+                    .collect();
+            m.sort();
+            m
+        };
+        assert_eq!(round(&mut seen, 1, true), ["a"], "running: every round");
+        // Paused in round 2: its last commit may land after Connect says PAUSED.
+        assert_eq!(round(&mut seen, 2, false), ["a"]);
+        assert_eq!(round(&mut seen, 3, false), ["a"]);
+        assert!(round(&mut seen, 4, false).is_empty(), "settled: in turn");
+        assert!(seen.is_empty(), "settled entries leave: {seen:?}");
+        assert_eq!(round(&mut seen, 5, true), ["a"], "resumed");
+        moving_sources(&mut seen, std::iter::empty(), 6);
+        assert!(seen.is_empty(), "a deleted connector's entry leaves");
+    }
+
     #[test]
     fn offsets_are_read_every_round_for_running_sources_and_in_turn_for_the_rest() {
         let names: Vec<String> = (0..10_000).map(|i| format!("scale-{i:05}")).collect();
