@@ -430,6 +430,13 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
             assert_eq!(d["kind"], "object_storage");
             ids.borrow_mut().push(d["id"].as_str().unwrap().to_string());
         }
+        // The snapshot first: its records mean the slot exists, so the changes below are
+        // streamed as changes. (Written before the slot, they would be read by the snapshot
+        // as rows, and items would never reach 6 records.)
+        eventually(Duration::from_secs(120), "the snapshot of items", || async {
+            (end_offsets(&api, &kafka, &items).await == vec![2]).then_some(())
+        })
+        .await;
         source_sql(&[
             format!("INSERT INTO o{tag}.items VALUES (3, 'fig', 7)"),
             format!("UPDATE o{tag}.items SET qty = 4, name = 'green apple' WHERE id = 1"),
