@@ -771,7 +771,7 @@ impl Monitor {
         }
         // --- end of per-table freshness.
         // Connector failures and Connect reachability, from what the reconciler observed.
-        for c in crate::connectors::list(&self.ctx.pool, &system)
+        for c in crate::connectors::health(&self.ctx.pool, &system)
             .await
             .map_err(|e| anyhow::anyhow!(e.to_string()))?
         {
@@ -797,7 +797,7 @@ impl Monitor {
             let failed = c.desired_state == "running"
                 && (c.phase == "FAILED"
                     || c.observed_state.as_deref() == Some("FAILED")
-                    || c.tasks.iter().any(|t| t.state == "FAILED"));
+                    || c.task_failed);
             seen.push(Observation {
                 kind: "connector_failed",
                 subject: c.name.clone(),

@@ -433,9 +433,11 @@ async fn object_storage_deliveries_write_every_change_under_their_prefixes_and_r
         // The snapshot first: its records mean the slot exists, so the changes below are
         // streamed as changes. (Written before the slot, they would be read by the snapshot
         // as rows, and items would never reach 6 records.)
-        eventually(Duration::from_secs(120), "the snapshot of items", || async {
-            (end_offsets(&api, &kafka, &items).await == vec![2]).then_some(())
-        })
+        eventually(
+            Duration::from_secs(120),
+            "the snapshot of items",
+            || async { (end_offsets(&api, &kafka, &items).await == vec![2]).then_some(()) },
+        )
         .await;
         source_sql(&[
             format!("INSERT INTO o{tag}.items VALUES (3, 'fig', 7)"),
