@@ -982,6 +982,25 @@ impl Reconciler {
             .apply(&client, cluster, &desired, &stored, &plan, Scope::Cluster)
             .await
             .map_err(db_err)?;
+        // The connectors whose offsets this round reads. Then what Connect listed (every
+        // connector's config, parsed) and the plan are freed before those reads, which are the
+        // longest part of such a pass: 20 clusters hold them at once.
+        let due: Vec<&Desired> = match read_offsets {
+            Some(round) => desired
+                .iter()
+                .filter(|d| {
+                    live.contains_key(&d.name)
+                        && offsets_due(
+                            &d.name,
+                            moving.contains(&d.name),
+                            stored.get(&d.id).is_some_and(|s| s.offsets_read),
+                            round,
+                        )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        drop((live, plan));
         // Connect answered. Confirming that every pass would be a commit a second for nothing:
         // the confirmation only has to stay well inside STALE_AFTER_SECS. A slow pass (and the
         // first one after) is recorded each time, so the cluster shows as slow, and no longer.
@@ -1030,21 +1049,9 @@ impl Reconciler {
                 self.writes.mark();
             }
         }
-        if let Some(round) = read_offsets {
+        if read_offsets.is_some() {
             // Concurrently, like the steps: one call per connector on a slow cluster adds up.
-            let reads: Vec<_> = desired
-                .iter()
-                .filter(|d| {
-                    live.contains_key(&d.name)
-                        && offsets_due(
-                            &d.name,
-                            moving.contains(&d.name),
-                            stored.get(&d.id).is_some_and(|s| s.offsets_read),
-                            round,
-                        )
-                })
-                .map(|d| offsets_of(&client, d))
-                .collect();
+            let reads: Vec<_> = due.into_iter().map(|d| offsets_of(&client, d)).collect();
             let read: Vec<_> = futures::stream::iter(reads)
                 .buffer_unordered(STEP_CONCURRENCY)
                 .collect()

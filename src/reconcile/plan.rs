@@ -295,10 +295,11 @@ pub fn compute(
             plan.observations.push(obs);
             continue;
         };
-        let live_config = normalize(l.config.clone());
+        // One copy of the live config per connector and pass, kept in the observation (at
+        // 10,000 connectors each copy of every config is about 10 MB).
+        let live_config: &Config = obs.live_config.insert(normalize(l.config.clone()));
         obs.connector_state = Some(l.state.clone());
         obs.tasks = l.tasks.clone();
-        obs.live_config = Some(live_config.clone());
         if d.state == DesiredState::Deleted {
             if !observe_only {
                 plan.steps.push(Step::Delete {
@@ -311,14 +312,14 @@ pub fn compute(
             continue;
         }
         let mut pending = false;
-        if live_config != d.config {
-            let changed_in_connect = d.applied_config.as_ref() != Some(&live_config);
+        if *live_config != d.config {
+            let changed_in_connect = d.applied_config.as_ref() != Some(live_config);
             if changed_in_connect {
                 plan.drifts.push(Drift {
                     connector_id: Some(d.id.clone()),
                     name: d.name.clone(),
                     kind: "config_changed",
-                    diff: diff(&d.config, d.applied_config.as_ref(), &live_config),
+                    diff: diff(&d.config, d.applied_config.as_ref(), live_config),
                     action: repair,
                 });
             }
