@@ -235,46 +235,14 @@ pub struct Background {
     /// which no other worker may steal, so a request woken beside a long background poll (the
     /// monitor cycle's or the reconciler's work on 500 connectors of a cluster) waited for it.
     /// At 10,000 connectors on 20 clusters those waits were the list pages' p99 at 64 clients.
+    ///
+    /// Why its threads keep the process's priority: at nice +10 (tried, `scripts/bench --scale`,
+    /// 2026-12-06) a request that needed what a background task held (a pooled SQLite
+    /// connection, a snapshot load, a lock) waited while that task, preempted by the request
+    /// threads, could not finish with it. At 10,000 connectors with a pass every 2 s,
+    /// `/connectors` p99 at 64 clients was 26–49 ms in two runs with it, 10–15 ms without.
     runtime: tokio::runtime::Runtime,
     tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
-}
-
-/// How much lower than the requests' threads the background runtime's threads run (nice, added
-/// to the process's own; Linux only). 10, as `nice` does by default: under CFS a thread at +10
-/// weighs about a tenth of one at 0, so a request thread that has work takes the core from a
-/// reconcile pass or a monitor cycle, which waits a few milliseconds more. With the cores idle
-/// (the usual case) the background runs as fast as before. Measured at 10,000 connectors on 20
-/// clusters and 2 cores: docs/src/benchmarks.md, scale section.
-pub const BACKGROUND_NICE: i32 = 10;
-
-/// The background tasks' runtime: two workers (see [`Background::runtime`]), each thread, the
-/// blocking pool's too, at [`BACKGROUND_NICE`] below the process. Threads they start (rdkafka's,
-/// SQLite connections opened by a background task) inherit it.
-fn background_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("background")
-        .on_thread_start(lower_this_thread)
-        .enable_all()
-        .build()
-        .context("cannot start the background tasks' runtime")
-}
-
-/// Adds [`BACKGROUND_NICE`] to the calling thread's nice value (capped at 19, the lowest). Only
-/// raising it needs no privilege; a failure leaves the thread as it was and is logged once per
-/// thread (the background then competes with requests as an equal, nothing else changes).
-fn lower_this_thread() {
-    #[cfg(target_os = "linux")]
-    {
-        use rustix::process::{getpriority_process, setpriority_process};
-        // setpriority(PRIO_PROCESS, tid) names one thread on Linux (see its man page, NOTES).
-        let tid = Some(rustix::thread::gettid());
-        let lowered = getpriority_process(tid)
-            .and_then(|nice| setpriority_process(tid, (nice + BACKGROUND_NICE).min(19)));
-        if let Err(e) = lowered {
-            tracing::warn!(error = %e, "cannot lower a background thread's priority");
-        }
-    }
 }
 
 /// The background tasks `serve` and `worker` both run, by name.
@@ -285,7 +253,12 @@ pub fn spawn_background(
     role: &str,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Background> {
-    let background = background_runtime()?;
+    let background = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("background")
+        .enable_all()
+        .build()
+        .context("cannot start the background tasks' runtime")?;
     // Every `tokio::spawn` below, and those of the tasks themselves, lands on it.
     let entered = background.enter();
     let reconciler = crate::reconcile::Reconciler::new(
@@ -396,31 +369,4 @@ pub async fn run_worker(
     pool.close().await;
     tracing::info!("shut down cleanly");
     Ok(())
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use super::*;
-    use rustix::process::getpriority_process;
-
-    fn nice_here() -> i32 {
-        getpriority_process(Some(rustix::thread::gettid())).unwrap()
-    }
-
-    /// The kernel, read back: a task on the background runtime, and a blocking call it makes,
-    /// run at the test thread's nice value + 10 (or 19), and the test thread is unchanged.
-    #[test]
-    fn background_threads_run_below_the_requests() {
-        let before = nice_here();
-        let runtime = background_runtime().unwrap();
-        let (worker, blocking) = runtime.block_on(async {
-            let worker = tokio::spawn(async { nice_here() }).await.unwrap();
-            let blocking = tokio::task::spawn_blocking(nice_here).await.unwrap();
-            (worker, blocking)
-        });
-        let expected = (before + BACKGROUND_NICE).min(19);
-        assert_eq!((worker, blocking), (expected, expected));
-        assert_eq!(nice_here(), before, "the calling thread keeps its priority");
-        runtime.shutdown_background();
-    }
 }
