@@ -29,39 +29,59 @@ pub struct Finding {
     pub field: String,
 }
 
-/// Searches `text` for any of the secrets; pure, for unit tests.
+/// The secrets found in `texts` (each searched on its own: a config's keys and values, a
+/// trace), as (connection, field); pure, for unit tests.
 pub fn find_in<'a>(
-    text: &str,
-    secrets: &'a [(String, String, String)],
-) -> Vec<&'a (String, String, String)> {
+    texts: impl IntoIterator<Item = &'a str> + Clone,
+    secrets: &[(String, String, String)],
+) -> Vec<(String, String)> {
     secrets
         .iter()
-        .filter(|(_, _, v)| v.len() >= MIN_SECRET_LEN && text.contains(v.as_str()))
+        .filter(|(_, _, v)| {
+            v.len() >= MIN_SECRET_LEN && texts.clone().into_iter().any(|t| t.contains(v.as_str()))
+        })
+        .map(|(c, f, _)| (c.clone(), f.clone()))
         .collect()
 }
 
+/// A config's keys and values, one text each.
+fn entries(config: &BTreeMap<String, String>) -> impl Iterator<Item = &str> + Clone {
+    config.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()])
+}
+
 /// The longest one cluster's part of a scan may take: a slow cluster holds up the next scan of
-/// the others no longer than this.
+/// the others no longer than this. What it read before running out stays read (see
+/// [`ClusterMemo`]), so the next scan goes on from there.
 const CLUSTER_BUDGET: Duration = Duration::from_secs(120);
 
-/// How many clusters a scan reads at once. Each holds its connectors' configs parsed and as
-/// text while it is searched: all 20 clusters of 500 connectors at once were 40 MB of the
-/// process's peak heap (heaptrack, 10,000 connectors), four at once are a fifth of that.
+/// How many clusters a scan reads at once. Each holds its connectors' parsed list while it is
+/// searched: all 20 clusters of 500 connectors at once were 40 MB of the process's peak heap
+/// (heaptrack, 10,000 connectors), four at once are a fifth of that.
 const CLUSTERS_AT_ONCE: usize = 4;
 
 /// Task configs are one call per connector, so a scan reads them only for connectors that are
-/// new or whose config or task count changed since the last read, plus this share of the rest
-/// (at least [`MIN_SWEEP`]) in turn: each connector's task configs are read again at least every
-/// `SWEEP_SHARE` scans (10 minutes at the default interval). Before, 10,000 connectors cost
-/// 10,000 calls a minute.
+/// new or whose config or task count changed since the last read, plus the sweep: in turn, a
+/// `1 / SWEEP_SHARE` of each cluster's other connectors (each connector's task configs are read
+/// again at least every `SWEEP_SHARE` scans, 10 minutes at the default interval), and at least
+/// [`MIN_SWEEP`] across the whole scan, so that a small installation reads all of them every
+/// scan. (The minimum was once per cluster: 20 clusters of 500 read 2,000 a scan, not 1,000.)
 const SWEEP_SHARE: usize = 10;
 const MIN_SWEEP: usize = 100;
 
-/// What the scans remember between them: per cluster, each connector's fingerprint (config and
-/// task count) and what its task configs showed when last read, and where the sweep stands.
+/// The pace of a scan's task-config reads, across its clusters. Unpaced, the reads of a scan at
+/// 10,000 connectors came as one burst of 780-930 ms of CPU every minute, and the pages whose
+/// window it fell in answered half again slower (`scripts/bench --scale`, 2026-12-06); at this
+/// pace the 1,000 reads of such a scan take 10 s. The first scan reads every connector's (100 s
+/// at 10,000), which the budget and the memo allow for.
+const TASK_READS_PER_SEC: u32 = 100;
+
+/// What the scans remember between them, per cluster: each connector's fingerprint (config and
+/// task count) and what its config and task configs showed, and where the sweep stands. A
+/// config is searched again only when its fingerprint changes, and every one when the stored
+/// secrets change.
 #[derive(Default)]
 pub struct Memo {
-    /// A hash of every stored secret value: when it changes, every task config is read again.
+    /// A hash of every stored secret value: when it changes, everything is searched again.
     secrets: u64,
     clusters: HashMap<String, ClusterMemo>,
 }
@@ -70,8 +90,17 @@ pub struct Memo {
 struct ClusterMemo {
     /// The sweep's position: the name after which it goes on.
     cursor: String,
-    /// Connector → (fingerprint, the secrets its task configs showed: (connection, field)).
-    tasks: HashMap<String, (u64, Vec<(String, String)>)>,
+    seen: HashMap<String, Seen>,
+}
+
+/// One connector as the scans last saw it. Secrets as (connection, field).
+struct Seen {
+    fingerprint: u64,
+    in_config: Vec<(String, String)>,
+    /// The fingerprint its task configs were last read at (`None`: never read), and what they
+    /// showed then: that stands until they are read again.
+    tasks_read_at: Option<u64>,
+    in_tasks: Vec<(String, String)>,
 }
 
 fn hash_of(parts: impl IntoIterator<Item = impl std::hash::Hash>) -> u64 {
@@ -83,20 +112,45 @@ fn hash_of(parts: impl IntoIterator<Item = impl std::hash::Hash>) -> u64 {
     h.finish()
 }
 
+/// Spaces calls at least `gap` apart across every task that shares it.
+struct Pace {
+    gap: Duration,
+    next: std::sync::Mutex<tokio::time::Instant>,
+}
+
+impl Pace {
+    fn per_sec(n: u32) -> Self {
+        Self {
+            gap: Duration::from_secs(1) / n.max(1),
+            next: std::sync::Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    async fn wait(&self) {
+        let at = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let at = (*next).max(tokio::time::Instant::now());
+            *next = at + self.gap;
+            at
+        };
+        tokio::time::sleep_until(at).await;
+    }
+}
+
 /// The connectors whose task configs this scan reads: every one with no reading or a changed
-/// fingerprint, then the next `max(MIN_SWEEP, n / SWEEP_SHARE)` after `cursor` in name order
-/// (wrapping); also returns where the sweep goes on next time. Pure, for unit tests.
+/// fingerprint, then the next `share` after `cursor` in name order (wrapping); also returns
+/// where the sweep goes on next time. Pure, for unit tests.
 pub fn to_read(
     fingerprints: &BTreeMap<String, u64>,
     read: &HashMap<String, u64>,
     cursor: &str,
+    share: usize,
 ) -> (BTreeSet<String>, String) {
     let mut out: BTreeSet<String> = fingerprints
         .iter()
         .filter(|(name, fp)| read.get(*name) != Some(*fp))
         .map(|(name, _)| name.clone())
         .collect();
-    let share = MIN_SWEEP.max(fingerprints.len().div_ceil(SWEEP_SHARE));
     let after = fingerprints
         .range::<str, _>((
             std::ops::Bound::Excluded(cursor),
@@ -110,6 +164,13 @@ pub fn to_read(
         next = name.clone();
     }
     (out, next)
+}
+
+/// A cluster's sweep share: a `1 / SWEEP_SHARE` of its `n` connectors, and its part of
+/// [`MIN_SWEEP`] shared by the scan's `clusters`. Pure, for unit tests.
+pub fn sweep_share(n: usize, clusters: usize) -> usize {
+    n.div_ceil(SWEEP_SHARE)
+        .max(MIN_SWEEP.div_ceil(clusters.max(1)))
 }
 
 /// One pass over every registered Connect cluster. Unreachable clusters are skipped (their
@@ -126,7 +187,7 @@ pub async fn scan(pool: &Pool, store: &SecretStore, memo: &mut Memo) -> anyhow::
         .into_iter()
         .map(|(r, f, v)| (names.get(&r).cloned().unwrap_or(r), f, v.expose().clone()))
         .collect();
-    let secrets_hash = hash_of(secrets.iter().map(|(_, _, v)| v));
+    let secrets_hash = hash_of(secrets.iter().map(|(c, f, v)| (c, f, v)));
     if memo.secrets != secrets_hash {
         *memo = Memo {
             secrets: secrets_hash,
@@ -147,21 +208,26 @@ pub async fn scan(pool: &Pool, store: &SecretStore, memo: &mut Memo) -> anyhow::
         })
         .collect();
     let places = tokio::sync::Semaphore::new(CLUSTERS_AT_ONCE);
+    let pace = Pace::per_sec(TASK_READS_PER_SEC);
+    let count = clusters.len();
     let scans = clusters
         .iter()
         .zip(memos.iter_mut())
         .map(|(cluster, (_, m))| {
-            let (secrets, places) = (&secrets, &places);
+            let (secrets, places, pace) = (&secrets, &places, &pace);
             async move {
                 let Ok(_place) = places.acquire().await else {
                     return Ok(0);
                 };
-                match tokio::time::timeout(
-                    CLUSTER_BUDGET,
-                    scan_cluster(pool, store, cluster, secrets, m),
-                )
-                .await
-                {
+                let part = Part {
+                    pool,
+                    store,
+                    cluster,
+                    secrets,
+                    pace,
+                    clusters: count,
+                };
+                match tokio::time::timeout(CLUSTER_BUDGET, part.scan(m)).await {
                     Ok(found) => found,
                     Err(_) => {
                         tracing::warn!(cluster = %cluster.name, budget_secs = CLUSTER_BUDGET.as_secs(), "leak scan of a slow Connect cluster did not finish in its budget; its alerts stay as they were until a scan does");
@@ -179,118 +245,121 @@ pub async fn scan(pool: &Pool, store: &SecretStore, memo: &mut Memo) -> anyhow::
     Ok(total)
 }
 
-/// One cluster's part of [`scan`]: the findings it alerted on.
-async fn scan_cluster(
-    pool: &Pool,
-    store: &SecretStore,
-    cluster: &crate::clusters::ConnectCluster,
-    secrets: &[(String, String, String)],
-    memo: &mut ClusterMemo,
-) -> anyhow::Result<usize> {
-    // The cluster's own login and CA, like every other call to it.
-    let Ok(client) = crate::clusters::connect::client_for(store, cluster).await else {
-        return Ok(0);
-    };
-    let Ok(info) = client.server_info().await else {
-        return Ok(0);
-    };
-    let scope = format!("{}/", cluster.name);
-    if version_serves_tasks_config(&info.version) {
-        alerts::fire(
-            pool,
-            KIND_TASKS_CONFIG,
-            &cluster.name,
-            "warning",
-            &format!("Kafka Connect {} on {} still serves GET /connectors/{{name}}/tasks-config, which can show connector task configurations with resolved secrets. Upgrade the workers to Kafka 4.0 or later, or block that path in front of the REST API.", info.version, cluster.name),
-        )
-        .await?;
-    } else {
-        alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
-    }
-    let Ok(expanded) = client.list_expanded().await else {
-        return Ok(0);
-    };
-    // Each connector's config as text, searched below and fingerprinted with its task count.
-    let configs: BTreeMap<String, String> = expanded
-        .iter()
-        .map(|(name, e)| {
-            let text = e
-                .info
-                .as_ref()
-                .map(|i| serde_json::to_string(&i.config).unwrap_or_default())
-                .unwrap_or_default();
-            (name.clone(), text)
-        })
-        .collect();
-    let fingerprints: BTreeMap<String, u64> = expanded
-        .iter()
-        .map(|(name, e)| {
-            let tasks = e.status.as_ref().map_or(0, |s| s.tasks.len());
-            (
-                name.clone(),
-                hash_of([configs[name].as_str(), &tasks.to_string()]),
+/// One cluster's part of [`scan`], with what the whole scan shares.
+struct Part<'a> {
+    pool: &'a Pool,
+    store: &'a SecretStore,
+    cluster: &'a crate::clusters::ConnectCluster,
+    secrets: &'a [(String, String, String)],
+    pace: &'a Pace,
+    /// How many clusters the scan visits: they share [`MIN_SWEEP`].
+    clusters: usize,
+}
+
+impl Part<'_> {
+    /// The findings it alerted on.
+    async fn scan(&self, memo: &mut ClusterMemo) -> anyhow::Result<usize> {
+        let (pool, cluster, secrets) = (self.pool, self.cluster, self.secrets);
+        // The cluster's own login and CA, like every other call to it.
+        let Ok(client) = crate::clusters::connect::client_for(self.store, cluster).await else {
+            return Ok(0);
+        };
+        let Ok(info) = client.server_info().await else {
+            return Ok(0);
+        };
+        let scope = format!("{}/", cluster.name);
+        if version_serves_tasks_config(&info.version) {
+            alerts::fire(
+                pool,
+                KIND_TASKS_CONFIG,
+                &cluster.name,
+                "warning",
+                &format!("Kafka Connect {} on {} still serves GET /connectors/{{name}}/tasks-config, which can show connector task configurations with resolved secrets. Upgrade the workers to Kafka 4.0 or later, or block that path in front of the REST API.", info.version, cluster.name),
             )
-        })
-        .collect();
-    memo.tasks.retain(|name, _| fingerprints.contains_key(name));
-    let read: HashMap<String, u64> = memo
-        .tasks
-        .iter()
-        .map(|(n, (fp, _))| (n.clone(), *fp))
-        .collect();
-    let (reading, next) = to_read(&fingerprints, &read, &memo.cursor);
-    memo.cursor = next;
-    // Concurrently, a few at a time, like the reconciler's calls.
-    let calls: Vec<_> = reading
-        .iter()
-        .map(|name| {
-            let client = &client;
-            async move {
-                let text = client
-                    .task_configs(name)
-                    .await
-                    .ok()
-                    .map(|t| serde_json::to_string(&t).unwrap_or_default());
-                (name.as_str(), text)
+            .await?;
+        } else {
+            alerts::resolve_absent(pool, KIND_TASKS_CONFIG, &cluster.name, &[]).await?;
+        }
+        let Ok(expanded) = client.list_expanded().await else {
+            return Ok(0);
+        };
+        // Each connector's fingerprint; its config searched only when that changed. Status
+        // traces change without it and are mostly empty: searched every scan.
+        let mut fingerprints = BTreeMap::new();
+        let mut findings = Vec::new();
+        for (name, e) in &expanded {
+            let config = e.info.as_ref().map(|i| &i.config);
+            let tasks = e.status.as_ref().map_or(0, |s| s.tasks.len());
+            let fp = hash_of([hash_of(config), tasks as u64]);
+            fingerprints.insert(name.clone(), fp);
+            if memo.seen.get(name).is_none_or(|s| s.fingerprint != fp) {
+                let in_config = config.map_or_else(Vec::new, |c| find_in(entries(c), secrets));
+                let old = memo.seen.remove(name);
+                memo.seen.insert(
+                    name.clone(),
+                    Seen {
+                        fingerprint: fp,
+                        in_config,
+                        tasks_read_at: old.as_ref().and_then(|o| o.tasks_read_at),
+                        in_tasks: old.map(|o| o.in_tasks).unwrap_or_default(),
+                    },
+                );
             }
-        })
-        .collect();
-    let read: Vec<(&str, Option<String>)> = futures::stream::iter(calls)
-        .buffer_unordered(8)
-        .collect()
-        .await;
-    let task_configs: HashMap<&str, String> = read
-        .into_iter()
-        .filter_map(|(name, text)| Some((name, text?)))
-        .collect();
-    let mut findings = Vec::new();
-    for (name, e) in &expanded {
-        let mut places: Vec<(String, String)> = Vec::new();
-        if e.info.is_some() {
-            places.push(("connector config".into(), configs[name].clone()));
-        }
-        if let Some(status) = &e.status {
-            places.push((
-                "connector status trace".into(),
-                status.connector.trace.clone().unwrap_or_default(),
-            ));
-            for t in &status.tasks {
-                places.push((
-                    format!("task {} status trace", t.id),
-                    t.trace.clone().unwrap_or_default(),
-                ));
+            let seen = &memo.seen[name];
+            let found = |place: &str, list: &[(String, String)]| {
+                list.iter()
+                    .map(|(connection, field)| Finding {
+                        connector: name.clone(),
+                        place: place.to_string(),
+                        connection: connection.clone(),
+                        field: field.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            };
+            findings.extend(found("connector config", &seen.in_config));
+            if let Some(status) = &e.status {
+                let trace = status.connector.trace.as_deref().unwrap_or_default();
+                findings.extend(found("connector status trace", &find_in([trace], secrets)));
+                for t in &status.tasks {
+                    let trace = t.trace.as_deref().unwrap_or_default();
+                    let place = format!("task {} status trace", t.id);
+                    findings.extend(found(&place, &find_in([trace], secrets)));
+                }
             }
         }
-        // Not read this scan: what they showed when last read still stands.
-        if let Some(text) = task_configs.get(name.as_str()) {
-            let seen = find_in(text, secrets)
-                .into_iter()
-                .map(|(c, f, _)| (c.clone(), f.clone()))
-                .collect();
-            memo.tasks.insert(name.clone(), (fingerprints[name], seen));
+        drop(expanded);
+        memo.seen.retain(|name, _| fingerprints.contains_key(name));
+        let read: HashMap<String, u64> = memo
+            .seen
+            .iter()
+            .filter_map(|(n, s)| Some((n.clone(), s.tasks_read_at?)))
+            .collect();
+        let share = sweep_share(fingerprints.len(), self.clusters);
+        let (reading, next) = to_read(&fingerprints, &read, &memo.cursor, share);
+        memo.cursor = next;
+        // A few at a time and at the scan's pace. Each reading is kept as it comes: a cluster
+        // that runs out of budget keeps what it read, and its next scan reads the rest.
+        let calls: Vec<_> = reading
+            .iter()
+            .map(|name| {
+                let (client, pace) = (&client, self.pace);
+                async move {
+                    pace.wait().await;
+                    (name, client.task_configs(name).await.ok())
+                }
+            })
+            .collect();
+        let mut reads = futures::stream::iter(calls).buffer_unordered(8);
+        while let Some((name, tasks)) = reads.next().await {
+            let (Some(tasks), Some(seen)) = (tasks, memo.seen.get_mut(name)) else {
+                continue;
+            };
+            seen.in_tasks = find_in(tasks.iter().flat_map(|t| entries(&t.config)), secrets);
+            seen.tasks_read_at = Some(fingerprints[name]);
         }
-        if let Some((_, seen)) = memo.tasks.get(name) {
-            for (connection, field) in seen {
+        drop(reads);
+        for (name, seen) in &memo.seen {
+            for (connection, field) in &seen.in_tasks {
                 findings.push(Finding {
                     connector: name.clone(),
                     place: "task configs".into(),
@@ -299,44 +368,34 @@ async fn scan_cluster(
                 });
             }
         }
-        for (place, text) in places {
-            for (connection, field, _) in find_in(&text, secrets) {
-                findings.push(Finding {
-                    connector: name.clone(),
-                    place: place.clone(),
-                    connection: connection.clone(),
-                    field: field.clone(),
-                });
+        // One alert per connector, naming every secret and every place it was seen.
+        let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
+            std::collections::BTreeMap::new();
+        for f in &findings {
+            let entry = by_connector.entry(f.connector.as_str()).or_default();
+            let what = format!("the {} of connection {}", f.field, f.connection);
+            if !entry.0.contains(&what) {
+                entry.0.push(what);
+            }
+            if !entry.1.contains(&f.place) {
+                entry.1.push(f.place.clone());
             }
         }
-    }
-    // One alert per connector, naming every secret and every place it was seen.
-    let mut by_connector: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
-        std::collections::BTreeMap::new();
-    for f in &findings {
-        let entry = by_connector.entry(f.connector.as_str()).or_default();
-        let what = format!("the {} of connection {}", f.field, f.connection);
-        if !entry.0.contains(&what) {
-            entry.0.push(what);
+        let mut subjects = Vec::new();
+        for (connector, (secrets, places)) in by_connector {
+            let subject = format!("{scope}{connector}");
+            let message = format!(
+                "{} appears in plain text in the {} of connector {connector} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
+                capitalize(&secrets.join(" and ")),
+                places.join(", "),
+                cluster.name
+            );
+            alerts::fire(pool, KIND_LEAK, &subject, "critical", &message).await?;
+            subjects.push(subject);
         }
-        if !entry.1.contains(&f.place) {
-            entry.1.push(f.place.clone());
-        }
+        alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
+        Ok(findings.len())
     }
-    let mut subjects = Vec::new();
-    for (connector, (secrets, places)) in by_connector {
-        let subject = format!("{scope}{connector}");
-        let message = format!(
-            "{} appears in plain text in the {} of connector {connector} on {}. Rotate that credential, then deploy the connector with a ${{cluecdc:…}} reference instead of the value.",
-            capitalize(&secrets.join(" and ")),
-            places.join(", "),
-            cluster.name
-        );
-        alerts::fire(pool, KIND_LEAK, &subject, "critical", &message).await?;
-        subjects.push(subject);
-    }
-    alerts::resolve_absent(pool, KIND_LEAK, &scope, &subjects).await?;
-    Ok(findings.len())
 }
 
 fn capitalize(s: &str) -> String {
@@ -382,39 +441,57 @@ mod tests {
         let names: Vec<String> = (0..1000).map(|i| format!("c{i:04}")).collect();
         let fps: BTreeMap<String, u64> = names.iter().map(|n| (n.clone(), 1)).collect();
         // Nothing read yet: every connector.
-        let (all, _) = to_read(&fps, &HashMap::new(), "");
+        let share = sweep_share(1000, 1);
+        let (all, _) = to_read(&fps, &HashMap::new(), "", share);
         assert_eq!(all.len(), 1000);
         // All read and unchanged: a share of 100 (a tenth), in name order from the cursor.
         let read: HashMap<String, u64> = names.iter().map(|n| (n.clone(), 1)).collect();
-        let (first, next) = to_read(&fps, &read, "");
-        assert_eq!(first.len(), 100);
+        let (first, next) = to_read(&fps, &read, "", share);
+        assert_eq!(first.len(), share);
         assert_eq!(first.first().map(String::as_str), Some("c0000"));
         assert_eq!(next, "c0099");
         // Ten scans cover every connector once; the eleventh starts over.
         let (mut cursor, mut seen) = (String::new(), BTreeSet::new());
         for _ in 0..10 {
-            let (some, next) = to_read(&fps, &read, &cursor);
-            assert_eq!(some.len(), 100);
+            let (some, next) = to_read(&fps, &read, &cursor, share);
+            assert_eq!(some.len(), share);
             seen.extend(some);
             cursor = next;
         }
         assert_eq!(seen.len(), 1000);
         assert_eq!(
-            to_read(&fps, &read, &cursor).0.first().map(String::as_str),
+            to_read(&fps, &read, &cursor, share)
+                .0
+                .first()
+                .map(String::as_str),
             Some("c0000")
         );
         // One changed config: read at once, beside the share.
         let mut changed = fps.clone();
         changed.insert("c0500".into(), 2);
-        let (some, _) = to_read(&changed, &read, "");
+        let (some, _) = to_read(&changed, &read, "", share);
         assert!(some.contains("c0500") && some.len() == 101);
         // Few connectors: all of them every scan (the share is at least 100).
         let few: BTreeMap<String, u64> = names[..40].iter().map(|n| (n.clone(), 1)).collect();
-        assert_eq!(to_read(&few, &read, "c0010").0.len(), 40);
+        assert_eq!(
+            to_read(&few, &read, "c0010", sweep_share(40, 1)).0.len(),
+            40
+        );
     }
 
     #[test]
-    fn only_values_long_enough_are_searched_for() {
+    fn the_sweep_is_a_tenth_of_each_cluster_and_at_least_a_hundred_across_the_scan() {
+        // 20 clusters of 500: 50 each, 1,000 a scan (it was 100 each, 2,000).
+        assert_eq!(sweep_share(500, 20), 50);
+        // A small installation reads every connector's task configs every scan.
+        assert_eq!(sweep_share(40, 1), 100);
+        assert_eq!(sweep_share(10, 4), 25);
+        // One large cluster: its tenth.
+        assert_eq!(sweep_share(5000, 1), 500);
+    }
+
+    #[test]
+    fn only_values_long_enough_are_searched_for_in_each_key_and_value() {
         let secrets = vec![
             (
                 "pg".to_string(),
@@ -422,16 +499,28 @@ mod tests {
                 "hunter2-long".to_string(),
             ),
             ("s3".to_string(), "x".to_string(), "abc".to_string()),
+            (
+                "kafka".to_string(),
+                "jaas".to_string(),
+                r#"pw"with\quote"#.to_string(),
+            ),
         ];
+        let config = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        let found = |c: &BTreeMap<String, String>| find_in(entries(c), &secrets);
         assert_eq!(
-            find_in(r#"{"database.password":"hunter2-long"}"#, &secrets).len(),
+            found(&config("database.password", "hunter2-long")),
+            vec![("pg".to_string(), "password".to_string())]
+        );
+        assert!(found(&config("abc", "abc abc")).is_empty());
+        assert!(found(&config("database.password", "${cluecdc:sec_1:password}")).is_empty());
+        // A value JSON would escape is found as it is (searching the serialized config did not).
+        assert_eq!(
+            found(&config("sasl.jaas.config", r#"password="pw"with\quote";"#)).len(),
             1
         );
-        assert!(find_in("abc abc abc", &secrets).is_empty());
-        assert!(find_in(
-            r#"{"database.password":"${cluecdc:sec_1:password}"}"#,
-            &secrets
-        )
-        .is_empty());
+        assert_eq!(
+            find_in(["trace: hunter2-long at line 1"], &secrets).len(),
+            1
+        );
     }
 }
