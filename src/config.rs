@@ -218,7 +218,8 @@ pub struct RuntimeSettings {
 
     /// How often committed connector offsets are read: running source connectors' each time
     /// and for two times after they stop running, every other connector's in turn (a tenth of
-    /// them each time), one call per connector.
+    /// them each time), one call per connector. The reads are spread over the reconcile passes
+    /// of the interval (up to six slices), not made all at once.
     #[arg(long, env = "CLUECDC_OFFSETS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub offsets_interval: i64,
 }

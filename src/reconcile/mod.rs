@@ -15,6 +15,7 @@
 //! written with `observed_at` and after every slow pass) so a slow cluster shows as slow.
 
 pub mod lease;
+mod offsets;
 pub mod plan;
 pub mod policy;
 pub mod workers;
@@ -109,11 +110,10 @@ pub struct Reconciler {
     settings: Settings,
     lease: Lease,
     handle: Arc<Handle>,
-    /// When offsets were last read, and how many rounds of reads this process has made (which
-    /// share of the cold connectors a round reads: see [`offsets_due`]).
-    last_offsets: std::sync::Mutex<(Option<Instant>, u64)>,
+    /// Which slices of the offsets rounds are due (see [`offsets`]).
+    offsets_clock: std::sync::Mutex<offsets::Clock>,
     /// By cluster id: each source connector's last offsets round that saw it RUNNING (see
-    /// [`moving_sources`]).
+    /// [`offsets::moving_sources`]).
     seen_running: std::sync::Mutex<HashMap<String, HashMap<String, u64>>>,
     /// Every connector (id → generation) as of the start of this process's last full pass, plus
     /// those created since by creates-only passes: a wake-up whose only change is new connectors
@@ -171,7 +171,7 @@ impl Reconciler {
             settings,
             lease,
             handle,
-            last_offsets: std::sync::Mutex::new((None, 0)),
+            offsets_clock: Default::default(),
             seen_running: Default::default(),
             known: std::sync::Mutex::new(None),
             writes,
@@ -385,16 +385,15 @@ impl Reconciler {
             .collect();
         let version = read_desired_version(&self.pool).await;
         let clusters = crate::clusters::all(&self.pool).await?;
-        let read_offsets = {
-            let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
-            let (at, round) = &mut *last;
-            let due = at.is_none_or(|t| t.elapsed() >= self.settings.offsets_interval);
-            due.then(|| {
-                *at = Some(Instant::now());
-                *round += 1;
-                *round
-            })
-        };
+        let read_offsets = self
+            .offsets_clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(
+                Instant::now(),
+                self.settings.offsets_interval,
+                self.settings.interval,
+            );
         let mut waiting = futures::stream::FuturesUnordered::new();
         let mut visited = 0;
         for cluster in clusters {
@@ -473,7 +472,7 @@ impl Reconciler {
     async fn run_cluster(
         &self,
         cluster: &ConnectCluster,
-        read_offsets: Option<u64>,
+        read_offsets: Option<offsets::Slices>,
         version: Option<i64>,
     ) -> (Steps, i64) {
         let started = Instant::now();
@@ -910,7 +909,7 @@ impl Reconciler {
     async fn reconcile_cluster(
         &self,
         cluster: &ConnectCluster,
-        read_offsets: Option<u64>,
+        read_offsets: Option<offsets::Slices>,
         version: Option<i64>,
         started: Instant,
     ) -> Result<Steps, ClusterError> {
@@ -922,18 +921,18 @@ impl Reconciler {
         // The one list call of this pass for this cluster.
         let expanded = client.list_expanded().await?;
         // Source connectors whose committed offsets move: pipelines' freshness and binlog
-        // positions are read from them (see `offsets_due`).
+        // positions are read from them (see `offsets`).
         let moving: HashSet<String> = match read_offsets {
-            Some(round) => {
+            Some(slices) => {
                 let mut seen = self.seen_running.lock().unwrap_or_else(|e| e.into_inner());
-                moving_sources(
+                offsets::moving_sources(
                     seen.entry(cluster.id.clone()).or_default(),
                     expanded.iter().filter_map(|(name, e)| {
                         let (status, info) = (e.status.as_ref()?, e.info.as_ref()?);
                         (info.kind == "source")
                             .then_some((name.as_str(), status.connector.state == "RUNNING"))
                     }),
-                    round,
+                    slices.round(),
                 )
             }
             None => HashSet::new(),
@@ -986,15 +985,15 @@ impl Reconciler {
         // connector's config, parsed) and the plan are freed before those reads, which are the
         // longest part of such a pass: 20 clusters hold them at once.
         let due: Vec<&Desired> = match read_offsets {
-            Some(round) => desired
+            Some(slices) => desired
                 .iter()
                 .filter(|d| {
                     live.contains_key(&d.name)
-                        && offsets_due(
+                        && offsets::due(
                             &d.name,
                             moving.contains(&d.name),
                             stored.get(&d.id).is_some_and(|s| s.offsets_read),
-                            round,
+                            &slices,
                         )
                 })
                 .collect(),
@@ -1049,7 +1048,7 @@ impl Reconciler {
                 self.writes.mark();
             }
         }
-        if read_offsets.is_some() {
+        if !due.is_empty() {
             // Concurrently, like the steps: one call per connector on a slow cluster adds up.
             let reads: Vec<_> = due.into_iter().map(|d| offsets_of(&client, d)).collect();
             let read: Vec<_> = futures::stream::iter(reads)
@@ -1453,58 +1452,6 @@ struct Done<'p> {
     restart: Option<(&'p str, &'p str, u32, String)>,
 }
 
-/// How many offsets rounds it takes to read every connector whose offsets do not move.
-const OFFSETS_ROTATION: u64 = 10;
-
-/// Whether round `round` of offsets reads reads this connector's. Moving source connectors'
-/// (running, or just stopped: [`moving_sources`]) every round: their positions are what pipelines' freshness and binlog positions are read
-/// from. Every other connector's once when never read, then one round in
-/// [`OFFSETS_ROTATION`] (by a hash of its name): a sink's committed offsets are shown on its
-/// page only (delivery lag and stalls come from its consumer group in Kafka), and a stopped
-/// or paused connector's do not move unless someone changes them. At 10,000 connectors the
-/// every-round reads were 10,000 calls a minute.
-fn offsets_due(name: &str, moving: bool, read_before: bool, round: u64) -> bool {
-    // FNV-1a: stable across processes and releases, unlike std's hasher.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    moving || !read_before || hash % OFFSETS_ROTATION == round % OFFSETS_ROTATION
-}
-
-/// How many offsets rounds a source connector still counts as moving after it was last seen
-/// RUNNING: its tasks commit their last offsets when they stop (a pause, a stop), which can be
-/// after Connect reports the new state. Read only in turn, a paused MySQL pipeline showed its
-/// binlog position from before the pause, up to [`OFFSETS_ROTATION`] rounds long.
-const SETTLE_ROUNDS: u64 = 2;
-
-/// The source connectors whose offsets round `round` reads every time: those RUNNING now and
-/// those seen RUNNING within [`SETTLE_ROUNDS`] rounds. `seen` (name → last round seen RUNNING,
-/// one cluster's) is updated; names no longer listed, or settled, leave it.
-fn moving_sources<'a>(
-    seen: &mut HashMap<String, u64>,
-    sources: impl Iterator<Item = (&'a str, bool)>,
-    round: u64,
-) -> HashSet<String> {
-    let mut moving = HashSet::new();
-    let mut listed = HashSet::new();
-    for (name, running) in sources {
-        listed.insert(name);
-        if running {
-            seen.insert(name.to_string(), round);
-        }
-        if seen
-            .get(name)
-            .is_some_and(|r| round.saturating_sub(*r) <= SETTLE_ROUNDS)
-        {
-            moving.insert(name.to_string());
-        }
-    }
-    seen.retain(|name, r| {
-        listed.contains(name.as_str()) && round.saturating_sub(*r) <= SETTLE_ROUNDS
-    });
-    moving
-}
-
 /// A connector's committed offsets, read for the status page.
 async fn offsets_of<'d>(
     client: &ConnectClient,
@@ -1753,59 +1700,6 @@ pub async fn status(pool: &Pool, handle: &Handle) -> anyhow::Result<Status> {
 mod tests {
     use super::*;
     use crate::clusters::connect::{self, ConnectClusterInput};
-
-    /// Running sources every round; a connector never read at the first round it is seen;
-    /// every other connector exactly once in any OFFSETS_ROTATION consecutive rounds, spread so
-    /// that no round reads many more than its share.
-    #[test]
-    fn a_source_that_stops_running_is_read_for_two_more_rounds_then_in_turn() {
-        let mut seen = HashMap::new();
-        let round = |seen: &mut HashMap<String, u64>, r, a_running| {
-            let mut m: Vec<String> =
-                moving_sources(seen, [("a", a_running), ("b", false)].into_iter(), r)
-                    .into_iter()
-                    .collect();
-            m.sort();
-            m
-        };
-        assert_eq!(round(&mut seen, 1, true), ["a"], "running: every round");
-        // Paused in round 2: its last commit may land after Connect says PAUSED.
-        assert_eq!(round(&mut seen, 2, false), ["a"]);
-        assert_eq!(round(&mut seen, 3, false), ["a"]);
-        assert!(round(&mut seen, 4, false).is_empty(), "settled: in turn");
-        assert!(seen.is_empty(), "settled entries leave: {seen:?}");
-        assert_eq!(round(&mut seen, 5, true), ["a"], "resumed");
-        moving_sources(&mut seen, std::iter::empty(), 6);
-        assert!(seen.is_empty(), "a deleted connector's entry leaves");
-    }
-
-    #[test]
-    fn offsets_are_read_every_round_for_running_sources_and_in_turn_for_the_rest() {
-        let names: Vec<String> = (0..10_000).map(|i| format!("scale-{i:05}")).collect();
-        for round in [1, 7, 123] {
-            assert!(names.iter().all(|n| offsets_due(n, true, true, round)));
-            assert!(names.iter().all(|n| offsets_due(n, false, false, round)));
-        }
-        let mut per_round = Vec::new();
-        for n in &names {
-            let due: Vec<u64> = (41..41 + OFFSETS_ROTATION)
-                .filter(|&r| offsets_due(n, false, true, r))
-                .collect();
-            assert_eq!(
-                due.len(),
-                1,
-                "{n} is read once in {OFFSETS_ROTATION} rounds: {due:?}"
-            );
-            per_round.push(due[0]);
-        }
-        for r in 41..41 + OFFSETS_ROTATION {
-            let share = per_round.iter().filter(|&&x| x == r).count();
-            assert!(
-                (800..=1200).contains(&share),
-                "round {r} reads {share} of 10,000"
-            );
-        }
-    }
 
     /// A pass that tried the old address and failed must not write its error over a PATCH that
     /// moved the cluster meanwhile (the user would read the old address's failure as the new
