@@ -19,6 +19,7 @@ process CPU (its CPU-time clock), the churn operations so far, and the reconcile
 passes (also appended to artifacts/bench-soak-samples.jsonl as they are taken). The warm-up is the first retention window (see `warmup`); over the one-minute
 blocks after it, least-squares slopes per hour. The process dying, the churn failing or a slope not flat fails
 the run (exit non-zero through scripts/bench)."""
+import datetime
 import json
 import os
 import random
@@ -36,15 +37,18 @@ TICK_S = 3.0
 FAIL_EVERY = 3  # rounds between two failures
 FAIL_FOR_S = 90.0  # connector_failed fires after 60 s (its default `for_secs`), checked every 15 s
 # src/reconcile/mod.rs keeps the last 1000 reconcile_passes rows: the shortest retention among
-# the tables that grow. The others (read from src/ and migrations/): points and series
-# (CLUECDC_SAMPLE_RETENTION, default 7 d), audit_log (append-only, never trimmed), alerts,
-# connector_restarts and drift_events (never trimmed).
+# the tables that grow at the defaults. The others (read from src/ and migrations/): points and
+# series (CLUECDC_SAMPLE_RETENTION, default 7 d), resolved alerts, connector_restarts and
+# drift_events (CLUECDC_HISTORY_RETENTION, default 30 d: the soak sets HISTORY_RETENTION so that
+# they reach their steady state within the run), audit_log (append-only, never trimmed).
 PASSES_KEPT = 1000
+HISTORY_RETENTION = "10m"
+HISTORY_RETENTION_S = 600
 RETENTIONS = {
     "reconcile_passes": "last 1000 rows (src/reconcile/mod.rs)",
     "points, series": "CLUECDC_SAMPLE_RETENTION, default 7 d (src/config.rs; trim_samples in src/monitor/signals.rs)",
+    "resolved alerts, connector_restarts, drift_events": f"CLUECDC_HISTORY_RETENTION, default 30 d, {HISTORY_RETENTION} in the soak (src/monitor/history.rs)",
     "audit_log": "none: append-only (the database refuses deletes)",
-    "alerts, connector_restarts, drift_events": "none: never trimmed",
 }
 # The fit is over one-minute blocks, not the 10-second samples: the server's work comes in
 # cycles (a reconcile pass every 10 s, a monitor cycle every 15 s, the offsets round and the leak
@@ -293,13 +297,29 @@ def slopes(samples, start_s, judged=True):
                     "mean": round(mean, 3), "first": round(pts[0][1], 3), "last": round(pts[-1][1], 3),
                     "tolerance_pct_per_h": tol_pct, "tolerance_per_h": round(tol, 4), "blocks": len(pts),
                     "flat": flat, "verdict": "not judged" if flat is None else "flat" if flat else ("falls" if slope < 0 else "grows")}
-    # The SQLite file keeps what has no retention (audit, alerts, restarts, drift events) and a
-    # week of samples: it is expected to grow, so it is judged by its growth per churn operation.
+    # The SQLite file keeps what has no retention (the audit trail) and a week of samples: it is
+    # expected to grow, so it is judged by its growth per churn operation.
     ops = w[-1]["churn_ops"] - w[0]["churn_ops"]
     grew = w[-1]["db_bytes"] - w[0]["db_bytes"]
     out["sqlite_mib"].update({"flat": None, "verdict": "grows by design", "expected_growth": True, "churn_ops": ops, "bytes": grew,
                               "bytes_per_churn_op": round(grew / ops) if ops else None})
     return out
+
+
+def history_kept(rows, stopped_at):
+    """The age in seconds of the oldest restart, drift event and resolved alert left at the stop;
+    raises Broken when one is older than the history retention and two monitor cycles (each
+    cycle drops up to 2,000 rows a table, far more than the churn makes)."""
+    ages = {}
+    for key in ("oldest_restart", "oldest_drift_event", "oldest_resolved_alert"):
+        if rows.get(key):
+            at = datetime.datetime.fromisoformat(rows[key].replace("Z", "+00:00")).timestamp()
+            ages[key] = round(stopped_at - at, 1)
+    limit = HISTORY_RETENTION_S + 2 * 15 + 5
+    old = {k: v for k, v in ages.items() if v > limit}
+    if old:
+        raise Broken(f"events older than the history retention ({HISTORY_RETENTION}) left: {old} s (limit {limit} s)")
+    return ages
 
 
 def table_rows(db_path):
@@ -315,6 +335,10 @@ def table_rows(db_path):
             "alerts": q("SELECT COUNT(*) FROM alerts"),
             "connector_restarts": q("SELECT COUNT(*) FROM connector_restarts"),
             "drift_events": q("SELECT COUNT(*) FROM drift_events"),
+            # The oldest events left (RFC 3339): none older than the history retention.
+            "oldest_restart": q("SELECT MIN(at) FROM connector_restarts"),
+            "oldest_drift_event": q("SELECT MIN(detected_at) FROM drift_events"),
+            "oldest_resolved_alert": q("SELECT MIN(resolved_at) FROM alerts WHERE state = 'resolved'"),
             "reconcile_passes": q("SELECT COUNT(*) FROM reconcile_passes"),
             "series": q("SELECT COUNT(*) FROM series"),
             "points": q("SELECT COUNT(*) FROM points"),
@@ -334,7 +358,8 @@ def run(binary, minutes, n, clusters, latency_ms, root, build):
     try:
         with tempfile.TemporaryDirectory(prefix="cluecdc-soak-") as d:
             data = Path(d) / "data"
-            app = scale.Server(binary, data, {})  # every interval at its default
+            # Every interval at its default; the event history kept 10 minutes.
+            app = scale.Server(binary, data, {"CLUECDC_HISTORY_RETENTION": HISTORY_RETENTION})
             app.lists_at_start = 0
             token = app.admin_token()
             ids = scale.register(app, token, standins)
@@ -390,8 +415,10 @@ def run(binary, minutes, n, clusters, latency_ms, root, build):
             r["churn_ops_per_h"] = round((w[-1]["churn_ops"] - w[0]["churn_ops"]) / span * 3600) if span else None
             r["bench_cpu_pct"] = round((w[-1]["bench_cpu_s"] - w[0]["bench_cpu_s"]) / span * 100, 1) if span else None
             r["server_cpu_pct"] = round((w[-1]["cpu_s"] - w[0]["cpu_s"]) / span * 100, 1) if span else None
+            stopped_at = time.time()
             app.stop()
             r["rows_at_end"] = table_rows(data / "cluecdc.db")
+            r["history_kept_s"] = history_kept(r["rows_at_end"], stopped_at)
             r["db_at_end"] = scale.db_size(data)[0]
     except Exception as e:  # noqa: BLE001 — the run fails with the reason, its JSON still written
         died = app is not None and app.proc.poll() is not None
@@ -444,12 +471,13 @@ def table(r, command):
     q = s["sqlite_mib"]
     per_op = f"{q['bytes_per_churn_op']} B per churn operation" if q.get("bytes_per_churn_op") is not None else "no churn"
     lines.append(f"| {q['label']} | {q['slope_per_h']:+.3g} MiB (± {q['stderr_per_h']:.2g}) | {q['first']:g} → {q['last']:g} MiB | "
-                 f"— (grows by design: samples are kept 7 days, audit, alerts, restarts and drift events are never trimmed) | "
+                 f"— (grows by design: samples are kept 7 days, the audit trail for good; alerts, restarts and drift events {HISTORY_RETENTION} here) | "
                  f"grows, {per_op} ({q['bytes']} B over {q['churn_ops']} operations) |")
     if rows:
         lines += ["", f"At the end: {rows['connectors']} connectors, {rows['audit_log']} audit rows, "
                       f"{rows['alerts_connector_failed_fired']} connector_failed alerts fired ({rows['alerts_connector_failed_resolved']} resolved), "
-                      f"{rows['connector_restarts']} restarts, {rows['drift_events']} drift events, {rows['reconcile_passes']} reconcile_passes rows, "
+                      f"{rows['connector_restarts']} restarts, {rows['drift_events']} drift events (the oldest of each, and of the resolved alerts, "
+                      f"{r.get('history_kept_s')} s old), {rows['reconcile_passes']} reconcile_passes rows, "
                       f"{rows['series']} series and {rows['points']} points. Process CPU after the warm-up {r['server_cpu_pct']} % of a core; "
                       f"the stand-ins and the churn driver (this benchmark's process) {r['bench_cpu_pct']} % beside it."]
     for f in r["failures"]:

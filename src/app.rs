@@ -277,6 +277,7 @@ pub fn spawn_background(
         ctx: inner.ctx.clone(),
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
+        history_retention: Duration::from_secs(runtime.history_retention.max(1) as u64),
         lease: crate::reconcile::lease::Lease::new(
             pool.clone(),
             "monitor",

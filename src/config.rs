@@ -216,6 +216,11 @@ pub struct RuntimeSettings {
     #[arg(long, env = "CLUECDC_SAMPLE_RETENTION", default_value = "7d", value_parser = parse_duration)]
     pub sample_retention: i64,
 
+    /// How long resolved alerts, connector restarts and drift events are kept (a firing alert
+    /// stays; the audit trail is kept for good).
+    #[arg(long, env = "CLUECDC_HISTORY_RETENTION", default_value = "30d", value_parser = parse_duration)]
+    pub history_retention: i64,
+
     /// How often committed connector offsets are read: running source connectors' each time
     /// and for two times after they stop running, every other connector's in turn (a tenth of
     /// them each time), one call per connector. The reads are spread over the reconcile passes

@@ -3,6 +3,7 @@
 
 pub mod alerts;
 pub mod channels;
+pub mod history;
 pub mod leaks;
 pub mod metrics;
 pub mod provider_checks;

@@ -94,6 +94,8 @@ pub struct Monitor {
     pub ctx: crate::ctx::Ctx,
     pub interval: Duration,
     pub retention: Duration,
+    /// How long resolved alerts, restarts and drift events are kept (see [`super::history`]).
+    pub history_retention: Duration,
     pub lease: Lease,
     pub lease_ttl: Duration,
     /// Per delivery: when its committed offsets last moved (kept in memory: a new lease
@@ -978,6 +980,17 @@ impl Monitor {
         .await?;
         if kept.more {
             tracing::info!(?kept, "history upkeep continues next cycle");
+        }
+        // A retention too long to subtract from now keeps everything.
+        let before = chrono::Duration::from_std(self.history_retention)
+            .ok()
+            .and_then(|d| chrono::Utc::now().checked_sub_signed(d));
+        if let Some(before) = before {
+            let trimmed =
+                super::history::trim(&self.ctx.pool, &crate::time::format(before)).await?;
+            if trimmed.more() {
+                tracing::info!(?trimmed, "event history trimmed; more next cycle");
+            }
         }
         Ok(())
     }

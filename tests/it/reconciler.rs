@@ -199,6 +199,68 @@ async fn a_desired_connector_runs_and_drift_made_in_connect_is_repaired_and_reco
     .await;
 }
 
+/// A drift event is dropped once it is older than `CLUECDC_HISTORY_RETENTION`, by the monitor's
+/// cycle, and not before; the connector it was about stays.
+#[tokio::test]
+async fn a_drift_event_older_than_the_history_retention_is_dropped_and_not_before() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let env = [
+        FAST,
+        &[
+            ("CLUECDC_MONITOR_INTERVAL", "1s"),
+            ("CLUECDC_HISTORY_RETENTION", "8s"),
+        ],
+    ]
+    .concat();
+    let api = admin_api_with(&env);
+    let cluster = register(&api, &s.connect_url).await;
+    let name = format!("kept-{}", tag());
+    desire(&api, &cluster, &name, source_config(&name)).await;
+    eventually(
+        Duration::from_secs(60),
+        "the connector RUNNING in ClueCDC",
+        || phase_is(&api, &name, "RUNNING"),
+    )
+    .await;
+    wait_running(&s.connect_url, &name, Duration::from_secs(30)).await;
+
+    let result = async {
+        delete_connector(&s.connect_url, &name).await;
+        let drift = eventually(Duration::from_secs(60), "a 'deleted' drift event", || {
+            recorded(&api, &name, "drift_events", |e| e["kind"] == "deleted")
+        })
+        .await;
+        let detected =
+            chrono::DateTime::parse_from_rfc3339(drift["detected_at"].as_str().unwrap()).unwrap();
+        eventually(
+            Duration::from_secs(40),
+            "the drift event dropped after the retention",
+            || async {
+                let (_, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+                c["drift_events"]
+                    .as_array()
+                    .unwrap()
+                    .is_empty()
+                    .then_some(())
+            },
+        )
+        .await;
+        // detected_at has whole seconds: the event is at most a second older than it says.
+        let kept = chrono::Utc::now().signed_duration_since(detected);
+        assert!(
+            kept >= chrono::Duration::seconds(7),
+            "dropped {kept} after it was detected, before the 8 s retention"
+        );
+        let (status, c) = api.get(&format!("/api/v1/connectors/{name}")).await;
+        assert_eq!(status, 200, "the connector stays: {c}");
+    };
+    with_cleanup(result, async {
+        delete_connector(&s.connect_url, &name).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_failing_task_is_restarted_with_growing_backoff_then_reported_with_its_trace() {
     let s = stack();

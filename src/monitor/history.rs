@@ -1,0 +1,153 @@
+//! Retention of the event tables that grow with uptime rather than with what is configured:
+//! resolved alerts, connector restarts and drift events (`--history-retention`). Without it a
+//! connector that fails now and then, or churn of connectors, grew the database forever: the
+//! 2-hour soak left 2,698 restarts and 3,367 drift events behind, most of deleted connectors.
+//!
+//! Invariants:
+//! - A firing alert is never dropped, however old; a resolved one goes once it has been resolved
+//!   for the retention.
+//! - Each call drops at most [`BATCH`] rows a table, oldest first, one short write transaction a
+//!   table: no page waits on a long one, and a backlog (the first start with a long history, a
+//!   shortened retention) is worked off over the next monitor cycles.
+//! - Restarts and drift events are read oldest first by id, which grows with their time: only
+//!   the first [`BATCH`] rows are looked at, so a call costs the same on any table size. A row
+//!   whose time is a little out of id order goes a call later.
+//! - A drift that persists on an observe-only cluster is recorded once (the reconciler compares
+//!   with the last event); once that event is dropped, the next pass records it again, once.
+//! - The audit trail is not trimmed: it is append-only (the database refuses deletes).
+
+use serde::Serialize;
+
+use crate::db::{self, Pool};
+
+/// Rows a table loses at most per call.
+const BATCH: i64 = 2_000;
+
+/// Rows dropped by one [`trim`], by table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Trimmed {
+    pub alerts: u64,
+    pub restarts: u64,
+    pub drift_events: u64,
+}
+
+impl Trimmed {
+    /// Whether a table had a full batch to drop: more may be waiting.
+    pub fn more(&self) -> bool {
+        [self.alerts, self.restarts, self.drift_events]
+            .iter()
+            .any(|&n| n >= BATCH as u64)
+    }
+}
+
+/// Drops the resolved alerts resolved before `before`, and the restarts and drift events from
+/// before it (RFC 3339, as [`crate::time::format`] writes), [`BATCH`] at most of each.
+pub async fn trim(pool: &Pool, before: &str) -> sqlx::Result<Trimmed> {
+    let alerts = delete(
+        pool,
+        "DELETE FROM alerts WHERE id IN (SELECT id FROM alerts WHERE state = 'resolved' AND resolved_at < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    let restarts = delete(
+        pool,
+        "DELETE FROM connector_restarts WHERE id IN (SELECT id FROM (SELECT id, at FROM connector_restarts ORDER BY id LIMIT $2) AS oldest WHERE at < $1)",
+        before,
+    )
+    .await?;
+    let drift_events = delete(
+        pool,
+        "DELETE FROM drift_events WHERE id IN (SELECT id FROM (SELECT id, detected_at FROM drift_events ORDER BY id LIMIT $2) AS oldest WHERE detected_at < $1)",
+        before,
+    )
+    .await?;
+    Ok(Trimmed {
+        alerts,
+        restarts,
+        drift_events,
+    })
+}
+
+async fn delete(pool: &Pool, sql: &str, before: &str) -> sqlx::Result<u64> {
+    let _gate = db::write_gate(pool).await;
+    Ok(db::query(sql)
+        .bind(before)
+        .bind(BATCH)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn count(pool: &Pool, table: &str) -> i64 {
+        db::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// Old restarts, drift events and resolved alerts go in batches, oldest first; a firing
+    /// alert stays however old, and so does everything younger than the retention.
+    #[tokio::test]
+    async fn old_events_go_in_batches_and_firing_alerts_and_recent_events_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        let (old, cut, new) = (
+            "2026-01-01T00:00:00Z",
+            "2026-02-01T00:00:00Z",
+            "2026-03-01T00:00:00Z",
+        );
+        let n = BATCH + 500;
+        for i in 0..n {
+            db::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES ('c', $1, 'r', 'reconciler', 1, 'ok')")
+                .bind(old).execute(&pool).await.unwrap();
+            db::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES ('k', 'c', NULL, 'deleted', '[]', $1, 'repaired')")
+                .bind(old).execute(&pool).await.unwrap();
+            let (state, resolved) = if i % 2 == 0 {
+                ("resolved", Some(old))
+            } else {
+                ("firing", None)
+            };
+            db::query("INSERT INTO alerts (kind, subject, severity, message, state, first_seen, last_seen, resolved_at) VALUES ('connector_failed', $1, 'critical', 'm', $2, $3, $3, $4)")
+                .bind(format!("c{i}")).bind(state).bind(old).bind(resolved).execute(&pool).await.unwrap();
+        }
+        db::query("INSERT INTO connector_restarts (connector_id, at, reason, triggered_by, attempt, outcome) VALUES ('c', $1, 'r', 'reconciler', 1, 'ok')")
+            .bind(new).execute(&pool).await.unwrap();
+        db::query("INSERT INTO drift_events (connect_cluster_id, connector_name, connector_id, kind, diff, detected_at, action) VALUES ('k', 'c', NULL, 'deleted', '[]', $1, 'repaired')")
+            .bind(new).execute(&pool).await.unwrap();
+        db::query("INSERT INTO alerts (kind, subject, severity, message, state, first_seen, last_seen, resolved_at) VALUES ('connector_failed', 'late', 'critical', 'm', 'resolved', $1, $2, $2)")
+            .bind(old).bind(new).execute(&pool).await.unwrap();
+
+        let first = trim(&pool, cut).await.unwrap();
+        assert_eq!(
+            first,
+            Trimmed {
+                alerts: (n as u64).div_ceil(2),
+                restarts: BATCH as u64,
+                drift_events: BATCH as u64
+            }
+        );
+        assert!(first.more());
+        let second = trim(&pool, cut).await.unwrap();
+        assert_eq!((second.restarts, second.drift_events), (500, 500));
+        assert!(!second.more());
+        assert_eq!(trim(&pool, cut).await.unwrap(), Trimmed::default());
+
+        assert_eq!(count(&pool, "connector_restarts").await, 1, "the new one");
+        assert_eq!(count(&pool, "drift_events").await, 1, "the new one");
+        let firing: i64 = db::query_scalar("SELECT COUNT(*) FROM alerts WHERE state = 'firing'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(firing, n / 2, "every firing alert, however old");
+        assert_eq!(
+            count(&pool, "alerts").await,
+            n / 2 + 1,
+            "and the one resolved after the cut"
+        );
+    }
+}
