@@ -6,6 +6,9 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // `sqlx::migrate!` embeds migrations/ at compile time but does not tell cargo to watch it:
+    // without this line a new migration file left a warm build's binary without it.
+    println!("cargo:rerun-if-changed=migrations");
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     let linux_gnu = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|o| o == "linux")
         && std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "gnu");
