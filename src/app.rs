@@ -278,6 +278,7 @@ pub fn spawn_background(
         interval: Duration::from_secs(runtime.monitor_interval.max(1) as u64),
         retention: Duration::from_secs(runtime.sample_retention.max(60) as u64),
         history_retention: Duration::from_secs(runtime.history_retention.max(1) as u64),
+        audit_retention: Duration::from_secs(runtime.audit_retention.max(1) as u64),
         lease: crate::reconcile::lease::Lease::new(
             pool.clone(),
             "monitor",

@@ -128,6 +128,23 @@ pub async fn record_alone(pool: &Pool, entry: Entry<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The retention's cut, which the database enforces (migration 0034): rows before `before` may go (`''` before any trim),
+/// and the retention the monitor last applied (seconds), for the audit page to say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Cut {
+    pub before: String,
+    pub retention_secs: Option<i64>,
+}
+
+pub async fn cut(pool: &Pool) -> sqlx::Result<Cut> {
+    Ok(
+        db::query_as("SELECT before, retention_secs FROM audit_retention WHERE id = 1")
+            .fetch_optional(pool)
+            .await?
+            .unwrap_or_default(),
+    )
+}
+
 /// The kind of actor an audit row names (documents `AuditEntry.actor_kind`).
 #[derive(schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -174,6 +191,10 @@ enum AuditAction {
     AlertChannelUpdate,
     #[serde(rename = "alert_rule.update")]
     AlertRuleUpdate,
+    /// The monitor removed rows older than the audit retention (`summary`: `removed`,
+    /// `before`, `retention_secs`).
+    #[serde(rename = "audit.trim")]
+    AuditTrim,
     #[serde(rename = "auth.login")]
     AuthLogin,
     #[serde(rename = "auth.logout")]

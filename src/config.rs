@@ -217,9 +217,14 @@ pub struct RuntimeSettings {
     pub sample_retention: i64,
 
     /// How long resolved alerts, connector restarts and drift events are kept (a firing alert
-    /// stays; the audit trail is kept for good).
+    /// stays; the audit trail has --audit-retention).
     #[arg(long, env = "CLUECDC_HISTORY_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub history_retention: i64,
+
+    /// How long audit rows are kept. Older rows are removed by the monitor (2,000 a cycle at
+    /// most), which records each removal in the trail; export them first to keep them longer.
+    #[arg(long, env = "CLUECDC_AUDIT_RETENTION", default_value = "365d", value_parser = parse_duration)]
+    pub audit_retention: i64,
 
     /// How often committed connector offsets are read: running source connectors' each time
     /// and for two times after they stop running, every other connector's in turn (a tenth of

@@ -14,10 +14,15 @@
 //!   whose time is a little out of id order goes a call later.
 //! - A drift that persists on an observe-only cluster is recorded once (the reconciler compares
 //!   with the last event); once that event is dropped, the next pass records it again, once.
-//! - The audit trail is not trimmed: it is append-only (the database refuses deletes).
+//! - The audit trail has a retention of its own (`--audit-retention`, [`trim_audit`]): it stays
+//!   append-only otherwise. The database refuses to delete an audit row unless it is older than
+//!   the cut in `audit_retention` (migration 0034), which a trim moves in the same transaction
+//!   as its delete, and each trim that removes rows records itself in the trail (`audit.trim`:
+//!   how many, up to when, under which retention), so the trail says where its gap comes from.
 
 use serde::Serialize;
 
+use crate::audit;
 use crate::db::{self, Pool};
 
 /// Rows a table loses at most per call.
@@ -66,6 +71,58 @@ pub async fn trim(pool: &Pool, before: &str) -> sqlx::Result<Trimmed> {
         restarts,
         drift_events,
     })
+}
+
+/// Drops audit rows from before `before`, [`BATCH`] at most, oldest first by id; returns how
+/// many. Writes nothing when the oldest row is not that old and the recorded retention is
+/// `retention_secs` already (the common case: one indexed read a cycle).
+pub async fn trim_audit(
+    pool: &Pool,
+    before: &str,
+    retention_secs: i64,
+) -> crate::error::Result<u64> {
+    let cut = audit::cut(pool).await?;
+    let oldest: Option<String> = db::query_scalar("SELECT at FROM audit_log ORDER BY id LIMIT 1")
+        .fetch_optional(pool)
+        .await?;
+    let due = oldest.is_some_and(|at| at.as_str() < before);
+    if !due && cut.retention_secs == Some(retention_secs) {
+        return Ok(0);
+    }
+    let _gate = db::write_gate(pool).await;
+    let mut tx = db::begin_write(pool).await?;
+    // The cut first: the delete trigger refuses any row at or after it.
+    db::query("UPDATE audit_retention SET before = $1, retention_secs = $2 WHERE id = 1")
+        .bind(if due { before } else { cut.before.as_str() })
+        .bind(retention_secs)
+        .execute(&mut *tx)
+        .await?;
+    let removed = if due {
+        db::query("DELETE FROM audit_log WHERE id IN (SELECT id FROM (SELECT id, at FROM audit_log ORDER BY id LIMIT $2) AS oldest WHERE at < $1)")
+            .bind(before)
+            .bind(BATCH)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+    } else {
+        0
+    };
+    if removed > 0 {
+        audit::record(
+            &mut tx,
+            audit::Entry {
+                actor: audit::Actor::system(),
+                action: "audit.trim",
+                target_kind: "audit_log",
+                target_id: before,
+                outcome: audit::Outcome::Success,
+                summary: serde_json::json!({"removed": removed, "before": before, "retention_secs": retention_secs}),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(removed)
 }
 
 async fn delete(pool: &Pool, sql: &str, before: &str) -> sqlx::Result<u64> {
@@ -148,6 +205,109 @@ mod tests {
             count(&pool, "alerts").await,
             n / 2 + 1,
             "and the one resolved after the cut"
+        );
+    }
+
+    async fn audit_row(pool: &Pool, at: &str) {
+        db::query("INSERT INTO audit_log (at, actor, actor_kind, action, target_kind, target_id, outcome, summary) VALUES ($1, 'ada', 'session', 'user.create', 'user', 'u', 'success', '{}')")
+            .bind(at)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+
+    /// Audit rows older than the cut go in batches, oldest first, and each trim that removed
+    /// rows is itself a row of the trail; the database keeps refusing to delete anything at or
+    /// after the cut, and to change any row.
+    #[tokio::test]
+    async fn old_audit_rows_go_in_batches_recorded_and_the_rest_stays_undeletable() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        let (old, cut, new) = (
+            "2026-01-01T00:00:00Z",
+            "2026-02-01T00:00:00Z",
+            "2026-03-01T00:00:00Z",
+        );
+        for _ in 0..BATCH + 10 {
+            audit_row(&pool, old).await;
+        }
+        audit_row(&pool, new).await;
+        assert!(
+            db::query("DELETE FROM audit_log WHERE at < $1")
+                .bind(cut)
+                .execute(&pool)
+                .await
+                .is_err(),
+            "before any trim no row may go, however old"
+        );
+        assert_eq!(
+            audit::cut(&pool).await.unwrap(),
+            audit::Cut {
+                before: String::new(),
+                retention_secs: None
+            }
+        );
+
+        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), BATCH as u64);
+        assert_eq!(
+            audit::cut(&pool).await.unwrap(),
+            audit::Cut {
+                before: cut.into(),
+                retention_secs: Some(3_600)
+            }
+        );
+        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), 10);
+        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), 0);
+        let trims: Vec<String> = db::query_scalar(
+            "SELECT summary FROM audit_log WHERE action = 'audit.trim' ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let removed: Vec<i64> = trims
+            .iter()
+            .map(|s| {
+                serde_json::from_str::<serde_json::Value>(s).unwrap()["removed"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            removed,
+            [BATCH, 10],
+            "one record per trim that removed rows"
+        );
+        assert_eq!(
+            count(&pool, "audit_log").await,
+            1 + 2,
+            "the new row and the two records"
+        );
+
+        assert!(
+            db::query("DELETE FROM audit_log")
+                .execute(&pool)
+                .await
+                .is_err(),
+            "rows after the cut stay"
+        );
+        assert!(db::query("UPDATE audit_log SET actor = 'eve'")
+            .execute(&pool)
+            .await
+            .is_err());
+        assert_eq!(count(&pool, "audit_log").await, 3);
+
+        // A new retention with nothing due is recorded; the cut stays where the trims left it.
+        assert_eq!(
+            trim_audit(&pool, "2026-01-15T00:00:00Z", 60).await.unwrap(),
+            0
+        );
+        assert_eq!(
+            audit::cut(&pool).await.unwrap(),
+            audit::Cut {
+                before: cut.into(),
+                retention_secs: Some(60)
+            }
         );
     }
 }

@@ -96,6 +96,8 @@ pub struct Monitor {
     pub retention: Duration,
     /// How long resolved alerts, restarts and drift events are kept (see [`super::history`]).
     pub history_retention: Duration,
+    /// How long audit rows are kept (see [`super::history::trim_audit`]).
+    pub audit_retention: Duration,
     pub lease: Lease,
     pub lease_ttl: Duration,
     /// Per delivery: when its committed offsets last moved (kept in memory: a new lease
@@ -990,6 +992,21 @@ impl Monitor {
                 super::history::trim(&self.ctx.pool, &crate::time::format(before)).await?;
             if trimmed.more() {
                 tracing::info!(?trimmed, "event history trimmed; more next cycle");
+            }
+        }
+        let before = chrono::Duration::from_std(self.audit_retention)
+            .ok()
+            .and_then(|d| chrono::Utc::now().checked_sub_signed(d));
+        if let Some(before) = before {
+            let before = crate::time::format(before);
+            let secs = self.audit_retention.as_secs() as i64;
+            let removed = super::history::trim_audit(&self.ctx.pool, &before, secs).await?;
+            if removed > 0 {
+                tracing::info!(
+                    removed,
+                    before,
+                    "audit rows older than the audit retention removed"
+                );
             }
         }
         Ok(())

@@ -165,6 +165,10 @@ struct AuditPage<'a> {
     /// (outcome, rows, link to the rows with that outcome)
     counts: Vec<(String, u64, String)>,
     errors: crate::error::FieldErrors,
+    /// "365 d", the audit retention the monitor applies, once it has applied one.
+    kept: Option<String>,
+    /// The cut of the last trim (RFC 3339): older rows were removed.
+    removed_before: Option<String>,
 }
 
 #[handler]
@@ -189,6 +193,15 @@ pub async fn page(
         ),
         Err(e) => return Err(e.into()),
     };
+    let cut = state
+        .inner
+        .snapshots
+        .recent("audit cut", || async { Ok(audit::cut(&state.pool).await?) })
+        .await?;
+    let kept = cut
+        .retention_secs
+        .map(|s| super::home::human_duration(s.max(0) as u64));
+    let removed_before = Some(cut.before.clone()).filter(|b| !b.is_empty());
     let next_link = found
         .next_before_id
         .map(|id| format!("{}?{}&before_id={id}", paths::AUDIT, filters));
@@ -216,6 +229,8 @@ pub async fn page(
             total: found.total,
             counts,
             errors,
+            kept,
+            removed_before,
         },
     )
 }

@@ -1101,3 +1101,67 @@ async fn the_user_token_and_session_routes_answer_as_the_openapi_document_says()
     assert_eq!(status, 200);
     assert_eq!(sessions["items"][0]["user_name"], "ada", "{sessions}");
 }
+
+/// Audit rows older than `CLUECDC_AUDIT_RETENTION` are removed by the monitor's cycle, and not
+/// before; the removal is itself an audit row, the page says what is kept, and the rows after
+/// the cut still cannot be deleted or changed.
+#[tokio::test]
+async fn audit_rows_older_than_the_audit_retention_go_and_the_removal_is_recorded() {
+    let api = admin_api_with(&[
+        ("CLUECDC_MONITOR_INTERVAL", "1s"),
+        ("CLUECDC_AUDIT_RETENTION", "5s"),
+    ]);
+    let (status, first) = api.get("/api/v1/audit?action=user.create").await;
+    assert_eq!(status, 200, "{first}");
+    let at = first["items"][0]["at"]
+        .as_str()
+        .expect("ada's creation is audited")
+        .to_string();
+    let created = chrono::DateTime::parse_from_rfc3339(&at).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let (_, page) = api.get("/api/v1/audit?action=user.create").await;
+        if page["items"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ada's creation still in the trail 40 s later: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // `at` has whole seconds: the row is at most a second older than it says.
+    let kept = chrono::Utc::now().signed_duration_since(created);
+    assert!(
+        kept >= chrono::Duration::seconds(5),
+        "removed {kept} after it was written, before the 5 s retention"
+    );
+
+    let (_, trims) = api.get("/api/v1/audit?action=audit.trim").await;
+    let trim = &trims["items"][0];
+    assert_eq!(trim["actor"], "cluecdc", "{trims}");
+    assert_eq!(trim["actor_kind"], "system");
+    assert!(trim["summary"]["removed"].as_i64().unwrap() >= 1, "{trim}");
+    assert_eq!(trim["summary"]["retention_secs"], 5);
+
+    let page = api.text("/audit").await;
+    assert!(page.contains("kept 5 s"), "the page says the retention");
+    assert!(
+        page.contains("have been removed"),
+        "and that rows were removed"
+    );
+
+    let pool = crate::helpers::store(&api.app.data_dir()).await;
+    let mut conn = pool.acquire().await.unwrap();
+    assert!(
+        sqlx::query("DELETE FROM audit_log")
+            .execute(&mut *conn)
+            .await
+            .is_err(),
+        "the rows after the cut cannot be deleted"
+    );
+    assert!(sqlx::query("UPDATE audit_log SET actor = 'eve'")
+        .execute(&mut *conn)
+        .await
+        .is_err());
+}
