@@ -10,6 +10,7 @@ pub mod ratelimit;
 pub mod sessions;
 pub mod setup;
 pub mod tokens;
+pub mod touch;
 pub mod users;
 
 use serde::Serialize;

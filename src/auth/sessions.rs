@@ -108,16 +108,13 @@ pub async fn resolve(
     }
     // Activity extends the session, but a write per request would serialize every page load
     // on SQLite's one writer: refresh once the stored time is a tenth of the idle limit old
-    // (at most a minute), which keeps the idle limit exact to that margin.
+    // (at most a minute), which keeps the idle limit exact to that margin. Written beside the
+    // request (see `touch`).
     let refresh_after = (lifetimes.idle_secs / 10).clamp(1, 60);
     let seen_secs_ago =
         crate::time::parse(&last_seen).map_or(i64::MAX, |t| (now - t).num_seconds());
     if seen_secs_ago >= refresh_after {
-        db::query("UPDATE sessions SET last_seen_at = $1 WHERE id_hash = $2")
-            .bind(crate::time::now())
-            .bind(&id_hash)
-            .execute(pool)
-            .await?;
+        super::touch::later(pool, super::touch::SESSION_SEEN, &id_hash);
     }
     Ok(Some(Principal {
         user_id,

@@ -158,17 +158,13 @@ pub async fn resolve(pool: &Pool, token: &str) -> Result<Option<Principal>> {
         return Ok(None);
     }
     // "Last used" to the minute: a write per request would serialize every call on SQLite's
-    // one writer.
+    // one writer. Written beside the request (see `touch`).
     let used_secs_ago = last_used
         .as_deref()
         .and_then(crate::time::parse)
         .map_or(i64::MAX, |t| (chrono::Utc::now() - t).num_seconds());
     if used_secs_ago >= 60 {
-        db::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
-            .bind(crate::time::now())
-            .bind(&token_id)
-            .execute(pool)
-            .await?;
+        super::touch::later(pool, super::touch::TOKEN_USED, &token_id);
     }
     Ok(Some(Principal {
         user_id,

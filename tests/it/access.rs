@@ -1165,3 +1165,60 @@ async fn audit_rows_older_than_the_audit_retention_go_and_the_removal_is_recorde
         .await
         .is_err());
 }
+
+/// A request whose token is due its "last used" mark answers while another connection holds
+/// the lock that mark needs (SQLite's write lock; on PostgreSQL the token's row), and the mark
+/// is written once the lock is released. Before, the request waited for the lock: up to the
+/// busy timeout (10 s) on SQLite, for as long as the lock was held on PostgreSQL.
+#[tokio::test]
+async fn a_request_does_not_wait_for_the_write_lock_to_mark_its_token_used() {
+    let app = spawn_app();
+    create_user(&app, "ada", "admin");
+    let token = create_token(&app, "ada", &[]);
+    let pool = crate::helpers::store(&app.data_dir()).await;
+    let used = || async {
+        sqlx::query_scalar::<_, Option<String>>("SELECT last_used_at FROM api_tokens")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(used().await, None, "a new token has not been used");
+
+    let mut lock = pool.acquire().await.unwrap();
+    if on_postgres() {
+        sqlx::query("BEGIN").execute(&mut *lock).await.unwrap();
+        sqlx::query("SELECT id FROM api_tokens FOR UPDATE")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+    } else {
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+    }
+    let answered = app
+        .client()
+        .get(format!("{}/api/v1/me", app.url))
+        .bearer_auth(&token)
+        .timeout(Duration::from_secs(8))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    sqlx::query("ROLLBACK").execute(&mut *lock).await.unwrap();
+    drop(lock);
+    assert_eq!(
+        answered.ok(),
+        Some(200),
+        "the request answered while the lock was held"
+    );
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while used().await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "last_used_at still empty 15 s after the lock was released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
