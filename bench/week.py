@@ -23,6 +23,7 @@ writes), PostgreSQL metadata, and VACUUM (nothing in ClueCDC runs one; freed pag
 """
 import json
 import random
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -30,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import Broken, http, pct, say, wait_for
+from common import Broken, http, must, pct, say, wait_for
 from scale import Server
 
 INTERVAL_MS = 15_000  # the monitor's default interval (src/config.rs)
@@ -161,6 +162,20 @@ class Pager:
             time.sleep(max(0.0, PAGE_EVERY_S - ms / 1000))
 
 
+def server_side(s, token):
+    """The server's own timing of its GET 200 answers (from its request histogram: the handler's
+    time, from the request read to the response written, without the wait to be accepted and
+    read, nor the client's), as counts over 25, 50, 100 and 250 ms: a page this client saw over
+    50 ms that the server did not spend 50 ms on was held outside the handler (the machine, the
+    accept queue, this client)."""
+    text = must(200, http("GET", s.url + "/metrics", token), "GET /metrics")
+    name = "cluecdc_http_request_duration_seconds_bucket"
+    le = {m.group(1): float(m.group(2)) for m in re.finditer(
+        rf'^{name}{{method="GET",status="200",le="([^"]+)"}} ([0-9.e+]+)$', text, re.M)}
+    total = le.get("+Inf", 0)
+    return {"requests": int(total), **{f"over_{int(float(b) * 1000)}_ms": int(total - le[b]) for b in ("0.025", "0.05", "0.1", "0.25") if b in le}}
+
+
 def stats(ms):
     if not ms:
         return None
@@ -237,6 +252,7 @@ def run(binary, a, root):
                 time.sleep(0.2)
             pager.stop.set()
             pager.thread.join()
+            out["server_side"] = server_side(s, token)
             out["after_trim"] = db_figures(db)
         finally:
             ro.close()
@@ -301,6 +317,9 @@ def table(r):
         f"| longest page (goal ≤ {r['stall_goal_ms']:.0f} ms) | {r['longest_stall']['ms']} ms ({r['longest_stall']['page']}, "
         f"{r['longest_stall']['at_s']} s after start): {'met' if r['stall_goal_met'] else 'MISSED'} |",
         f"| WAL's largest size meanwhile | {mib(r['wal_max_bytes'])} |",
+        *([f"| the server's own time (its request histogram), GET 200 over 25 / 50 / 100 / 250 ms | "
+           f"{ss.get('over_25_ms')} / {ss.get('over_50_ms')} / {ss.get('over_100_ms')} / {ss.get('over_250_ms')} of {ss['requests']:,} |"]
+          if (ss := r.get("server_side")) else []),
         f"| after the trim and stop: points, file, in use, free pages | {f['points']:,}, {mib(f['file_bytes'])}, {mib(f['used_bytes'])}, {f['free_pages']:,} |",
         f"| bytes a connector a day kept (in use / N / {RETENTION_MS // DAY_MS} d) | {f['used_bytes_per_connector_per_day']:,} |",
         f"| points a series kept ({RETENTION_MS // DAY_MS} d) | {f['points_per_series']:,} |",
