@@ -46,8 +46,10 @@ PASSES_KEPT = 1000
 RETENTION = "10m"
 RETENTION_S = 600
 RETENTION_ENV = {k: RETENTION for k in ("CLUECDC_SAMPLE_RETENTION", "CLUECDC_HISTORY_RETENTION", "CLUECDC_AUDIT_RETENTION")}
-# A row is dropped by the first monitor cycle (every 15 s) after it is RETENTION old.
-RETENTION_WINDOW_S = RETENTION_S + 2 * 15
+# A row is dropped by the first monitor cycle (every 15 s) after it is RETENTION old; an audit
+# row up to a 24th of the retention later (src/monitor/history.rs `audit_slack`: removals in
+# batches).
+RETENTION_WINDOW_S = RETENTION_S + RETENTION_S // 24 + 2 * 15
 RETENTIONS = {
     "reconcile_passes": "last 1000 rows (src/reconcile/mod.rs)",
     "points, series": f"CLUECDC_SAMPLE_RETENTION, default 7 d, {RETENTION} in the soak (src/config.rs; trim_samples in src/monitor/signals.rs)",

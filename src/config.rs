@@ -221,8 +221,9 @@ pub struct RuntimeSettings {
     #[arg(long, env = "CLUECDC_HISTORY_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub history_retention: i64,
 
-    /// How long audit rows are kept. Older rows are removed by the monitor (2,000 a cycle at
-    /// most), which records each removal in the trail; export them first to keep them longer.
+    /// How long audit rows are kept. Older rows are removed by the monitor in batches (once the
+    /// oldest is past it by a 24th of it, at most an hour; 2,000 rows a cycle at most), each
+    /// removal recorded in the trail; export them first to keep them longer.
     #[arg(long, env = "CLUECDC_AUDIT_RETENTION", default_value = "365d", value_parser = parse_duration)]
     pub audit_retention: i64,
 

@@ -73,19 +73,40 @@ pub async fn trim(pool: &Pool, before: &str) -> sqlx::Result<Trimmed> {
     })
 }
 
-/// Drops audit rows from before `before`, [`BATCH`] at most, oldest first by id; returns how
-/// many. Writes nothing when the oldest row is not that old and the recorded retention is
-/// `retention_secs` already (the common case: one indexed read a cycle).
+/// How long past the retention an audit row may stay: a 24th of the retention, at most an
+/// hour. Removals then come in batches, so their records (one per removal) stay few: at most
+/// one an hour at the default retention, however busy the trail.
+pub fn audit_slack(retention: std::time::Duration) -> std::time::Duration {
+    (retention / 24).min(std::time::Duration::from_secs(3_600))
+}
+
+/// Drops the audit rows older than `retention` at `now`, [`BATCH`] at most, oldest first by
+/// id, once the oldest is older than that by [`audit_slack`] (or rows older than the last cut
+/// are left: a backlog); returns how many. Writes nothing when nothing is due and the recorded
+/// retention is `retention` already (the common case: two indexed reads a cycle).
 pub async fn trim_audit(
     pool: &Pool,
-    before: &str,
-    retention_secs: i64,
+    now: chrono::DateTime<chrono::Utc>,
+    retention: std::time::Duration,
 ) -> crate::error::Result<u64> {
+    // A retention too long to subtract from now keeps everything.
+    let Some(before) = chrono::Duration::from_std(retention)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+    else {
+        return Ok(0);
+    };
+    let late = chrono::Duration::from_std(audit_slack(retention))
+        .ok()
+        .and_then(|d| before.checked_sub_signed(d))
+        .unwrap_or(before);
+    let (before, late) = (crate::time::format(before), crate::time::format(late));
+    let retention_secs = retention.as_secs() as i64;
     let cut = audit::cut(pool).await?;
     let oldest: Option<String> = db::query_scalar("SELECT at FROM audit_log ORDER BY id LIMIT 1")
         .fetch_optional(pool)
         .await?;
-    let due = oldest.is_some_and(|at| at.as_str() < before);
+    let due = oldest.is_some_and(|at| at < before && (at < late || at < cut.before));
     if !due && cut.retention_secs == Some(retention_secs) {
         return Ok(0);
     }
@@ -93,13 +114,13 @@ pub async fn trim_audit(
     let mut tx = db::begin_write(pool).await?;
     // The cut first: the delete trigger refuses any row at or after it.
     db::query("UPDATE audit_retention SET before = $1, retention_secs = $2 WHERE id = 1")
-        .bind(if due { before } else { cut.before.as_str() })
+        .bind(if due { &before } else { &cut.before })
         .bind(retention_secs)
         .execute(&mut *tx)
         .await?;
     let removed = if due {
         db::query("DELETE FROM audit_log WHERE id IN (SELECT id FROM (SELECT id, at FROM audit_log ORDER BY id LIMIT $2) AS oldest WHERE at < $1)")
-            .bind(before)
+            .bind(&before)
             .bind(BATCH)
             .execute(&mut *tx)
             .await?
@@ -114,7 +135,7 @@ pub async fn trim_audit(
                 actor: audit::Actor::system(),
                 action: "audit.trim",
                 target_kind: "audit_log",
-                target_id: before,
+                target_id: &before,
                 outcome: audit::Outcome::Success,
                 summary: serde_json::json!({"removed": removed, "before": before, "retention_secs": retention_secs}),
             },
@@ -216,49 +237,54 @@ mod tests {
             .unwrap();
     }
 
-    /// Audit rows older than the cut go in batches, oldest first, and each trim that removed
-    /// rows is itself a row of the trail; the database keeps refusing to delete anything at or
-    /// after the cut, and to change any row.
+    /// Audit rows older than the retention go in batches, oldest first, once the oldest is
+    /// older than that by the slack (or a batch left some); each removal is a row of the trail;
+    /// the database keeps refusing to delete anything at or after the cut, and to change any row.
     #[tokio::test]
     async fn old_audit_rows_go_in_batches_recorded_and_the_rest_stays_undeletable() {
         let dir = tempfile::tempdir().unwrap();
         let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
         crate::db::migrate(&pool).await.unwrap();
-        let (old, cut, new) = (
-            "2026-01-01T00:00:00Z",
-            "2026-02-01T00:00:00Z",
-            "2026-03-01T00:00:00Z",
-        );
+        // Whole seconds, as rows are written; the trims' own records are written at the clock's
+        // now, so the test's rows are placed around it, in id order as they would be.
+        let now = crate::time::parse(&crate::time::now()).unwrap();
+        let ago = |d: chrono::Duration| crate::time::format(now - d);
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(audit_slack(day), std::time::Duration::from_secs(3_600));
         for _ in 0..BATCH + 10 {
-            audit_row(&pool, old).await;
+            audit_row(&pool, &ago(chrono::Duration::days(40))).await;
         }
-        audit_row(&pool, new).await;
+        audit_row(&pool, &ago(chrono::Duration::days(2))).await;
+        // Newer than the retention's cut at `now` by 10 minutes.
+        let near = ago(chrono::Duration::days(1) - chrono::Duration::minutes(10));
+        audit_row(&pool, &near).await;
         assert!(
             db::query("DELETE FROM audit_log WHERE at < $1")
-                .bind(cut)
+                .bind(&near)
                 .execute(&pool)
                 .await
                 .is_err(),
             "before any trim no row may go, however old"
         );
-        assert_eq!(
-            audit::cut(&pool).await.unwrap(),
-            audit::Cut {
-                before: String::new(),
-                retention_secs: None
-            }
-        );
+        assert_eq!(audit::cut(&pool).await.unwrap(), audit::Cut::default());
 
-        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), BATCH as u64);
+        assert_eq!(trim_audit(&pool, now, day).await.unwrap(), BATCH as u64);
+        let cut = audit::Cut {
+            before: ago(chrono::Duration::days(1)),
+            retention_secs: Some(86_400),
+        };
+        assert_eq!(audit::cut(&pool).await.unwrap(), cut);
         assert_eq!(
-            audit::cut(&pool).await.unwrap(),
-            audit::Cut {
-                before: cut.into(),
-                retention_secs: Some(3_600)
-            }
+            trim_audit(&pool, now, day).await.unwrap(),
+            11,
+            "the batch's backlog, at once"
         );
-        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), 10);
-        assert_eq!(trim_audit(&pool, cut, 3_600).await.unwrap(), 0);
+        // A row a little past the retention waits for the slack: removals come in batches.
+        let later = |m| now + chrono::Duration::minutes(m);
+        assert_eq!(trim_audit(&pool, later(30), day).await.unwrap(), 0);
+        assert_eq!(trim_audit(&pool, later(69), day).await.unwrap(), 0);
+        assert_eq!(trim_audit(&pool, later(71), day).await.unwrap(), 1);
+
         let trims: Vec<String> = db::query_scalar(
             "SELECT summary FROM audit_log WHERE action = 'audit.trim' ORDER BY id",
         )
@@ -273,16 +299,8 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        assert_eq!(
-            removed,
-            [BATCH, 10],
-            "one record per trim that removed rows"
-        );
-        assert_eq!(
-            count(&pool, "audit_log").await,
-            1 + 2,
-            "the new row and the two records"
-        );
+        assert_eq!(removed, [BATCH, 11, 1], "one record per removal");
+        assert_eq!(count(&pool, "audit_log").await, 3, "the three records");
 
         assert!(
             db::query("DELETE FROM audit_log")
@@ -298,15 +316,13 @@ mod tests {
         assert_eq!(count(&pool, "audit_log").await, 3);
 
         // A new retention with nothing due is recorded; the cut stays where the trims left it.
-        assert_eq!(
-            trim_audit(&pool, "2026-01-15T00:00:00Z", 60).await.unwrap(),
-            0
-        );
+        let two_days = 2 * day;
+        assert_eq!(trim_audit(&pool, later(71), two_days).await.unwrap(), 0);
         assert_eq!(
             audit::cut(&pool).await.unwrap(),
             audit::Cut {
-                before: cut.into(),
-                retention_secs: Some(60)
+                before: ago(chrono::Duration::days(1) - chrono::Duration::minutes(71)),
+                retention_secs: Some(2 * 86_400),
             }
         );
     }

@@ -994,20 +994,11 @@ impl Monitor {
                 tracing::info!(?trimmed, "event history trimmed; more next cycle");
             }
         }
-        let before = chrono::Duration::from_std(self.audit_retention)
-            .ok()
-            .and_then(|d| chrono::Utc::now().checked_sub_signed(d));
-        if let Some(before) = before {
-            let before = crate::time::format(before);
-            let secs = self.audit_retention.as_secs() as i64;
-            let removed = super::history::trim_audit(&self.ctx.pool, &before, secs).await?;
-            if removed > 0 {
-                tracing::info!(
-                    removed,
-                    before,
-                    "audit rows older than the audit retention removed"
-                );
-            }
+        let removed =
+            super::history::trim_audit(&self.ctx.pool, chrono::Utc::now(), self.audit_retention)
+                .await?;
+        if removed > 0 {
+            tracing::info!(removed, "audit rows older than the audit retention removed");
         }
         Ok(())
     }
