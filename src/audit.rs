@@ -128,8 +128,9 @@ pub async fn record_alone(pool: &Pool, entry: Entry<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The retention's cut, which the database enforces (migration 0034): rows before `before` may go (`''` before any trim),
-/// and the retention the monitor last applied (seconds), for the audit page to say.
+/// The retention's cut, which the database enforces (migration 0034): rows before `before`
+/// may go (`''` before any trim); and the retention the monitor last applied (seconds), for
+/// the audit page to say.
 #[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct Cut {
     pub before: String,

@@ -73,6 +73,16 @@ pub async fn trim(pool: &Pool, before: &str) -> sqlx::Result<Trimmed> {
     })
 }
 
+/// `now` less `d`, or None when `d` is too long to subtract: such a retention keeps everything.
+pub fn minus(
+    now: chrono::DateTime<chrono::Utc>,
+    d: std::time::Duration,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+}
+
 /// How long past the retention an audit row may stay: a 24th of the retention, at most an
 /// hour. Removals then come in batches, so their records (one per removal) stay few: at most
 /// one an hour at the default retention, however busy the trail.
@@ -89,17 +99,10 @@ pub async fn trim_audit(
     now: chrono::DateTime<chrono::Utc>,
     retention: std::time::Duration,
 ) -> crate::error::Result<u64> {
-    // A retention too long to subtract from now keeps everything.
-    let Some(before) = chrono::Duration::from_std(retention)
-        .ok()
-        .and_then(|d| now.checked_sub_signed(d))
-    else {
+    let Some(before) = minus(now, retention) else {
         return Ok(0);
     };
-    let late = chrono::Duration::from_std(audit_slack(retention))
-        .ok()
-        .and_then(|d| before.checked_sub_signed(d))
-        .unwrap_or(before);
+    let late = minus(before, audit_slack(retention)).unwrap_or(before);
     let (before, late) = (crate::time::format(before), crate::time::format(late));
     let retention_secs = retention.as_secs() as i64;
     let cut = audit::cut(pool).await?;

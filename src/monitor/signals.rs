@@ -983,11 +983,7 @@ impl Monitor {
         if kept.more {
             tracing::info!(?kept, "history upkeep continues next cycle");
         }
-        // A retention too long to subtract from now keeps everything.
-        let before = chrono::Duration::from_std(self.history_retention)
-            .ok()
-            .and_then(|d| chrono::Utc::now().checked_sub_signed(d));
-        if let Some(before) = before {
+        if let Some(before) = super::history::minus(chrono::Utc::now(), self.history_retention) {
             let trimmed =
                 super::history::trim(&self.ctx.pool, &crate::time::format(before)).await?;
             if trimmed.more() {
