@@ -152,12 +152,12 @@ pub struct ConnectorStatus {
     pub kind: String,
 }
 
+/// Connect's `tasks` here (each task's connector and number) is not read: every pass lists
+/// every connector, and the task ids come with the status.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ConnectorInfo {
     pub name: String,
     pub config: BTreeMap<String, String>,
-    #[serde(default)]
-    pub tasks: Vec<Value>,
     #[serde(rename = "type", default)]
     pub kind: String,
 }

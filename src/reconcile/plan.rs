@@ -76,12 +76,13 @@ pub struct Desired {
 /// read their config topic asynchronously): missing then is not drift.
 pub const REGISTRATION_GRACE_MS: i64 = 20_000;
 
+/// Fields in alphabetical order: see [`super::json_eq::same`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveTask {
     pub id: i32,
     pub state: String,
-    pub worker_id: String,
     pub trace: Option<String>,
+    pub worker_id: String,
 }
 
 /// What Connect shows for one connector.
@@ -221,7 +222,7 @@ pub fn diff(desired: &Config, applied: Option<&Config>, live: &Config) -> Vec<Di
 /// [0.5, 1.0] for backoff.
 pub fn compute(
     desired: &[Desired],
-    live: &BTreeMap<String, Live>,
+    mut live: BTreeMap<String, Live>,
     now_ms: i64,
     policy: &Policy,
     observe_only: bool,
@@ -229,7 +230,6 @@ pub fn compute(
 ) -> Plan {
     let mut plan = Plan::default();
     let mut restarts = 0usize;
-    let names: BTreeSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
     for d in desired {
         let repair = if observe_only { "reported" } else { "repaired" };
         let mut obs = Observation {
@@ -244,7 +244,9 @@ pub fn compute(
             next_restart_at: d.next_restart_at,
             healthy_since: d.healthy_since,
         };
-        let Some(l) = live.get(&d.name) else {
+        // Each listed connector is taken by its one desired connector (names are unique per
+        // cluster), so its config moves into the observation; what is left is unmanaged.
+        let Some(mut l) = live.remove(&d.name) else {
             // Connect lists a connector some moments after it answered its creation.
             let just_created = d.applied_config.is_some()
                 && d.applied_at
@@ -295,9 +297,11 @@ pub fn compute(
             plan.observations.push(obs);
             continue;
         };
-        // One copy of the live config per connector and pass, kept in the observation (at
-        // 10,000 connectors each copy of every config is about 10 MB).
-        let live_config: &Config = obs.live_config.insert(normalize(l.config.clone()));
+        // The live config moves into the observation: at 10,000 connectors a copy of every
+        // config is about 10 MB and a tenth of an unchanged pass's CPU.
+        let live_config: &Config = obs
+            .live_config
+            .insert(normalize(std::mem::take(&mut l.config)));
         obs.connector_state = Some(l.state.clone());
         obs.tasks = l.tasks.clone();
         if d.state == DesiredState::Deleted {
@@ -471,7 +475,7 @@ pub fn compute(
                         if l.tasks.len() == 1 { "" } else { "s" }
                     );
                 }
-            } else if let Some(message) = unassigned(l) {
+            } else if let Some(message) = unassigned(&l) {
                 // Waiting for the group to place them (a lost worker's tasks, a rebalance):
                 // Connect's work, never a restart of ClueCDC's.
                 obs.phase = "UNASSIGNED";
@@ -486,10 +490,7 @@ pub fn compute(
         plan.observations.push(obs);
     }
     for (name, l) in live {
-        if !names.contains(name.as_str()) {
-            plan.unknown
-                .push((name.clone(), l.state.clone(), normalize(l.config.clone())));
-        }
+        plan.unknown.push((name, l.state, normalize(l.config)));
     }
     plan
 }
@@ -612,7 +613,7 @@ mod tests {
         let map = l.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
         compute(
             d,
-            &map,
+            map,
             1_000_000,
             &Policy::default(),
             observe_only,

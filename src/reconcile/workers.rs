@@ -24,15 +24,21 @@ pub const FORGET_AFTER_MS: i64 = 3_600_000;
 
 /// The workers Connect's statuses name, each with how many tasks it runs.
 pub fn referenced(live: &BTreeMap<String, Live>) -> BTreeMap<String, usize> {
+    // A handful of workers serve thousands of connectors: an id is copied once, not per entry.
+    fn add(out: &mut BTreeMap<String, usize>, worker: &str, tasks: usize) {
+        match out.get_mut(worker) {
+            Some(n) => *n += tasks,
+            None if !worker.is_empty() => {
+                out.insert(worker.to_string(), tasks);
+            }
+            None => {}
+        }
+    }
     let mut out: BTreeMap<String, usize> = BTreeMap::new();
     for l in live.values() {
-        if !l.worker_id.is_empty() {
-            out.entry(l.worker_id.clone()).or_default();
-        }
+        add(&mut out, &l.worker_id, 0);
         for t in &l.tasks {
-            if !t.worker_id.is_empty() {
-                *out.entry(t.worker_id.clone()).or_default() += 1;
-            }
+            add(&mut out, &t.worker_id, 1);
         }
     }
     out
