@@ -7,11 +7,11 @@ Runs every test of the `it` binary (built by `cargo test --test it --no-run`) tw
 embedded SQLite default, and with CLUECDC_TEST_STORE=postgres (each instance its own database
 on the stack's PostgreSQL). Each test is its own process, `IT_SLOTS` (default 5) at a time in
 all, from one pool: a free slot goes to the longest test either engine may start, so the engine
-that finishes first lends its slots to the other. Five: most tests wait on Connect, Debezium or
-a database most of the time (with two per engine, each engine on its own, the PostgreSQL run
-was the critical path and the machine was idle a third of the time); a run with five beside a
-10,000-connector benchmark and a release build passed, one MySQL estimate aside (since fixed in
-its fixture).
+that finishes first lends its slots to the other. Five, measured in the test command of
+c81fc6c: 2,328 s for both engines (2,391 s with two per engine, each on its own), every test
+passing; but the tests' own time grew 1.3x (10,821 s against 8,305 s) while the machine was
+mostly idle, so more tests at once mostly wait longer on the one shared Connect worker. Four in
+one pool is the next thing to measure.
 
 Why a scheduler and not two `cargo test` runs side by side: some tests use fixed names in the
 shared stack (a delivery named "watched" is the Connect connector `cluecdc-deliver-watched` and
