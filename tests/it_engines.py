@@ -7,20 +7,23 @@ Runs every test of the `it` binary (built by `cargo test --test it --no-run`) tw
 embedded SQLite default, and with CLUECDC_TEST_STORE=postgres (each instance its own database
 on the stack's PostgreSQL). Each test is its own process, `IT_SLOTS` (default 5) at a time in
 all, from one pool: a free slot goes to the longest test either engine may start, so the engine
-that finishes first lends its slots to the other. Five, measured in the test command of
-c81fc6c: 2,328 s for both engines (2,391 s with two per engine, each on its own), every test
-passing; but the tests' own time grew 1.3x (10,821 s against 8,305 s) while the machine was
-mostly idle, so more tests at once mostly wait longer on the one shared Connect worker. Four in
-one pool is the next thing to measure.
+that finishes first lends its slots to the other.
+
+The tests that have the stack's Connect resolve secrets (about 30 per engine, most of the
+suite's time) used to take turns: its config provider reads one url= and token= from one file,
+so each held a lock on that file for its whole run, and the suite's wall time was their sum
+(2,328 s with five slots, 2,391 s with two per engine). This script now starts the router of
+tests/provider_router.py and points the file at it; each test registers its own ClueCDC there
+and those tests run side by side. Measured beside a 2,000-connector soak and a release build: those
+60 tests in 567 s, all passing (1,174 + 1,350 s of test time against 8,329 s before).
 
 Why a scheduler and not two `cargo test` runs side by side: some tests use fixed names in the
-shared stack (a delivery named "watched" is the Connect connector `cluecdc-deliver-watched` and
-its consumer group), which is safe within one run and not between two runs at the same moment.
-So a test is only ever running in one engine at a time (modules that share a name form one
-group). Tests that stop or restart a shared component take the file gates of
-tests/it/helpers.rs, which both engines honour. `isolation::` (it measures pass periods) and
-the test that stops Connect run first, with nothing beside them. `ha::` fixes its own engine
-(three replicas on PostgreSQL) and runs once.
+shared stack (a delivery named "lake" is the Connect connector `cluecdc-deliver-lake` and its
+consumer group). So a test is only ever running in one engine at a time, and tests that create
+the same fixed name (`SHARED_NAMES`) never run at the same moment. Tests that stop or restart a
+shared component take the file gates of tests/it/helpers.rs, which both engines honour.
+`isolation::` (it measures pass periods) and the test that stops Connect run first, with nothing
+beside them. `ha::` fixes its own engine (three replicas on PostgreSQL) and runs once.
 
 The other tests start longest first, from the durations the previous full run wrote beside the
 binary (`it-durations.json`; without it, in name order, the second engine from the other end).
@@ -37,12 +40,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import provider_router  # tests/ is on sys.path: this script's own directory
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = {"sqlite": {}, "postgres": {"CLUECDC_TEST_STORE": "postgres"}}
-# A test never runs in both engines at the same moment. Tests of different modules that create
-# the same names in the stack (a delivery called "lake", one called "bad") form one group, which
-# only one engine runs at a time. (Tests of one module already run side by side within a run.)
-SHARED_NAMES = {"manifest": "lake", "object_storage": "lake", "deliveries": "bad", "tables_schema": "bad"}
+# A test never runs in both engines at the same moment, and tests that create the same names in
+# the shared stack never run at the same moment in either engine: a delivery called "lake" is
+# the Connect connector `cluecdc-deliver-lake` and its consumer group, a pipeline called "shop"
+# the connector `cluecdc-capture-shop`. Names made from a test's own tag are unique and not
+# listed. By name, the tests (prefixes of their names) that create it.
+SHARED_NAMES = {
+    "lake": ("manifest::a_setup_applied", "object_storage::an_object_store_outage"),
+    "bad": ("deliveries::mariadb_to_postgres", "tables_schema::schema_changes", "object_storage::object_storage_deliveries_write",
+            "pipelines::a_config_the_plugin_refuses"),
+    "shop": ("manifest::a_setup_applied", "tables_freshness::a_table_removed", "tables_schema::schema_changes"),
+}
 # Run with nothing beside them, first: isolation measures pass periods, and the test that stops
 # Connect would otherwise hold every Connect test of both runs back while it waits for the gate.
 ALONE = ("isolation::", "reconciler::with_connect_stopped")
@@ -51,8 +63,9 @@ ONCE = {"ha::": "postgres"}
 TIMEOUT_S = 15 * 60
 
 
-def group(test):
-    return SHARED_NAMES.get(test.split("::", 1)[0], test)
+def holds(test):
+    """What a running test holds: its own name (for the other engine) and the shared names it creates."""
+    return {test} | {name for name, users in SHARED_NAMES.items() if test.startswith(users)}
 
 
 def main():
@@ -87,13 +100,18 @@ def main():
     t0 = time.monotonic()
     print(f"{len(tests)} tests × {len(ENGINES)} engines, {slots} at a time in all", flush=True)
 
-    def busy_groups(engine):
-        return {group(t) for (e, t) in running if e == engine}
+
+    # Tests that have Connect resolve secrets no longer wait for each other (tests/provider_router.py).
+    routed = {}
+    if os.environ.get("CLUECDC_PROVIDER_FILE"):
+        router, routes = provider_router.start(os.environ["CLUECDC_PROVIDER_FILE"])
+        routed = {"CLUECDC_PROVIDER_ROUTES": str(routes)}
+        print(f"config provider router at {router.url}", flush=True)
 
     def start(engine, test):
         log = tempfile.TemporaryFile(mode="w+")
         proc = subprocess.Popen([binary, "--exact", test, "--test-threads=1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **ENGINES[engine]})
+                                env={**os.environ, **routed, **ENGINES[engine]})
         running[(engine, test)] = (proc, log, time.monotonic())
 
     while any(queues.values()) or running:
@@ -135,8 +153,8 @@ def main():
             while len(running) < slots:
                 picks = []
                 for engine, queue in queues.items():
-                    others = set().union(*(busy_groups(e) for e in ENGINES if e != engine))
-                    pick = next((t for t in queue if group(t) not in others and not t.startswith(ALONE)), None)
+                    held = set().union(*(holds(t) for (_, t) in running))
+                    pick = next((t for t in queue if not holds(t) & held and not t.startswith(ALONE)), None)
                     if pick is not None:
                         known = before.get(engine, {})
                         left = sum(known.get(t, 0.0) for t in queue)

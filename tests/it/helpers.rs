@@ -766,12 +766,21 @@ impl Drop for TempPostgres {
 /// The stack runs one Connect worker whose `cluecdc` config provider reads its target (URL and
 /// token) from one file; tests that point it at their own ClueCDC take this lock first.
 ///
-/// Held within this test binary by a mutex, and across processes (two test runs against the one
-/// stack) by a lock file beside the provider file that names its holder's pid; a lock file whose
-/// process is gone is stale and taken over.
+/// Under `tests/it_engines.py` (`CLUECDC_PROVIDER_ROUTES` set) the file points at the provider
+/// router of tests/provider_router.py, and a test's target is its own registration there: the
+/// lock then holds nothing back, and dropping it removes the registration. Otherwise it is held
+/// within this test binary by a mutex, and across processes by a lock file beside the provider
+/// file that names its holder's pid; a lock file whose process is gone is stale and taken over.
 pub struct ProviderLock {
     _local: tokio::sync::MutexGuard<'static, ()>,
+    /// The lock file, or this process's registration with the router.
     file: PathBuf,
+}
+
+/// This process's registration with the provider router, when the suite runs one.
+fn provider_route() -> Option<PathBuf> {
+    std::env::var_os("CLUECDC_PROVIDER_ROUTES")
+        .map(|dir| PathBuf::from(dir).join(std::process::id().to_string()))
 }
 
 impl Drop for ProviderLock {
@@ -786,6 +795,12 @@ pub async fn provider_lock() -> ProviderLock {
         .get_or_init(|| tokio::sync::Mutex::new(()))
         .lock()
         .await;
+    if let Some(file) = provider_route() {
+        return ProviderLock {
+            _local: local,
+            file,
+        };
+    }
     let file = PathBuf::from(format!(
         "{}.lock",
         std::env::var("CLUECDC_PROVIDER_FILE")
@@ -1422,10 +1437,15 @@ pub async fn stack_via_proxy(api: &Api, proxy: &ConnectProxy) -> (String, String
     )
 }
 
-/// Points the stack's Connect config provider at `api` with the given token.
+/// Points the stack's Connect config provider at `api` with the given token (through the
+/// provider router when the suite runs one: see [`ProviderLock`]).
 pub fn write_provider_file(api: &Api, provider_token: &str) {
-    let file = std::env::var("CLUECDC_PROVIDER_FILE")
-        .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`");
+    let file = provider_route()
+        .map(|f| f.display().to_string())
+        .unwrap_or_else(|| {
+            std::env::var("CLUECDC_PROVIDER_FILE")
+                .expect("CLUECDC_PROVIDER_FILE from `scripts/stack env`")
+        });
     let tmp = format!("{file}.tmp");
     std::fs::write(
         &tmp,
