@@ -248,7 +248,9 @@ struct IndexPage<'a> {
     layout: Layout,
     /// The filter form's view (the list has its own copy).
     nav: Nav,
-    list: Rows<'a>,
+    /// [`Rows`], rendered.
+    list: &'a str,
+    can_operate: bool,
     unmanaged: &'a [Unmanaged],
     can_admin: bool,
     bulk: Option<super::bulk::BulkBar>,
@@ -267,6 +269,14 @@ struct Rows<'a> {
     all_checked: bool,
 }
 
+/// A view of the list as loaded, with its rows rendered per viewer kind.
+struct Listed {
+    page: listing::Page<ConnectorView>,
+    clusters: Vec<(String, String)>,
+    unmanaged: Vec<Unmanaged>,
+    rows: listing::Rendered,
+}
+
 #[handler]
 pub async fn page_list(
     req: &Request,
@@ -278,43 +288,58 @@ pub async fn page_list(
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
     let loaded = listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
-        Ok((
-            connectors::page(&state.pool, &who, &w).await?,
-            crate::clusters::connect::choices(&state.pool).await?,
-            connectors::unmanaged(&state.pool, &who).await?,
-        ))
+        Ok(Listed {
+            page: connectors::page(&state.pool, &who, &w).await?,
+            clusters: crate::clusters::connect::choices(&state.pool).await?,
+            unmanaged: connectors::unmanaged(&state.pool, &who).await?,
+            rows: Default::default(),
+        })
     })
     .await?;
-    let (page, clusters, unmanaged) = &*loaded;
     let list = Rows {
         nav: Nav::new(
             paths::CONNECTORS,
             ("connector", "connectors"),
             &w,
             CONNECTOR_STATES,
-            clusters.clone(),
-            page,
+            loaded.clusters.clone(),
+            &loaded.page,
         ),
-        items: &page.items,
+        items: &loaded.page.items,
         csrf_token: who.csrf_token().unwrap_or_default().to_string(),
         can_operate: who.role >= Role::Operator,
         selecting: who.role >= Role::Operator && !sel.select.is_empty(),
         all_checked: who.role >= Role::Operator && sel.select == "page",
     };
+    // Everything `Rows` shows beyond the loaded view (the window is the cache's own key).
+    let viewer = format!(
+        "{}\u{0}{}{}{}",
+        list.csrf_token, list.can_operate, list.selecting, list.all_checked
+    );
+    let html = loaded.rows.get_or_render(viewer, || {
+        super::pages::render_sized(&list).map_err(render_error)
+    })?;
     if super::home::is_htmx(req) {
-        return page_with_status(StatusCode::OK, &list);
+        return Ok(Response::builder()
+            .content_type("text/html; charset=utf-8")
+            .body(html.to_string()));
     }
     page_with_status(
         StatusCode::OK,
         &IndexPage {
             layout: Layout::new("Connectors", paths::CONNECTORS, &who, jar),
             bulk: super::bulk::BulkBar::new(&who, crate::bulk::Kind::Connector, &list.nav, &sel),
-            nav: list.nav.clone(),
-            list,
-            unmanaged,
+            nav: list.nav,
+            list: &html,
+            can_operate: list.can_operate,
+            unmanaged: &loaded.unmanaged,
             can_admin: who.role >= Role::Admin,
         },
     )
+}
+
+fn render_error(e: askama::Error) -> Error {
+    Error::Unexpected(anyhow::anyhow!("template failed to render: {e}"))
 }
 
 #[derive(Template)]

@@ -1773,7 +1773,7 @@ fn router() -> Route {
 
 /// Renders a template; a render failure is a server bug, logged once and answered 500.
 pub(crate) fn render<T: Template>(template: &T) -> poem::Result<Html<String>> {
-    template.render().map(Html).map_err(|error| {
+    pages::render_sized(template).map(Html).map_err(|error| {
         tracing::error!(%error, "template failed to render");
         poem::Error::from_status(poem::http::StatusCode::INTERNAL_SERVER_ERROR)
     })

@@ -132,7 +132,7 @@ pub fn page_with_status<T: Template>(
     status: StatusCode,
     t: &T,
 ) -> super::error::PageResult<Response> {
-    let html = t.render().map_err(|e| {
+    let html = render_sized(t).map_err(|e| {
         super::error::PageError(crate::error::Error::Unexpected(anyhow::anyhow!(
             "template failed to render: {e}"
         )))
@@ -151,4 +151,21 @@ pub struct ErrorPage {
     pub message: String,
     pub request_id: String,
     pub sign_in: bool,
+}
+
+/// Renders `t` into a buffer reserved at the size this template last rendered to (plus an
+/// eighth), so that a large page is written once instead of through a buffer that doubles:
+/// askama reserves only its compile-time estimate, and a 70 KB list page then copied about
+/// 120 KB in reallocations (16 % of the connectors page's CPU at 64 clients, `perf`).
+pub fn render_sized<T: Template>(t: &T) -> askama::Result<String> {
+    type Sizes = std::collections::HashMap<&'static str, usize>;
+    static SIZES: std::sync::LazyLock<std::sync::Mutex<Sizes>> =
+        std::sync::LazyLock::new(Default::default);
+    let name = std::any::type_name::<T>();
+    let sizes = || SIZES.lock().unwrap_or_else(|e| e.into_inner());
+    let last = sizes().get(name).copied().unwrap_or(0);
+    let mut html = String::with_capacity(T::SIZE_HINT.max(last + last / 8));
+    t.render_into(&mut html)?;
+    sizes().insert(name, html.len());
+    Ok(html)
 }
