@@ -790,22 +790,34 @@ mod tests {
             renders.set(renders.get() + 1);
             Ok(html.to_string())
         };
-        let a = rendered.get_or_render("csrf-a".into(), || render("a")).unwrap();
-        let again = rendered.get_or_render("csrf-a".into(), || render("x")).unwrap();
-        let b = rendered.get_or_render("csrf-b".into(), || render("b")).unwrap();
+        let a = rendered
+            .get_or_render("csrf-a".into(), || render("a"))
+            .unwrap();
+        let again = rendered
+            .get_or_render("csrf-a".into(), || render("x"))
+            .unwrap();
+        let b = rendered
+            .get_or_render("csrf-b".into(), || render("b"))
+            .unwrap();
         assert_eq!((&*a, &*again, &*b, renders.get()), ("a", "a", "b", 2));
         let failed = rendered.get_or_render("csrf-c".into(), || {
             Err(Error::Unexpected(anyhow::anyhow!("template failed")))
         });
         assert!(failed.is_err());
-        let c = rendered.get_or_render("csrf-c".into(), || render("c")).unwrap();
+        let c = rendered
+            .get_or_render("csrf-c".into(), || render("c"))
+            .unwrap();
         assert_eq!((&*c, renders.get()), ("c", 3));
         // Past MAX viewers the kept ones go, and are rendered again when asked for.
         for i in 0..Rendered::MAX {
-            rendered.get_or_render(format!("v{i}"), || render("v")).unwrap();
+            rendered
+                .get_or_render(format!("v{i}"), || render("v"))
+                .unwrap();
         }
         let before = renders.get();
-        rendered.get_or_render("csrf-a".into(), || render("a")).unwrap();
+        rendered
+            .get_or_render("csrf-a".into(), || render("a"))
+            .unwrap();
         assert_eq!(renders.get(), before + 1);
     }
 
