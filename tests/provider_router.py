@@ -105,12 +105,13 @@ class Router:
         with self.lock:
             owner = self.owners.get(ref)
         known = [t for t in targets if owner and (t[0], t[1]) == owner]
+        answers = []
         if known:
             status, data = _ask(known[0], path, body)
             if status == 200:
                 return status, data
-        answers = []
-        futures = {self.pool.submit(_ask, t, path, body): t for t in targets}
+            answers.append((status, data))  # asked once: not asked again below
+        futures = {self.pool.submit(_ask, t, path, body): t for t in targets if t not in known}
         for f in cf.as_completed(futures):
             status, data = f.result()
             if status == 200:

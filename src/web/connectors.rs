@@ -317,7 +317,7 @@ pub async fn page_list(
         list.csrf_token, list.can_operate, list.selecting, list.all_checked
     );
     let html = loaded.rows.get_or_render(viewer, || {
-        super::pages::render_sized(&list).map_err(render_error)
+        super::pages::render_sized(&list).map_err(super::pages::render_error)
     })?;
     if super::home::is_htmx(req) {
         return Ok(Response::builder()
@@ -336,10 +336,6 @@ pub async fn page_list(
             can_admin: who.role >= Role::Admin,
         },
     )
-}
-
-fn render_error(e: askama::Error) -> Error {
-    Error::Unexpected(anyhow::anyhow!("template failed to render: {e}"))
 }
 
 #[derive(Template)]

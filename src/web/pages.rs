@@ -132,11 +132,7 @@ pub fn page_with_status<T: Template>(
     status: StatusCode,
     t: &T,
 ) -> super::error::PageResult<Response> {
-    let html = render_sized(t).map_err(|e| {
-        super::error::PageError(crate::error::Error::Unexpected(anyhow::anyhow!(
-            "template failed to render: {e}"
-        )))
-    })?;
+    let html = render_sized(t).map_err(|e| super::error::PageError(render_error(e)))?;
     Ok(Response::builder()
         .status(status)
         .content_type("text/html; charset=utf-8")
@@ -151,6 +147,11 @@ pub struct ErrorPage {
     pub message: String,
     pub request_id: String,
     pub sign_in: bool,
+}
+
+/// A template that failed to render: a server bug.
+pub fn render_error(e: askama::Error) -> crate::error::Error {
+    crate::error::Error::Unexpected(anyhow::anyhow!("template failed to render: {e}"))
 }
 
 /// Renders `t` into a buffer reserved at the size this template last rendered to (plus an

@@ -968,7 +968,20 @@ async fn a_verify_full_mysql_pipeline_streams_into_postgres_and_minio_shows_its_
         // Like MariaDB's and unlike PostgreSQL's, the MySQL task fails in Connect itself: its
         // first query at start is not retried. Connector/J's own trust manager (over the
         // provider's truststore) names the certificate.
-        let live = connect_status(&s.connect_url, &connector).await.unwrap();
+        // Read until Connect's own status shows the task (once, beside the suite, the
+        // connector still showed RESTARTING here with the task starting).
+        let live = eventually(
+            Duration::from_secs(30),
+            "Connect shows the task",
+            || async {
+                let live = connect_status(&s.connect_url, &connector).await?;
+                let settled = ["FAILED", "PAUSED", "STOPPED"].map(serde_json::Value::from);
+                (live["connector"]["state"] != "RESTARTING"
+                    && settled.contains(&live["tasks"][0]["state"]))
+                .then_some(live)
+            },
+        )
+        .await;
         assert_eq!(live["tasks"][0]["state"], "FAILED", "{live}");
         assert!(
             live["tasks"][0]["trace"]
