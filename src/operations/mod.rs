@@ -406,12 +406,12 @@ impl Ctx<'_> {
         self.lease.still_held()
     }
 
-    /// The first statement of every transaction recording an operation's progress: refused
-    /// (the transaction must roll back) once another process took the operations lease, so a
-    /// holder paused mid-step (a stopped process, a partitioned host) cannot move an
-    /// operation its successor carries on, nor finish it, after waking.
-    pub async fn fence(&self, tx: &mut db::Tx<'_>) -> Result<()> {
-        Ok(self.lease.fence(tx).await?)
+    /// Every transaction recording an operation's progress begins here: refused once another
+    /// process took the operations lease, so a holder paused mid-step (a stopped process, a
+    /// partitioned host) cannot move an operation its successor carries on, nor finish it,
+    /// after waking.
+    pub async fn begin(&self) -> Result<db::Tx<'static>> {
+        Ok(self.lease.begin().await?)
     }
 }
 
@@ -495,8 +495,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
         };
         match outcome {
             Step::Next(step) => {
-                let mut tx = ctx.pool.begin().await?;
-                ctx.fence(&mut tx).await?;
+                let mut tx = ctx.begin().await?;
                 db::query("UPDATE operations SET step = $1, step_started_at = $2, error = NULL WHERE id = $3 AND state = 'running'")
                     .bind(step)
                     .bind(now_ms())
@@ -510,8 +509,7 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             }
             Step::Wait(why) => {
                 if op.error.as_deref() != Some(why.as_str()) {
-                    let mut tx = ctx.pool.begin().await?;
-                    ctx.fence(&mut tx).await?;
+                    let mut tx = ctx.begin().await?;
                     db::query(
                         "UPDATE operations SET error = $1 WHERE id = $2 AND state = 'running'",
                     )
@@ -545,8 +543,7 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
     ) else {
         return Ok(());
     };
-    let mut tx = ctx.pool.begin().await?;
-    ctx.fence(&mut tx).await?;
+    let mut tx = ctx.begin().await?;
     let done = db::query("UPDATE connectors SET desired_state = $1, operation_id = NULL, generation = generation + 1, updated_at = $2 WHERE id = $3 AND operation_id = $4")
         .bind(to)
         .bind(crate::time::now())
@@ -565,8 +562,7 @@ pub async fn release(ctx: &Ctx<'_>, op: &Operation) -> Result<()> {
 }
 
 async fn finish(ctx: &Ctx<'_>, op: &Operation, state: &str, error: Option<String>) -> Result<()> {
-    let mut tx = ctx.pool.begin().await?;
-    ctx.fence(&mut tx).await?;
+    let mut tx = ctx.begin().await?;
     let done = db::query("UPDATE operations SET state = $1, error = $2, finished_at = $3 WHERE id = $4 AND state = 'running'")
         .bind(state)
         .bind(&error)
