@@ -87,6 +87,68 @@ async fn measure(dir: &std::path::Path, series_len: i64, repeats: u32) -> anyhow
     })
 }
 
+/// Process CPU time (user + system; every thread, the SQLite workers too), from
+/// `/proc/self/stat` in USER_HZ ticks (100 a second on Linux).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// One monitor cycle's samples at scale (issue 34): `pipelines` pipelines of 8 signals and
+/// `deliveries` deliveries of 5, each with one captured table's series (the shape of
+/// bench/week.py). The first cycle creates the series; the later ones are timed: wall time and
+/// process CPU a cycle.
+async fn cycle_at_scale(
+    dir: &std::path::Path,
+    pipelines: usize,
+    deliveries: usize,
+    cycles: u32,
+) -> anyhow::Result<(usize, Duration, Duration, Duration)> {
+    let pool = cluecdc::db::open(&dir.join("scale.sqlite")).await?;
+    cluecdc::db::migrate(&pool).await?;
+    let mut series: Vec<(String, String)> = Vec::new();
+    for p in 0..pipelines {
+        for k in 0..8 {
+            series.push((format!("pipeline_signal_{k}"), format!("pipeline-{p:05}")));
+        }
+        series.push(("table_lag".into(), format!("pipeline-{p:05}/public.t")));
+    }
+    for d in 0..deliveries {
+        for k in 0..5 {
+            series.push((format!("delivery_signal_{k}"), format!("delivery-{d:05}")));
+        }
+        series.push(("table_lag".into(), format!("delivery-{d:05}/public.t")));
+    }
+    let batch = |v: f64| -> Vec<(&str, &str, f64)> {
+        series
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.as_str(), v))
+            .collect()
+    };
+    let start = 1_800_000_000_000;
+    let t = Instant::now();
+    signals::record_samples(&pool, &batch(0.0), start).await?;
+    let first = t.elapsed();
+    let (t, cpu) = (Instant::now(), cpu_time());
+    for c in 1..=cycles as i64 {
+        signals::record_samples(&pool, &batch(c as f64), start + c * INTERVAL_MS).await?;
+    }
+    let (wall, cpu) = (t.elapsed() / cycles, (cpu_time() - cpu) / cycles);
+    let points: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM points")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(points as usize, series.len() * (cycles as usize + 1));
+    pool.close().await;
+    Ok((series.len(), first, wall, cpu))
+}
+
 fn main() -> anyhow::Result<()> {
     let full = std::env::args().any(|a| a == "--bench");
     // About 3.4 hours and a day of history at the default interval (7× apart; a smoke size
@@ -132,6 +194,17 @@ fn main() -> anyhow::Result<()> {
         a.db_bytes as f64 / 1e6,
         b.db_bytes as f64 / 1e6,
         b.db_bytes as f64 / a.db_bytes as f64
+    );
+    let (pipelines, deliveries, cycles) = if full { (5_000, 5_000, 3) } else { (20, 20, 2) };
+    let (n, first, wall, cpu) =
+        rt.block_on(cycle_at_scale(dir.path(), pipelines, deliveries, cycles))?;
+    println!(
+        "one cycle's samples at {} connectors ({n} series): first (creates them) {:.0} ms, then {:.0} ms a cycle, {:.0} ms of process CPU ({:.1} µs a series)",
+        pipelines + deliveries,
+        first.as_secs_f64() * 1e3,
+        wall.as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e6 / n as f64
     );
     Ok(())
 }

@@ -1087,33 +1087,76 @@ impl Monitor {
     }
 }
 
-/// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms), in one transaction:
-/// each becomes its series' latest value and a point of its history.
+/// Samples one statement of [`record_samples`] writes at most (4 bound parameters each: far
+/// inside SQLite's 32,766 and PostgreSQL's 65,535).
+const SAMPLES_PER_STATEMENT: usize = 500;
+/// Samples one transaction of [`record_samples`] writes at most: each is a short write, so
+/// the other writers (the reconciler, a person's change) get the lock in between.
+const SAMPLES_PER_TRANSACTION: usize = 2_000;
+
+/// Stores one cycle's samples, (kind, subject, value) at `at` (unix ms): each becomes its
+/// series' latest value and a point of its history. Many rows a statement and a few
+/// statements a transaction: at 10,000 connectors a cycle has 75,000 samples, and two
+/// statements each, in one transaction, held SQLite's write lock for seconds. A reader may see
+/// a cycle half written (some series at `at`, the rest a cycle older); a sample given twice is
+/// stored once, with its last value.
 pub async fn record_samples(
     pool: &Pool,
     samples: &[(&str, &str, f64)],
     at: i64,
 ) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    for (kind, subject, value) in samples {
-        let id: i64 = db::query_scalar(
-            "INSERT INTO series (kind, subject, latest, latest_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (kind, subject) DO UPDATE SET latest = excluded.latest, latest_at = excluded.latest_at RETURNING id",
-        )
-        .bind(kind)
-        .bind(subject)
-        .bind(value)
-        .bind(at)
-        .fetch_one(&mut *tx)
-        .await?;
-        db::query("INSERT INTO points (series_id, at, value) VALUES ($1, $2, $3) ON CONFLICT (series_id, at) DO UPDATE SET value = excluded.value")
-            .bind(id)
-            .bind(at)
-            .bind(value)
-            .execute(&mut *tx)
-            .await?;
+    // One row per series: PostgreSQL refuses an upsert that meets a row twice.
+    let mut seen = std::collections::HashSet::new();
+    let mut rows: Vec<&(&str, &str, f64)> = samples
+        .iter()
+        .rev()
+        .filter(|(k, s, _)| seen.insert((*k, *s)))
+        .collect();
+    rows.reverse();
+    for part in rows.chunks(SAMPLES_PER_TRANSACTION) {
+        let _gate = db::write_gate(pool).await;
+        let mut tx = db::begin_write(pool).await?;
+        for chunk in part.chunks(SAMPLES_PER_STATEMENT) {
+            let values: Vec<String> = (0..chunk.len())
+                .map(|i| format!("(${}, ${}, ${}, $1)", 3 * i + 2, 3 * i + 3, 3 * i + 4))
+                .collect();
+            let sql = format!(
+                "INSERT INTO series (kind, subject, latest, latest_at) VALUES {}
+                 ON CONFLICT (kind, subject) DO UPDATE SET latest = excluded.latest, latest_at = excluded.latest_at
+                 RETURNING id, kind, subject",
+                values.join(", ")
+            );
+            let mut q = db::query_as::<(i64, String, String)>(&sql).bind(at);
+            for (kind, subject, value) in chunk {
+                q = q.bind(*kind).bind(*subject).bind(*value);
+            }
+            // RETURNING's order is not the VALUES' order: matched by name.
+            let ids: std::collections::HashMap<(String, String), i64> = q
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .map(|(id, kind, subject)| ((kind, subject), id))
+                .collect();
+            let values: Vec<String> = (0..chunk.len())
+                .map(|i| format!("(${}, $1, ${})", 2 * i + 2, 2 * i + 3))
+                .collect();
+            let sql = format!(
+                "INSERT INTO points (series_id, at, value) VALUES {} ON CONFLICT (series_id, at) DO UPDATE SET value = excluded.value",
+                values.join(", ")
+            );
+            let mut q = db::query(&sql).bind(at);
+            for (kind, subject, value) in chunk {
+                let id = ids
+                    .get(&(kind.to_string(), subject.to_string()))
+                    .copied()
+                    .ok_or(sqlx::Error::RowNotFound)?;
+                q = q.bind(id).bind(*value);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
     }
-    tx.commit().await
+    Ok(())
 }
 
 /// Points newer than this stay as the monitor wrote them (the overview's charts show the last
@@ -1380,6 +1423,43 @@ mod tests {
         let raw = RAW_WINDOW_MS / 15_000;
         let thinned = (7 * 86_400_000 - RAW_WINDOW_MS) / BUCKET_MS;
         assert_eq!((raw, thinned, raw + thinned), (240, 2_004, 2_244));
+    }
+
+    /// A cycle of more samples than one statement and one transaction writes (2,345 series
+    /// here) stores each as its series' latest value and a point, matched to the right series;
+    /// a sample given twice is stored once, with the value given last.
+    #[tokio::test]
+    async fn a_large_cycle_stores_every_sample_on_its_own_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::db::open(&dir.path().join("t.db")).await.unwrap();
+        crate::db::migrate(&pool).await.unwrap();
+        let subjects: Vec<String> = (0..2_345).map(|i| format!("s{i}")).collect();
+        for (at, offset) in [(1_000, 0.0), (16_000, 0.5)] {
+            let mut batch: Vec<(&str, &str, f64)> = subjects
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ("delivery_lag_records", s.as_str(), i as f64 + offset))
+                .collect();
+            batch.push(("delivery_lag_records", "s7", -1.0));
+            record_samples(&pool, &batch, at).await.unwrap();
+        }
+        let rows: Vec<(String, f64, i64, f64, i64)> = crate::db::query_as(
+            "SELECT s.subject, s.latest, s.latest_at, p.value, p.at FROM series s JOIN points p ON p.series_id = s.id ORDER BY s.id, p.at",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 2 * subjects.len(), "two points a series");
+        for (subject, latest, latest_at, value, at) in rows {
+            let i: f64 = subject[1..].parse().unwrap();
+            let expected = |offset: f64| if subject == "s7" { -1.0 } else { i + offset };
+            assert_eq!((latest, latest_at), (expected(0.5), 16_000), "{subject}");
+            assert_eq!(
+                value,
+                expected(if at == 1_000 { 0.0 } else { 0.5 }),
+                "{subject} at {at}"
+            );
+        }
     }
 
     /// A real SQLite file: two series measured every 15 s for 3 hours and one not measured
