@@ -15,7 +15,10 @@ stand-in checked against the real worker at 500 (bench/agreement.py does that fo
 Steps, each in a fresh `cluecdc serve` on the same data directory with the intervals it needs:
 1. N new connectors (and 500, the baseline) until all observed (reconcile 1 s; leak scan 1 h).
 2. Every list page, `/` and `/api/v1/connectors` at 64 clients (wrk, after one first view timed
-   alone) at 500 and at N, at the default intervals; p99(N) / p99(500).
+   alone) at 500 and at N, at the default intervals; p99(N) / p99(500). Both servers are kept
+   and measured page by page in turn, the other one stopped (SIGSTOP), so that the ratio
+   compares measurements seconds apart (measured minutes apart, whole phases, the ratio moved
+   with the machine's drift: every page's p50 at 10,000 up 10-60 % in one run, none in the next).
 3. `GET /api/v1/connectors` sequentially at N, p50 / p99.
 4. An unchanged reconcile pass (interval 2 s; monitor, leak scan, offsets at 1 h): the window
    runs from the first list call of one pass to the first of a later one (read while the
@@ -36,6 +39,7 @@ import concurrent.futures as cf
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -132,8 +136,18 @@ class Server:
         r = must(200, http("GET", self.url + "/api/v1/reconciler", token), "GET /api/v1/reconciler")
         return {c["connect_cluster_id"]: c for c in r.get("clusters") or []}
 
+    def pause(self):
+        """SIGSTOP: nothing of it runs (no pass, no monitor cycle) while the other size is measured."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def stop(self):
         if self.proc.poll() is None:
+            self.resume()
             self.proc.terminate()
             self.proc.wait(timeout=60)
 
@@ -424,67 +438,100 @@ def isolation(app, token, standins, ids, seconds, passes=11):
     return out
 
 
-def phase_at(binary, n, clusters, a, full):
-    """Steps 1-7 at one size on fresh stand-ins and a fresh data directory (the baseline:
-    convergence, the unchanged pass and the pages); `full` adds the status list, monitoring,
-    isolation and the database size."""
+class Size:
+    """One size's stand-ins and data directory, and the servers started on it in turn (one
+    running at a time: `app`)."""
+
+    def __init__(self, binary, n, clusters, a):
+        self.binary, self.n, self.clusters = binary, n, clusters
+        self.standins = Standins(clusters, a.latency_ms)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.data = Path(self.tmp.name) / "data"
+        self.apps, self.app, self.token = [], None, None
+
+    def start(self, env):
+        if self.app:
+            self.app.stop()
+        lists = self.standins.calls().get("GET /connectors", 0)
+        self.app = Server(self.binary, self.data, env)
+        self.apps.append(self.app)
+        self.app.lists_at_start = lists
+        follow(self.app, self.standins)
+        return self.app
+
+    def close(self):
+        for x in self.apps:
+            x.stop()
+        self.standins.stop()
+        self.tmp.cleanup()
+
+
+def phase_at(size, a, full):
+    """Steps 1-5 at one size (convergence, the unchanged pass; `full` adds monitoring and the
+    status list), leaving `size.app` running at the default intervals for the pages."""
+    n, clusters, standins = size.n, size.clusters, size.standins
     say(f"scale: N = {n} on {clusters} stand-ins at {a.latency_ms} ms a call")
-    standins = Standins(clusters, a.latency_ms)
     out = {"n": n, "clusters": clusters}
-    apps = []
+    app = size.start(CREATE_ENV)
+    token = size.token = app.admin_token()
+    ids = size.ids = register(app, token, standins)
+    out["converge_s"], out["api_s"] = create_and_converge(app, token, ids, n, "scale")
+    out["rss_converged_mib"] = round(rss_kib(app.pid) / 1024, 1)
+    if standins.connectors() != n:
+        raise Broken(f"the stand-ins hold {standins.connectors()} connectors, not {n}")
+    say(f"scale N = {n}: observed in {out['converge_s']} s (POSTs answered at {out['api_s']} s)")
 
-    def start(env):
-        lists = standins.calls().get("GET /connectors", 0)
-        apps.append(Server(binary, data, env))
-        apps[-1].lists_at_start = lists
-        follow(apps[-1], standins)
-        return apps[-1]
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            data = Path(d) / "data"
-            try:
-                app = start(CREATE_ENV)
-                token = app.admin_token()
-                ids = register(app, token, standins)
-                out["converge_s"], out["api_s"] = create_and_converge(app, token, ids, n, "scale")
-                out["rss_converged_mib"] = round(rss_kib(app.pid) / 1024, 1)
-                if standins.connectors() != n:
-                    raise Broken(f"the stand-ins hold {standins.connectors()} connectors, not {n}")
-                say(f"scale N = {n}: observed in {out['converge_s']} s (POSTs answered at {out['api_s']} s)")
-                app.stop()
+    app = size.start(PASS_ENV)  # at the baseline too: the slope per added connector
+    out["reconcile"] = unchanged_passes(app, token, standins, n, a.scale_window)
+    say(f"scale N = {n}: unchanged pass {out['reconcile']}")
 
-                app = start(PASS_ENV)  # at the baseline too: the slope per added connector
-                out["reconcile"] = unchanged_passes(app, token, standins, n, a.scale_window)
-                say(f"scale N = {n}: unchanged pass {out['reconcile']}")
-                app.stop()
+    app = size.start(DEFAULT_ENV)
+    if full:
+        pass_ms = out["reconcile"]["cpu_per_pass_ms"]
+        out["monitor"] = monitor_window(app, token, standins, n, a.scale_cycles, a.scale_monitor_s, pass_ms)
+        say(f"scale N = {n}: monitoring at the defaults {out['monitor']}")
+        out["status_list"] = status_list(app, token, a.scale_reads)
+        say(f"scale N = {n}: status list {out['status_list']}")
+    else:
+        settle(app, token, standins)
+    return out
 
-                app = start(DEFAULT_ENV)
-                if full:
-                    pass_ms = out["reconcile"]["cpu_per_pass_ms"]
-                    out["monitor"] = monitor_window(app, token, standins, n, a.scale_cycles, a.scale_monitor_s, pass_ms)
-                    say(f"scale N = {n}: monitoring at the defaults {out['monitor']}")
-                    out["status_list"] = status_list(app, token, a.scale_reads)
-                    say(f"scale N = {n}: status list {out['status_list']}")
-                else:
-                    settle(app, token, standins)
-                out["pages"] = load_pages(app, token, PAGES, a.scale_seconds, f"scale N = {n}")
-                out["rss_after_pages_mib"] = round(rss_kib(app.pid) / 1024, 1)
-                app.stop()
 
-                if full:
-                    app = start(ISOLATION_ENV)
-                    out["isolation"] = isolation(app, token, standins, ids, a.scale_iso_seconds)
-                    say(f"scale N = {n}: isolation {out['isolation']}")
-                    out["rss_isolation_mib"] = round(rss_kib(app.pid) / 1024, 1)
-                    app.stop()
-                    files, total = db_size(data)
-                    out["db"] = {"files": files, "bytes": total, "bytes_per_connector": round(total / n)}
-                    say(f"scale N = {n}: database {out['db']}")
-            finally:
-                for x in apps:
-                    x.stop()
-    finally:
-        standins.stop()
+# After a paused server is resumed, before its page is measured: the pass and the monitor
+# cycle that fell due while it was stopped run first.
+RESUMED_S = 5
+
+
+def pages_interleaved(sizes, a):
+    """Every page at each size, the sizes one after the other page by page (in alternate order),
+    the other size's server stopped (SIGSTOP) meanwhile: p99(N) / p99(500) compares
+    measurements seconds apart, not minutes (the 2-core machine's speed drifts between phases
+    by more than the goal's margin)."""
+    out = {s.n: {} for s in sizes}
+    for i, p in enumerate(PAGES):
+        for s in sizes if i % 2 == 0 else list(reversed(sizes)):
+            for other in sizes:
+                if other is not s:
+                    other.app.pause()
+            s.app.resume()
+            time.sleep(RESUMED_S)
+            out[s.n].update(load_pages(s.app, s.token, [p], a.scale_seconds, f"scale N = {s.n}"))
+    for s in sizes:
+        s.app.resume()
+    return out
+
+
+def after_pages(size, a):
+    """Steps 6-7 at N: isolation (its own server) and the database's size."""
+    out = {"rss_after_pages_mib": round(rss_kib(size.app.pid) / 1024, 1)}
+    app = size.start(ISOLATION_ENV)
+    out["isolation"] = isolation(app, size.token, size.standins, size.ids, a.scale_iso_seconds)
+    say(f"scale N = {size.n}: isolation {out['isolation']}")
+    out["rss_isolation_mib"] = round(rss_kib(app.pid) / 1024, 1)
+    app.stop()
+    files, total = db_size(size.data)
+    out["db"] = {"files": files, "bytes": total, "bytes_per_connector": round(total / size.n)}
+    say(f"scale N = {size.n}: database {out['db']}")
     return out
 
 
@@ -648,8 +695,23 @@ def run(binary, a, root):
             r["failures"].append(f"{name}: {e}")
             say(f"scale: {name}: BROKEN: {e}")
             return None
-    r["at_baseline"] = attempt(f"N = {BASELINE_N}", lambda: phase_at(binary, BASELINE_N, c, a, False))
-    r["at_n"] = attempt(f"N = {n}", lambda: phase_at(binary, n, c, a, True))
+    base, big = Size(binary, BASELINE_N, c, a), Size(binary, n, c, a)
+    try:
+        r["at_baseline"] = attempt(f"N = {BASELINE_N}", lambda: phase_at(base, a, False))
+        if base.app:
+            base.app.pause()  # stopped while N is set up and measured alone
+        r["at_n"] = attempt(f"N = {n}", lambda: phase_at(big, a, True))
+        if r["at_baseline"] and r["at_n"]:
+            pages = attempt("pages", lambda: pages_interleaved([base, big], a))
+            if pages:
+                r["at_baseline"]["pages"], r["at_n"]["pages"] = pages[BASELINE_N], pages[n]
+        if base.app:
+            base.app.stop()
+        if r["at_n"]:
+            r["at_n"].update(attempt(f"N = {n}, isolation", lambda: after_pages(big, a)) or {})
+    finally:
+        base.close()
+        big.close()
     r["converge"] = attempt("converge", lambda: converge_vs_direct(binary, a))
     r["rows"] = rows(r)
     (root / "artifacts").mkdir(exist_ok=True)
