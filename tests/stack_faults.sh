@@ -43,5 +43,28 @@ else
   echo "FAIL: the smoke tests do not pass after restarting the stack"
   failed=$((failed + 1))
 fi
+# A second stack (a copy of the scripts in a temporary checkout) started while this one holds
+# every default port: its first `up` moves all its ports by one offset, says which process held
+# the default, and serves on the moved port; this stack keeps answering on its own.
+other=$(mktemp -d)
+mkdir -p "$other/scripts" "$other/connect-image"
+cp -r scripts/stack scripts/stack.d "$other/scripts/"
+cp connect-image/versions.lock "$other/connect-image/"
+up_out=$("$other/scripts/stack" up hooks 2>&1)
+other_hooks=$(eval "$("$other/scripts/stack" env)" && echo "$HOOKS_URL")
+# The hooks stand-in answers 404 to GET /: an answer over TLS is what is checked.
+answers() { [ "$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$1" "$2/" 2>/dev/null)" = 404 ]; }
+if grep -q "another process holds port .*; every port is moved by" <<<"$up_out" && [ "$other_hooks" != "$HOOKS_URL" ] &&
+  answers "$other/.stack/tls/ca.pem" "$other_hooks" && answers "$TLS_CA_FILE" "$HOOKS_URL"; then
+  echo "ok: a second stack whose default ports are held moves them ($HOOKS_URL -> $other_hooks) and both answer"
+  passed=$((passed + 1))
+else
+  echo "FAIL: a second stack did not move its ports away from this one's (its hooks: $other_hooks, ours: $HOOKS_URL)"
+  echo "$up_out" | tail -5
+  failed=$((failed + 1))
+fi
+"$other/scripts/stack" down >/dev/null 2>&1
+rm -rf "$other"
+
 echo "stack-faults: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
