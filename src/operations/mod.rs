@@ -178,7 +178,7 @@ impl Operation {
 pub fn steps_of(kind: &str) -> Vec<&'static str> {
     match kind {
         "replay" | "reset" => vec!["stop", "save", "change", "resume", "observe"],
-        "snapshot_signal" => vec!["wait_running", "signal"],
+        "snapshot_signal" => vec!["wait_running", "signal", "confirm"],
         "pipeline_delete" | "delivery_delete" | "replication_delete" => vec!["remove", "forget"],
         "bulk" => vec!["run"],
         _ => vec![],
@@ -504,8 +504,8 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
                     .await?;
                 tx.commit().await?;
                 tracing::info!(operation = %op.id, kind = %op.kind, step, "operation step");
-                op.step = step.to_string();
-                op.step_started_at = now_ms();
+                // Read again: the step may have recorded results in the params.
+                op = load(&ctx.pool, &op.id).await?;
             }
             Step::Wait(why) => {
                 if op.error.as_deref() != Some(why.as_str()) {
@@ -532,6 +532,19 @@ async fn advance(ctx: &Ctx<'_>, mut op: Operation) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Replaces an operation's params: a step's result that later steps, in this process or after
+/// a restart, read.
+pub async fn set_params(ctx: &Ctx<'_>, op: &Operation, params: &Value) -> Result<()> {
+    let mut tx = ctx.begin().await?;
+    db::query("UPDATE operations SET params = $1 WHERE id = $2 AND state = 'running'")
+        .bind(params.to_string())
+        .bind(&op.id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
     Ok(())
 }
 

@@ -999,10 +999,26 @@ async fn runs_current_config(pool: &Pool, connector_id: &str) -> Result<(bool, S
     })
 }
 
+/// How long the confirm step waits for Debezium's first notice of a signal before sending it
+/// again: six monitor cycles at the default interval (the monitor reads the notices).
+const SIGNAL_ACK_WAIT_MS: i64 = 90_000;
+/// Signals sent for one table change before the operation gives up.
+const SIGNALS_MAX: usize = 3;
+/// A signal Debezium missed is sent again this long after the last one: time for Connect to
+/// replace a task still running the old config (about a second on the stack), so the next
+/// one does not meet that task too.
+const SIGNAL_AGAIN_AFTER_MS: i64 = 10_000;
+
 /// The durable half of a table change: once the reconciler has applied the new config and the
-/// connector runs it, sends the incremental snapshot signal for the added tables, so the
-/// connector that reads it already includes them. Recorded as an operation before the change
+/// connector runs it, sends the incremental snapshot signal for the added tables, then confirms
+/// from Debezium's notices that it scans them. Recorded as an operation before the change
 /// request returns, so a process killed right after still gets the snapshot sent.
+///
+/// Why confirm: right after a config change Connect may still show the task of the old config
+/// RUNNING while it restarts it, so the signal can reach a task that does not capture the
+/// added tables; Debezium then reports them `UNKNOWN_SCHEMA`, or says nothing, and the new
+/// task never sees the signal again. The signal is sent again (at most [`SIGNALS_MAX`] times)
+/// until Debezium scans the tables.
 pub async fn snapshot_signal_step(
     ctx: &crate::operations::Ctx<'_>,
     op: &crate::operations::Operation,
@@ -1011,6 +1027,7 @@ pub async fn snapshot_signal_step(
     let p = &op.params;
     let connector_id = p["connector_id"].as_str().unwrap_or_default();
     let tables: Vec<String> = serde_json::from_value(p["tables"].clone()).unwrap_or_default();
+    let sent: Vec<String> = serde_json::from_value(p["signals"].clone()).unwrap_or_default();
     if let Err(Error::NotFound(_)) = load(&ctx.pool, &op.target_id).await {
         return Step::Interrupted("the pipeline was deleted".into());
     }
@@ -1031,22 +1048,99 @@ pub async fn snapshot_signal_step(
                 Err(e) => return Step::Wait(e.to_string()),
             };
             let signal = p["signal"].as_str().unwrap_or_default();
-            match source::signal_incremental_snapshot(&ctx.secrets, &source, signal, &tables).await
-            {
-                Ok(id) => {
-                    tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested");
-                    if let Err(e) =
-                        crate::tables::progress::requested(&ctx.pool, &pipeline.id, &id, &tables)
-                            .await
-                    {
-                        tracing::warn!(error = %e, "snapshot not recorded for its progress");
+            let id =
+                match source::signal_incremental_snapshot(&ctx.secrets, &source, signal, &tables)
+                    .await
+                {
+                    Ok(id) => id,
+                    Err(e) => {
+                        return Step::Wait(format!("could not write the snapshot signal: {e}"))
                     }
-                    Step::Done
-                }
-                Err(e) => Step::Wait(format!("could not write the snapshot signal: {e}")),
+                };
+            tracing::info!(signal = %id, tables = ?tables, "incremental snapshot requested");
+            let recorded =
+                match crate::tables::progress::requested(&ctx.pool, &pipeline.id, &id, &tables)
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "snapshot not recorded for its progress");
+                        false
+                    }
+                };
+            // Without Debezium's notices (a config from before them) there is nothing to confirm.
+            if !recorded {
+                return Step::Done;
+            }
+            let mut params = p.clone();
+            params["signals"] = json!(sent.iter().chain([&id]).collect::<Vec<_>>());
+            match crate::operations::set_params(ctx, op, &params).await {
+                Ok(()) => Step::Next("confirm"),
+                Err(e) => Step::Wait(e.to_string()),
+            }
+        }
+        "confirm" => {
+            let Some(last) = sent.last() else {
+                return Step::Done;
+            };
+            let now = crate::reconcile::lease::now_ms();
+            let acked = crate::tables::progress::acknowledgement(
+                &ctx.pool,
+                &op.target_id,
+                last,
+                &tables,
+                now,
+            );
+            match acked.await {
+                Ok(Some(ack)) => confirm(&ack, now - op.step_started_at, sent.len(), last),
+                // Trimmed away by newer snapshots: it was read long ago.
+                Ok(None) => Step::Done,
+                Err(e) => Step::Wait(e.to_string()),
             }
         }
         other => Step::Fail(format!("unknown step {other}")),
+    }
+}
+
+/// The confirm step's verdict on Debezium's notices so far, `waited_ms` after the last of
+/// `sent` signals (`last`).
+fn confirm(
+    ack: &crate::tables::progress::Ack,
+    waited_ms: i64,
+    sent: usize,
+    last: &str,
+) -> crate::operations::Step {
+    use crate::operations::Step;
+    use crate::tables::progress::Ack;
+    let again = |why: String| {
+        if sent < SIGNALS_MAX {
+            tracing::warn!(signal = %last, "{why}; sending the snapshot signal again");
+            Step::Next("signal")
+        } else {
+            Step::Fail(format!("{why}, after {sent} signals; check the connector's log, then change the tables again or re-snapshot them"))
+        }
+    };
+    match ack {
+        Ack::Started => Step::Done,
+        Ack::Refused(table, status) => {
+            Step::Fail(format!("Debezium could not snapshot {table}: {status}"))
+        }
+        Ack::Missed(tables) if waited_ms >= SIGNAL_AGAIN_AFTER_MS => again(format!(
+            "Debezium read snapshot signal {last} without scanning {}",
+            tables.join(", ")
+        )),
+        Ack::Missed(tables) => Step::Wait(format!(
+            "Debezium read snapshot signal {last} without scanning {}; sending it again in {} s",
+            tables.join(", "),
+            (SIGNAL_AGAIN_AFTER_MS - waited_ms + 999) / 1000
+        )),
+        Ack::Pending if waited_ms >= SIGNAL_ACK_WAIT_MS => again(format!(
+            "no notice from Debezium for snapshot signal {last} in {} s",
+            waited_ms / 1000
+        )),
+        Ack::Pending => Step::Wait(format!(
+            "waiting for Debezium to start the snapshot (signal {last})"
+        )),
     }
 }
 
@@ -1704,6 +1798,55 @@ pub(crate) enum PublicationMode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_confirm_step_sends_the_signal_again_when_debezium_missed_it_and_gives_up_after_three() {
+        use crate::operations::Step;
+        use crate::tables::progress::Ack;
+        let step =
+            |ack: &Ack, waited_ms: i64, sent: usize| match confirm(ack, waited_ms, sent, "sig") {
+                Step::Next(s) => format!("next {s}"),
+                Step::Wait(_) => "wait".into(),
+                Step::Done => "done".into(),
+                Step::Fail(why) => format!("fail: {why}"),
+                Step::Interrupted(why) => format!("interrupted: {why}"),
+            };
+        let missed = Ack::Missed(vec!["s.t".into()]);
+        assert_eq!(step(&Ack::Started, 0, 1), "done");
+        assert_eq!(step(&Ack::Pending, SIGNAL_ACK_WAIT_MS - 1, 1), "wait");
+        assert_eq!(
+            step(&Ack::Pending, SIGNAL_ACK_WAIT_MS, 1),
+            "next signal",
+            "no notice in time"
+        );
+        assert_eq!(
+            step(&missed, SIGNAL_AGAIN_AFTER_MS - 1, 1),
+            "wait",
+            "not at once: the old task may still run"
+        );
+        assert_eq!(step(&missed, SIGNAL_AGAIN_AFTER_MS, 1), "next signal");
+        assert_eq!(
+            step(&missed, SIGNAL_AGAIN_AFTER_MS, SIGNALS_MAX - 1),
+            "next signal"
+        );
+        let gave_up = step(&missed, SIGNAL_AGAIN_AFTER_MS, SIGNALS_MAX);
+        assert!(
+            gave_up.starts_with(
+                "fail: Debezium read snapshot signal sig without scanning s.t, after 3 signals"
+            ),
+            "{gave_up}"
+        );
+        let silent = step(&Ack::Pending, SIGNAL_ACK_WAIT_MS, SIGNALS_MAX);
+        assert!(
+            silent.starts_with("fail: no notice from Debezium"),
+            "{silent}"
+        );
+        assert_eq!(
+            step(&Ack::Refused("s.t".into(), "NO_PRIMARY_KEY".into()), 0, 1),
+            "fail: Debezium could not snapshot s.t: NO_PRIMARY_KEY",
+            "not sent again: another signal would meet the same table"
+        );
+    }
+
     use super::*;
 
     fn options(v: Value) -> (config::Config, FieldErrors) {

@@ -812,13 +812,13 @@ async fn save_run(pool: &Pool, pipeline_id: &str, r: &mut Run) -> sqlx::Result<(
 /// A re-snapshot ClueCDC signalled: shown as waiting until Debezium's first notice for it
 /// (which carries the same id) arrives. Not recorded for a connector whose config predates
 /// notifications (a pipeline created before them, until its config is rendered again): no
-/// notice would ever come, and a snapshot waiting for ever would mislead.
+/// notice would ever come, and a snapshot waiting for ever would mislead. True when recorded.
 pub async fn requested(
     pool: &Pool,
     pipeline_id: &str,
     signal_id: &str,
     tables: &[String],
-) -> sqlx::Result<()> {
+) -> sqlx::Result<bool> {
     let config: Option<String> = db::query_scalar(
         "SELECT c.config FROM connectors c JOIN pipelines p ON p.connector_id = c.id WHERE p.id = $1",
     )
@@ -833,11 +833,91 @@ pub async fn requested(
                 .map(str::to_string)
         });
     if !channels.is_some_and(|c| c.split(',').any(|c| c.trim() == "sink")) {
-        return Ok(());
+        return Ok(false);
     }
     let mut r = Run::new("incremental", "waiting", None, tables);
     r.correlation_id = Some(signal_id.to_string());
-    save_run(pool, pipeline_id, &mut r).await
+    save_run(pool, pipeline_id, &mut r).await?;
+    Ok(true)
+}
+
+/// What Debezium made of a snapshot signal, from its notices for it (as the monitor folded
+/// them into the signal's snapshot).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ack {
+    /// No notice for the signal yet.
+    Pending,
+    /// Debezium scans, or has scanned, the tables it was asked for.
+    Started,
+    /// Debezium read the signal without scanning these tables (each with its status, when it
+    /// gave one), or finished without reaching them. A task still running the config from
+    /// before the tables were added reports `SQL_EXCEPTION` for them (seen on the stack:
+    /// STARTED, TABLE_SCAN_COMPLETED with SQL_EXCEPTION, COMPLETED, no record) and the task
+    /// that replaces it never sees that signal; `UNKNOWN_SCHEMA` and `SKIPPED` are the same
+    /// miss. Sending it again is the remedy (and for a real SQL error, it fails again).
+    Missed(Vec<String>),
+    /// Debezium could not scan a table for a reason a new signal does not cure: the table and
+    /// Debezium's status for it (`NO_PRIMARY_KEY`), or the snapshot was stopped or aborted.
+    Refused(String, String),
+}
+
+/// How long a table must have been scanning, with no failure, to count as started.
+pub const SCANNING_FOR_MS: i64 = 30_000;
+
+/// [`Ack`] of a signal's snapshot for the tables it asked for, at `now_ms`.
+pub fn ack_of(run: &Run, tables: &[String], now_ms: i64) -> Ack {
+    let ours = || run.tables.iter().filter(|t| tables.contains(&t.name));
+    let mut missed = Vec::new();
+    for t in ours().filter(|t| t.state == ABORTED) {
+        match t.status.as_deref() {
+            Some(status @ ("SQL_EXCEPTION" | "UNKNOWN_SCHEMA" | "SKIPPED")) => {
+                missed.push(format!("{} ({status})", t.name));
+            }
+            // NO_PRIMARY_KEY, or the whole snapshot stopped or aborted.
+            other => {
+                return Ack::Refused(t.name.clone(), other.unwrap_or(ABORTED).to_string());
+            }
+        }
+    }
+    if !missed.is_empty() {
+        return Ack::Missed(missed);
+    }
+    if run.finished_at.is_some() {
+        // Finished: a table it scanned to the end, or none of them.
+        return if ours().any(|t| t.state == DONE) {
+            Ack::Started
+        } else {
+            Ack::Missed(tables.to_vec())
+        };
+    }
+    // Running: a table scanned to the end, or one scanning for a while. A task that does not
+    // know the table fails it in milliseconds (the failure comes with the start, in the same
+    // batch of notices), so a scan [`SCANNING_FOR_MS`] old by Debezium's clock is real.
+    let scanning = |t: &TableRun| {
+        t.state == SCANNING
+            && t.started_ms
+                .is_some_and(|ms| now_ms - ms >= SCANNING_FOR_MS)
+    };
+    if ours().any(|t| t.state == DONE || scanning(t)) {
+        return Ack::Started;
+    }
+    Ack::Pending
+}
+
+/// [`Ack`] of the snapshot a signal asked for; None when none was recorded for it (a
+/// connector without notifications, or one trimmed away since).
+pub async fn acknowledgement(
+    pool: &Pool,
+    pipeline_id: &str,
+    signal_id: &str,
+    tables: &[String],
+    now_ms: i64,
+) -> sqlx::Result<Option<Ack>> {
+    let runs = load_runs(pool, pipeline_id, KEEP_RUNS).await?;
+    Ok(runs
+        .iter()
+        .find(|r| r.kind == "incremental" && r.correlation_id.as_deref() == Some(signal_id))
+        .map(|r| ack_of(r, tables, now_ms)))
 }
 
 /// The pipeline's newest snapshot with live figures (None: no snapshot was ever seen), given
@@ -1274,6 +1354,91 @@ mod tests {
             .to_string();
         assert_eq!(parse(bare.as_bytes()), Some(got));
         assert!(parse(b"not json").is_none());
+    }
+
+    /// A signal's snapshot, folded from the notices given, as the confirm step reads it.
+    fn ack_after(notices: &[Notification]) -> Ack {
+        ack_at(notices, 2)
+    }
+
+    fn ack_at(notices: &[Notification], now_ms: i64) -> Ack {
+        let t = tables();
+        let mut runs = vec![Run::new("incremental", "waiting", None, &t)];
+        runs[0].correlation_id = Some("sig".into());
+        for n in notices {
+            fold(&mut runs, n, &t);
+        }
+        assert_eq!(runs.len(), 1, "every notice is the signal's");
+        ack_of(&runs[0], &t, now_ms)
+    }
+
+    #[test]
+    fn a_signal_is_confirmed_once_debezium_scans_its_tables_and_missed_when_it_did_not_know_them() {
+        let i = INCREMENTAL_SNAPSHOT;
+        let both = [("data_collections", "s.big,s.small")];
+        let started = n(i, "STARTED", "sig", 1, &both);
+        assert_eq!(ack_after(&[]), Ack::Pending, "no notice yet");
+        // The start alone is not enough: a task that does not know the table fails it next.
+        assert_eq!(ack_after(std::slice::from_ref(&started)), Ack::Pending);
+        assert_eq!(
+            ack_at(std::slice::from_ref(&started), 1 + SCANNING_FOR_MS),
+            Ack::Started,
+            "scanning for a while"
+        );
+        let done = |table: &str, status: &str| {
+            n(
+                i,
+                "TABLE_SCAN_COMPLETED",
+                "sig",
+                2,
+                &[
+                    ("data_collections", "s.big,s.small"),
+                    ("scanned_collection", table),
+                    ("status", status),
+                    ("total_rows_scanned", "0"),
+                ],
+            )
+        };
+        assert_eq!(
+            ack_after(&[started.clone(), done("s.big", "EMPTY")]),
+            Ack::Started,
+            "an empty table is scanned"
+        );
+        // A task still running the config from before the tables were added read the signal:
+        // the notices it sent on the stack (a signal written 9 ms after the config PUT).
+        assert_eq!(
+            ack_after(&[
+                started.clone(),
+                done("s.big", "SQL_EXCEPTION"),
+                n(i, "COMPLETED", "sig", 3, &[])
+            ]),
+            Ack::Missed(vec!["s.big (SQL_EXCEPTION)".into()])
+        );
+        assert_eq!(
+            ack_after(&[
+                started.clone(),
+                done("s.big", "UNKNOWN_SCHEMA"),
+                done("s.small", "SKIPPED")
+            ]),
+            Ack::Missed(vec![
+                "s.big (UNKNOWN_SCHEMA)".into(),
+                "s.small (SKIPPED)".into()
+            ])
+        );
+        // Finished without naming them.
+        assert_eq!(
+            ack_after(&[started.clone(), n(i, "COMPLETED", "sig", 3, &[])]),
+            Ack::Missed(tables())
+        );
+        // Reasons a new signal does not cure.
+        assert_eq!(
+            ack_after(&[started.clone(), done("s.big", "NO_PRIMARY_KEY")]),
+            Ack::Refused("s.big".into(), "NO_PRIMARY_KEY".into())
+        );
+        assert_eq!(
+            ack_after(&[started, n(i, "ABORTED", "sig", 3, &[])]),
+            Ack::Refused("s.big".into(), "the snapshot was stopped".into())
+        );
     }
 
     #[test]

@@ -468,3 +468,113 @@ async fn a_mariadb_pipeline_shows_each_tables_initial_snapshot_progress_and_debe
 async fn a_mysql_pipeline_shows_each_tables_initial_snapshot_progress_and_debeziums_final_count() {
     mysql_family("MYSQL").await;
 }
+
+/// A table change whose snapshot signal Debezium reads without scanning the added table is
+/// signalled again, and the operation ends only once the table is scanned. Right after a
+/// config change, Connect can still show the old task RUNNING; a signal that task reads comes
+/// back as TABLE_SCAN_COMPLETED with status SQL_EXCEPTION and no record, and the new task never
+/// sees it (seen on this stack with a signal written 9 ms after the config PUT). That race is
+/// not reproducible on demand, so here the same answer comes from the connector's user being
+/// unable to read the added table until the first answer is in.
+#[tokio::test]
+async fn a_snapshot_signal_debezium_reads_without_scanning_the_added_table_is_sent_again() {
+    let s = stack();
+    let _c = connect_shared().await;
+    let _p = provider_lock().await;
+    let api = fast_api();
+    let (kafka, connect) = stack_clusters(&api).await;
+    let tag = tag();
+    let schema = format!("sa_{tag}");
+    let mut db = sqlx::PgConnection::connect(&s.pg_url(&s.pg_source_db))
+        .await
+        .unwrap();
+    for sql in [
+        format!("CREATE SCHEMA {schema}"),
+        format!("CREATE TABLE {schema}.first (id int PRIMARY KEY, v text)"),
+        format!("INSERT INTO {schema}.first VALUES (1, 'a')"),
+        format!("CREATE TABLE {schema}.second (id int PRIMARY KEY, v text)"),
+        format!("INSERT INTO {schema}.second VALUES (1, 'x'), (2, 'y'), (3, 'z')"),
+        format!("REVOKE SELECT ON {schema}.second FROM {}", s.pg_user),
+    ] {
+        sqlx::query(&sql).execute(&mut db).await.unwrap();
+    }
+    let src = api.connection(json!({"name": format!("pg {tag}"), "provider": "POSTGRESQL", "capabilities": ["SOURCE"],
+        "settings": {"host": s.pg_host, "port": s.pg_port, "database": s.pg_source_db, "user": s.pg_user, "tls_mode": "disable", "slot_name": format!("sa_{tag}"), "publication_name": format!("sa_{tag}")},
+        "secrets": {"password": s.pg_password}})).await;
+    let prefix = format!("sa-{}", tag.replace('_', "-"));
+    let connector = format!("cluecdc-capture-{prefix}");
+    let second = format!("{schema}.second");
+    let result = async {
+        let (status, pipeline) = api.post("/api/v1/pipelines", json!({"name": format!("signal again {tag}"), "source_connection_id": src["id"], "kafka_cluster_id": kafka, "connect_cluster_id": connect,
+            "tables": [format!("{schema}.first")], "topic_prefix": prefix, "partitions": 1, "replication_factor": 1})).await;
+        assert_eq!(status, 201, "{pipeline}");
+        let id = pipeline["id"].as_str().unwrap().to_string();
+        watch(
+            &api,
+            &id,
+            "initial",
+            &format!("{schema}.first"),
+            Duration::from_secs(180),
+        )
+        .await;
+        let (status, changed) = api
+            .patch(
+                &format!("/api/v1/pipelines/{id}"),
+                json!({"tables": [format!("{schema}.first"), second]}),
+            )
+            .await;
+        assert_eq!(status, 200, "{changed}");
+        let (_, ops) = api.get(&format!("/api/v1/operations?target={id}")).await;
+        let op_id = ops["items"][0]["id"].as_str().unwrap().to_string();
+        assert_eq!(ops["items"][0]["kind"], "snapshot_signal", "{ops}");
+
+        // Debezium's first answer: the added table's scan failed.
+        let topic = format!("__debezium-notification.{prefix}");
+        let scans = |notes: &[Value], status: &str| -> Vec<String> {
+            notes
+                .iter()
+                .map(|n| &n["payload"])
+                .filter(|p| {
+                    p["aggregate_type"] == "Incremental Snapshot"
+                        && p["type"] == "TABLE_SCAN_COMPLETED"
+                        && p["additional_data"]["scanned_collection"] == second.as_str()
+                        && p["additional_data"]["status"] == status
+                })
+                .map(|p| p["id"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        let failed = eventually(
+            Duration::from_secs(120),
+            "Debezium reports the added table's scan failed",
+            || async {
+                let f = scans(&notifications(&topic).await, "SQL_EXCEPTION");
+                (!f.is_empty()).then_some(f)
+            },
+        )
+        .await;
+        let (_, op) = api.get(&format!("/api/v1/operations/{op_id}")).await;
+        assert_eq!(op["state"], "running", "not done on a failed scan: {op}");
+        sqlx::query(&format!("GRANT SELECT ON {second} TO {}", s.pg_user))
+            .execute(&mut db)
+            .await
+            .unwrap();
+
+        let op = operation_ends(&api, &op_id).await;
+        assert_eq!(op["state"], "done", "{op}");
+        let notes = notifications(&topic).await;
+        let succeeded = scans(&notes, "SUCCEEDED");
+        assert!(
+            succeeded.iter().any(|id| !failed.contains(id)),
+            "a later signal (another id) scanned the table: failed {failed:?}, succeeded {succeeded:?}"
+        );
+        let rows = notifications(&format!("{prefix}.{second}")).await;
+        let read = rows.iter().filter(|r| r["payload"]["op"] == "r").count();
+        assert_eq!(read, 3, "the added table's rows, snapshotted: {rows:?}");
+    };
+    with_cleanup(result, async {
+        delete_pipelines(&api).await;
+        delete_connector(&s.connect_url, &connector).await;
+        drop_capture_fixture(&s, &format!("sa_{tag}"), &schema).await;
+    })
+    .await;
+}
