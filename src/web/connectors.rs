@@ -251,9 +251,69 @@ struct IndexPage<'a> {
     /// [`Rows`], rendered.
     list: &'a str,
     can_operate: bool,
-    unmanaged: &'a [Unmanaged],
+    unmanaged: UnmanagedList<'a>,
     can_admin: bool,
     bulk: Option<super::bulk::BulkBar>,
+}
+
+/// Unmanaged connectors shown under the list before "Show all".
+const UNMANAGED_SHOWN: usize = 20;
+
+/// The connectors in Connect that ClueCDC does not manage, in the list's cluster filter: the
+/// first [`UNMANAGED_SHOWN`] by name, or all of them (`?unmanaged=all`).
+struct UnmanagedList<'a> {
+    /// (connector, its cluster's name)
+    shown: Vec<(&'a Unmanaged, &'a str)>,
+    total: usize,
+    /// The same view with all of them, while some are left out.
+    all_href: Option<String>,
+}
+
+impl<'a> UnmanagedList<'a> {
+    fn new(
+        all: &'a [Unmanaged],
+        clusters: &'a [(String, String)],
+        nav: &Nav,
+        cluster: &str,
+        show_all: bool,
+    ) -> UnmanagedList<'a> {
+        let name_of = |id: &str| {
+            clusters
+                .iter()
+                .find(|(c, _)| c == id)
+                .map_or("", |(_, n)| n.as_str())
+        };
+        let in_view: Vec<(&Unmanaged, &str)> = all
+            .iter()
+            .map(|u| (u, name_of(&u.connect_cluster_id)))
+            .filter(|(u, name)| {
+                cluster.is_empty() || u.connect_cluster_id == cluster || *name == cluster
+            })
+            .collect();
+        let total = in_view.len();
+        let all_href = (!show_all && total > UNMANAGED_SHOWN).then(|| {
+            let base = nav.href(1);
+            let sep = if base.contains('?') { '&' } else { '?' };
+            format!("{base}{sep}unmanaged=all#unmanaged-heading")
+        });
+        let shown = if show_all {
+            in_view
+        } else {
+            in_view.into_iter().take(UNMANAGED_SHOWN).collect()
+        };
+        UnmanagedList {
+            shown,
+            total,
+            all_href,
+        }
+    }
+}
+
+/// `?unmanaged=all` on the connectors page.
+#[derive(Debug, Default, Deserialize)]
+pub struct UnmanagedQuery {
+    #[serde(default)]
+    unmanaged: String,
 }
 
 /// The part of the list that refreshes itself: counts, rows and pager.
@@ -285,6 +345,7 @@ pub async fn page_list(
     jar: &CookieJar,
     Query(q): Query<ListQuery>,
     Query(sel): Query<super::bulk::SelectQuery>,
+    Query(um): Query<UnmanagedQuery>,
 ) -> PageResult<Response> {
     let w = q.window(CONNECTOR_STATES)?;
     let loaded = listing::cached(&state.inner.snapshots, "connectors-page", &w, || async {
@@ -324,6 +385,13 @@ pub async fn page_list(
             .content_type("text/html; charset=utf-8")
             .body(html.to_string()));
     }
+    let unmanaged = UnmanagedList::new(
+        &loaded.unmanaged,
+        &loaded.clusters,
+        &list.nav,
+        &w.cluster,
+        um.unmanaged == "all",
+    );
     page_with_status(
         StatusCode::OK,
         &IndexPage {
@@ -332,7 +400,7 @@ pub async fn page_list(
             nav: list.nav,
             list: &html,
             can_operate: list.can_operate,
-            unmanaged: &loaded.unmanaged,
+            unmanaged,
             can_admin: who.role >= Role::Admin,
         },
     )

@@ -1159,3 +1159,87 @@ async fn a_burst_of_new_connectors_is_created_with_few_list_calls_and_observed_a
         std::panic::resume_unwind(p);
     }
 }
+
+/// The connectors page lists what Connect runs outside ClueCDC under its table, with the
+/// cluster each is on: the first 20 by name and a "Show all" link when there are more, all of
+/// them on that link, and only the filtered cluster's when the list is filtered to one. The
+/// clusters are Connect stand-ins (`bench/connect_standin.py`), 26 connectors created directly
+/// in them: the real worker is shared by the suite.
+#[tokio::test]
+async fn the_connectors_page_shows_the_first_twenty_unmanaged_connectors_and_all_on_request() {
+    let standins = ConnectStandins::start(2).await;
+    let api = admin_api_with(FAST);
+    let t = tag();
+    let mut ids = Vec::new();
+    for (i, url) in standins.urls.iter().enumerate() {
+        let (status, c) = api
+            .post(
+                "/api/v1/connect-clusters",
+                json!({"name": format!("outside {i} {t}"), "url": url}),
+            )
+            .await;
+        assert_eq!(status, 201, "{c}");
+        ids.push(c["id"].as_str().unwrap().to_string());
+    }
+    // 25 on the first stand-in, 1 on the second, put there behind ClueCDC's back.
+    let mut names = Vec::new();
+    for (i, url) in standins.urls.iter().enumerate() {
+        for j in 0..if i == 0 { 25 } else { 1 } {
+            let name = format!("outside-{i}-{j:02}");
+            let (status, said) = connect_call(
+                reqwest::Method::PUT,
+                &format!("{url}/connectors/{name}/config"),
+                Some(&source_config(&name)),
+            )
+            .await;
+            assert!((200..300).contains(&status), "{said}");
+            names.push(name);
+        }
+    }
+    eventually(
+        Duration::from_secs(60),
+        "26 unmanaged connectors known",
+        || async {
+            let (_, list) = api.get("/api/v1/connectors").await;
+            (list["unmanaged"].as_array().map_or(0, Vec::len) == 26).then_some(())
+        },
+    )
+    .await;
+    let listed = |page: &str| -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| page.contains(&format!("<span class=\"mono\">{n}</span>")))
+            .cloned()
+            .collect()
+    };
+    let page = api.text("/connectors").await;
+    assert!(
+        page.contains("In Connect but not managed by ClueCDC <span class=\"count\">(26)</span>"),
+        "{page}"
+    );
+    let shown = listed(&page);
+    assert_eq!(shown, names[..20].to_vec(), "the first 20 by name");
+    assert!(
+        page.contains(&format!(
+            "<span class=\"mono\">outside-0-00</span> on outside 0 {t}"
+        )),
+        "with its cluster: {page}"
+    );
+    assert!(
+        page.contains("<a href=\"/connectors?unmanaged=all#unmanaged-heading\">Show all 26</a>"),
+        "{page}"
+    );
+    let all = api.text("/connectors?unmanaged=all").await;
+    assert_eq!(listed(&all), names, "all of them on request");
+    assert!(
+        !all.contains("unmanaged=all"),
+        "no link to what is shown: {all}"
+    );
+    // Filtered to the second cluster (by id, as the filter form sends it): its one.
+    let one = api.text(&format!("/connectors?cluster={}", ids[1])).await;
+    assert_eq!(listed(&one), vec!["outside-1-00".to_string()], "{one}");
+    assert!(
+        one.contains("<span class=\"count\">(1)</span>") && !one.contains("unmanaged=all"),
+        "{one}"
+    );
+}
