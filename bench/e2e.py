@@ -399,6 +399,7 @@ class E2E:
         self.connectors: dict[str, str] = {}
         self.provider_before: Optional[str] = None
         self.provider_written = False
+        self.provider_lock: Optional[Any] = None
         self.schema_created = False
         self.src: Optional[Psql] = None
         self.dest: Optional[Psql] = None
@@ -484,6 +485,8 @@ class E2E:
         if not token:
             raise E2EError(f"POST /api/v1/connect-clusters returned no provider_token (keys {sorted(connect)})")
         path = self.env["CLUECDC_PROVIDER_FILE"]
+        self.provider_lock = _demo.ProviderLock(path)
+        self.provider_lock.take()
         try:
             self.provider_before = Path(path).read_text()
         except OSError:
@@ -807,6 +810,8 @@ class E2E:
             attempt("stop ClueCDC", self.app.stop, hard=False)
         if self.provider_written:
             attempt("restore Connect's config provider file", self.restore_provider)
+        if self.provider_lock:
+            self.provider_lock.release()
         for s in (self.src, self.dest):
             if s:
                 s.close()

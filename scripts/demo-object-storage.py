@@ -107,6 +107,50 @@ class DemoError(Exception):
     """A failed check or step: the message says what and why."""
 
 
+class ProviderLock:
+    """The stack's one config-provider file points Connect at one ClueCDC at a time; this takes
+    the lock file that tests/it's `provider_lock`, the browser tests, the API contract and the
+    end-to-end benchmark take (`<file>.lock` holding the holder's pid; a dead holder's lock is
+    taken over), so nothing run beside the holder repoints Connect mid-run."""
+
+    def __init__(self, provider_file: str):
+        self.file = provider_file + ".lock"
+        self.held = False
+
+    def take(self, timeout: float = 600) -> float:
+        t0 = time.monotonic()
+        while True:
+            try:
+                fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                self.held = True
+                return time.monotonic() - t0
+            except FileExistsError:
+                try:
+                    holder = open(self.file).read().strip()
+                except OSError:
+                    continue
+                if holder and not os.path.exists(f"/proc/{holder}"):
+                    try:
+                        os.remove(self.file)
+                    except OSError:
+                        pass
+                    continue
+                if time.monotonic() - t0 > timeout:
+                    raise DemoError(f"the provider lock {self.file} is held by pid {holder or '?'} for more than {timeout:.0f} s")
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        try:
+            if self.held and open(self.file).read().strip() == str(os.getpid()):
+                os.remove(self.file)
+        except OSError:
+            pass
+        self.held = False
+
+
+
 class Interrupted(BaseException):
     """SIGTERM: leave through the same cleanup as a failure."""
 

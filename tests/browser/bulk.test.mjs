@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady, pointProviderAt, releaseProvider, takeProviderLock } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -53,28 +53,6 @@ async function connectShows(want, within) {
   });
 }
 
-/** The stack's one config-provider file points Connect at one ClueCDC at a time: take the lock
- * file the integration tests' `provider_lock` uses (it names its holder's pid; a dead holder's
- * lock is taken over), so a test run beside this one cannot repoint it mid-test. */
-const lockFile = `${env.CLUECDC_PROVIDER_FILE}.lock`;
-async function takeProviderLock() {
-  for (;;) {
-    try {
-      writeFileSync(lockFile, String(pid), { flag: 'wx' });
-      return;
-    } catch (e) {
-      if (e.code !== 'EEXIST') throw e;
-      let holder = '';
-      try { holder = readFileSync(lockFile, 'utf8').trim(); } catch { continue; }
-      if (holder && !existsSync(`/proc/${holder}`)) rmSync(lockFile, { force: true });
-      else await sleep(200);
-    }
-  }
-}
-function releaseProviderLock() {
-  try { if (readFileSync(lockFile, 'utf8').trim() === String(pid)) rmSync(lockFile, { force: true }); } catch { /* not held */ }
-}
-
 before(async () => {
   const t0 = Date.now();
   await takeProviderLock();
@@ -86,8 +64,7 @@ before(async () => {
   browser = await launchBrowser();
   psql(env.PG_SOURCE_DB, `CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.items (id int PRIMARY KEY, name text); INSERT INTO ${schema}.items VALUES (1, 'apple');`);
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
@@ -136,7 +113,7 @@ after(async () => {
   for (const name of [`cluecdc-capture-${prefix}`, ...names.map(connectorOf)]) {
     await fetch(`${env.CONNECT_URL}/connectors/${name}`, { method: 'DELETE' }).catch(() => {});
   }
-  releaseProviderLock();
+  releaseProvider();
   await dropCaptureFixture(slot, schema);
   if (env.S3_DATA_DIR) rmSync(join(env.S3_DATA_DIR, env.S3_BUCKET, objectPrefix.replace(/\/$/, '')), { recursive: true, force: true });
   console.log(`bulk browser test timings (s): ${JSON.stringify(timings)}`);

@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -32,8 +32,7 @@ before(async () => {
 
   // What other pages cover comes from the API: clusters, connections and the pipeline.
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
@@ -74,6 +73,7 @@ after(async () => {
   await dropCaptureFixture(slot, schema);
   try { dest(`DROP TABLE IF EXISTS ${destTable('orders')}, ${destTable('customers')};`); } catch (e) { console.error(e.message); }
   if (env.S3_DATA_DIR) rmSync(join(env.S3_DATA_DIR, env.S3_BUCKET, objectPrefix.replace(/\/$/, '')), { recursive: true, force: true });
+  releaseProvider();
 });
 
 /** Elements that stick out of the viewport sideways (tables scroll inside their wrapper). */

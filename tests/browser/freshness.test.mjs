@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { screenshotDir, startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, psql, dropCaptureFixture } from './harness.mjs';
+import { screenshotDir, startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, psql, dropCaptureFixture, pointProviderAt, releaseProvider } from './harness.mjs';
 
 // Per-table freshness on the pages: a pipeline over two tables with writes continuing, one
 // removed from the publication by hand (stalled) and one fresh, listed stalest first; a paused
@@ -50,12 +50,12 @@ after(async () => {
   }
   await dropCaptureFixture(tag, schema);
   try { psql(env.PG_DEST_DB, `DROP TABLE IF EXISTS ${tag}_orders, ${tag}_items`); } catch { /* none */ }
+  releaseProvider();
 });
 
 test('the pipeline page lists a stalled and a fresh table stalest first, the delivery page its lag per table', async () => {
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],

@@ -2,7 +2,7 @@
 // directory and drives Debian's Chromium through playwright-core (Playwright's own browser
 // download cannot work on these machines).
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -149,4 +149,48 @@ export async function dropCaptureFixture(slot, schema) {
     await new Promise((r) => setTimeout(r, 500));
   }
   try { source(`DROP PUBLICATION IF EXISTS ${slot}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`); } catch (e) { console.error(e.message); }
+}
+
+/** The stack's one config-provider file points Connect at one ClueCDC at a time. Every test file
+ * that points it at its own takes the lock file the integration tests' `provider_lock` and the
+ * API contract take (`<file>.lock`, naming its holder's pid; a dead holder's lock is taken over)
+ * and keeps it until `releaseProvider()`, so nothing run beside it repoints Connect mid-test
+ * (the contract's fuzzing once saw a browser test's ClueCDC answer for its secrets). */
+const providerLock = () => `${process.env.CLUECDC_PROVIDER_FILE}.lock`;
+let providerHeld = false;
+export async function takeProviderLock() {
+  if (providerHeld) return;
+  const deadline = Date.now() + 10 * 60_000;
+  while (Date.now() < deadline) {
+    try {
+      const fd = openSync(providerLock(), 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      providerHeld = true;
+      return;
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+      const holder = (() => { try { return readFileSync(providerLock(), 'utf8').trim(); } catch { return ''; } })();
+      if (holder && !existsSync(`/proc/${holder}`)) rmSync(providerLock(), { force: true });
+      else await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  throw new Error(`${providerLock()} held for 10 minutes`);
+}
+
+/** Points the stack's Connect config provider at `app`, whose Connect cluster record `connect` is
+ * (its provider token), under the lock above. */
+export async function pointProviderAt(app, connect) {
+  await takeProviderLock();
+  const file = process.env.CLUECDC_PROVIDER_FILE;
+  writeFileSync(`${file}.tmp`, `url=${app.url}\ntoken=${connect.provider_token}\n`);
+  renameSync(`${file}.tmp`, file);
+}
+
+export function releaseProvider() {
+  if (!providerHeld) return;
+  try {
+    if (readFileSync(providerLock(), 'utf8').trim() === String(process.pid)) rmSync(providerLock(), { force: true });
+  } catch { /* not there */ }
+  providerHeld = false;
 }

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -14,13 +14,12 @@ const table = `bwm_${pid}_orders`;
 const keyless = `bwm_${pid}_notes`;
 const prefix = `bwm-${pid}`;
 const destTable = `bwm_${pid}_${table}`;
-const lockFile = `${env.CLUECDC_PROVIDER_FILE}.lock`;
 // A capture user of this run's own: the grants Debezium documents, plus the signal table that
 // ClueCDC creates on pipeline creation (MySQL checks CREATE for CREATE TABLE IF NOT EXISTS even
 // when the table exists, so a DBA creating it beforehand is not enough).
 const captureUser = `bwm_${pid}`;
 const capturePassword = `bwm_${pid}_fixture_pw`;
-let app, browser, token, haveLock = false;
+let app, browser, token;
 
 /** SQL as the stack's MySQL root user over TLS verified against the stack's CA (bookworm's
  * mariadb client); its output, trimmed. */
@@ -33,28 +32,7 @@ function mysql(db, sql) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** The lock the integration tests take before pointing the stack's Connect config provider at
- * their own ClueCDC (tests/it/helpers.rs `provider_lock`): a file naming its holder's pid. */
-async function takeProviderLock() {
-  for (let i = 0; i < 1200; i++) {
-    try {
-      const fd = openSync(lockFile, 'wx');
-      writeSync(fd, String(pid));
-      closeSync(fd);
-      haveLock = true;
-      return;
-    } catch (e) {
-      if (e.code !== 'EEXIST') throw e;
-      const holder = (() => { try { return readFileSync(lockFile, 'utf8').trim(); } catch { return ''; } })();
-      if (holder && !existsSync(`/proc/${holder}`)) rmSync(lockFile, { force: true });
-      else await sleep(250);
-    }
-  }
-  throw new Error(`${lockFile} held for 5 minutes`);
-}
-
 before(async () => {
-  await takeProviderLock();
   app = await startApp({ env: { CLUECDC_RECONCILE_INTERVAL: '1s', CLUECDC_LEAK_SCAN_INTERVAL: '1h', CLUECDC_MONITOR_INTERVAL: '2s', CLUECDC_OFFSETS_INTERVAL: '5s' } });
   createUser(app, 'ada', 'admin');
   token = createToken(app, 'ada');
@@ -65,8 +43,7 @@ before(async () => {
   mysql(env.MYSQL_DB, `DROP TABLE IF EXISTS ${table}, ${keyless}; CREATE TABLE ${table} (id INT PRIMARY KEY, total DECIMAL(10,2) NOT NULL, note VARCHAR(40)); CREATE TABLE ${keyless} (body TEXT); INSERT INTO ${table} VALUES (1, 9.50, 'first'), (2, 12.00, NULL);`);
   // Clusters come from the API (their pages are covered elsewhere).
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
 });
 
@@ -78,7 +55,7 @@ after(async () => {
   }
   try { mysql(env.MYSQL_DB, `DROP TABLE IF EXISTS ${table}, ${keyless}; DROP USER IF EXISTS '${captureUser}'@'%'`); } catch (e) { console.error(e.message); }
   try { mysql(env.MYSQL_DEST_DB, `DROP TABLE IF EXISTS ${destTable}`); } catch (e) { console.error(e.message); }
-  if (haveLock) rmSync(lockFile, { force: true });
+  releaseProvider();
 });
 
 /** Connections → New connection → MySQL, filled in with verify-full and the CA pasted; saved,

@@ -2,7 +2,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { renameSync, writeFileSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const schema = `bw_${process.pid}`;
@@ -36,13 +36,13 @@ after(async () => {
     await new Promise((r) => setTimeout(r, 500));
   }
   psql(`DROP PUBLICATION IF EXISTS bw_${process.pid}; DROP SCHEMA IF EXISTS ${schema} CASCADE;`);
+  releaseProvider();
 });
 
 test('an operator creates a pipeline through the wizard: tables from discovery, review with the plugin verdict, then create', async () => {
   // Clusters and the source connection come from the API (their pages are covered elsewhere).
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],

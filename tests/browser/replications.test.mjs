@@ -1,7 +1,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -23,8 +23,7 @@ before(async () => {
   browser = await launchBrowser();
   source(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.orders (id int PRIMARY KEY, total int); INSERT INTO ${schema}.orders VALUES (1, 9), (2, 12);`);
   [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   [, dr] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'dr', bootstrap_servers: env.KAFKA2_BOOTSTRAP });
   const [, src] = await api(app, token, 'POST', '/api/v1/connections', {
@@ -49,6 +48,7 @@ after(async () => {
     await fetch(`${env.CONNECT_URL}/connectors/${c}`, { method: 'DELETE' }).catch(() => {});
   }
   await dropCaptureFixture(slot, schema);
+  releaseProvider();
 });
 
 test('an operator creates a replication from the page: the same cluster twice is refused inline, the preview shows the topics it takes, and the new replication runs with its lag', async () => {

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, psql, dropCaptureFixture, htmxReady, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const pid = process.pid;
@@ -36,8 +36,7 @@ before(async () => {
   browser = await launchBrowser();
   source(`CREATE SCHEMA ${schema}; CREATE TABLE ${schema}.items (id int PRIMARY KEY, code varchar(20) NOT NULL, price numeric(10,2)); CREATE TABLE ${schema}.notes (id int PRIMARY KEY, body text); INSERT INTO ${schema}.items VALUES (1, 'apple', 1.50);`);
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],
@@ -73,6 +72,7 @@ after(async () => {
   }
   await dropCaptureFixture(slot, schema);
   try { dest(`DROP TABLE IF EXISTS ${destTable};`); } catch (e) { console.error(e.message); }
+  releaseProvider();
 });
 
 /** Elements that stick out of the viewport sideways (tables scroll inside their wrapper). */

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
-import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, psql, dropCaptureFixture } from './harness.mjs';
+import { startApp, launchBrowser, watchConsole, screenshot, createUser, createToken, signIn, api, htmxReady, psql, dropCaptureFixture, pointProviderAt, releaseProvider } from './harness.mjs';
 
 const env = process.env;
 const schema = `bs_${process.pid}`;
@@ -24,12 +24,12 @@ after(async () => {
   await app?.stop();
   await fetch(`${env.CONNECT_URL}/connectors/cluecdc-capture-${prefix}`, { method: 'DELETE' }).catch(() => {});
   await dropCaptureFixture(slot, schema);
+  releaseProvider();
 });
 
 test('the pipeline page shows a progress bar per table while the snapshot runs, and the finished snapshot after', async () => {
   const [, connect] = await api(app, token, 'POST', '/api/v1/connect-clusters', { name: 'stack', url: env.CONNECT_URL });
-  writeFileSync(env.CLUECDC_PROVIDER_FILE + '.tmp', `url=${app.url}\ntoken=${connect.provider_token}\n`);
-  renameSync(env.CLUECDC_PROVIDER_FILE + '.tmp', env.CLUECDC_PROVIDER_FILE);
+  await pointProviderAt(app, connect);
   const [, kafka] = await api(app, token, 'POST', '/api/v1/kafka-clusters', { name: 'stack kafka', bootstrap_servers: env.KAFKA_BOOTSTRAP });
   const [s1, src] = await api(app, token, 'POST', '/api/v1/connections', {
     name: 'shop db', provider: 'POSTGRESQL', capabilities: ['SOURCE'],

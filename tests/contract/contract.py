@@ -79,48 +79,6 @@ log = demo.log
 Failure = demo.DemoError
 
 
-class ProviderLock:
-    """The stack's one config-provider file points Connect at one ClueCDC at a time; this takes
-    the lock file that tests/it's `provider_lock` and the browser tests take (`<file>.lock`
-    holding the holder's pid; a dead holder's lock is taken over)."""
-
-    def __init__(self, provider_file: str):
-        self.file = provider_file + ".lock"
-        self.held = False
-
-    def take(self, timeout: float = 600) -> float:
-        t0 = time.monotonic()
-        while True:
-            try:
-                fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                self.held = True
-                return time.monotonic() - t0
-            except FileExistsError:
-                try:
-                    holder = open(self.file).read().strip()
-                except OSError:
-                    continue
-                if holder and not os.path.exists(f"/proc/{holder}"):
-                    try:
-                        os.remove(self.file)
-                    except OSError:
-                        pass
-                    continue
-                if time.monotonic() - t0 > timeout:
-                    raise Failure(f"the provider lock {self.file} is held by pid {holder or '?'} for more than {timeout:.0f} s")
-                time.sleep(0.2)
-
-    def release(self) -> None:
-        try:
-            if self.held and open(self.file).read().strip() == str(os.getpid()):
-                os.remove(self.file)
-        except OSError:
-            pass
-        self.held = False
-
-
 def validate_31(doc: Any, where: str) -> str:
     """openapi-spec-validator, OpenAPI 3.1 explicitly (not whatever the document claims)."""
     from openapi_spec_validator import OpenAPIV31SpecValidator
@@ -147,7 +105,7 @@ class Contract:
         self.api: Optional[Any] = None  # the fuzzer's token
         self.admin: Optional[Any] = None  # cleanup's own token, never given to the fuzzer
         self.ids: dict[str, str] = {}
-        self.lock = ProviderLock(self.s.provider_file)
+        self.lock = demo.ProviderLock(self.s.provider_file)
         self.pg = demo.Postgres(self.s)
         self.s3 = demo.S3(self.s.s3_endpoint, self.s.s3_region, self.s.s3_bucket, self.s.s3_access_key, self.s.s3_secret_key)
         self.schema_created = False
