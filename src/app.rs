@@ -322,11 +322,14 @@ pub fn spawn_background(
     })
 }
 
-/// Waits for each task to finish after the shutdown signal, within the deadline, then ends
-/// their runtime (without blocking: this runs on the requests' runtime).
+/// Waits for the tasks to finish after the shutdown signal, within one deadline for all (a
+/// task finishes its cycle or pass first, so five in turn, each given the grace, took up to
+/// five times it), then ends their runtime (without blocking: this runs on the requests'
+/// runtime).
 pub async fn join_background(background: Background) {
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
     for (name, task) in background.tasks {
-        if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
             tracing::warn!(task = name, "background task did not stop in time");
         }
     }
