@@ -342,7 +342,9 @@ async fn an_expired_token_is_refused() {
 #[tokio::test]
 async fn an_idle_session_expires_and_a_signed_out_session_stops_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let app = spawn_app_from(&binary(), dir, &[("CLUECDC_SESSION_IDLE", "2s")]);
+    // Long enough that the sign-out below, a few requests after a sign-in, is inside it on a
+    // loaded machine (2 s was not, once).
+    let app = spawn_app_from(&binary(), dir, &[("CLUECDC_SESSION_IDLE", "5s")]);
     create_user(&app, "ada", "admin");
     let b = sign_in(&app, "ada", PASSWORD).await;
     assert_eq!(
@@ -354,7 +356,7 @@ async fn an_idle_session_expires_and_a_signed_out_session_stops_at_once() {
             .status(),
         200
     );
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    tokio::time::sleep(Duration::from_millis(6000)).await;
     let res = b.client.get(format!("{}/", app.url)).send().await.unwrap();
     assert_eq!(res.status(), 303, "idle past the limit: sent to sign in");
     assert!(res.headers()["location"]

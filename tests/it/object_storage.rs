@@ -781,15 +781,41 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             .post(&format!("/api/v1/deliveries/{id}/restart"), json!({}))
             .await;
         assert!(status == 200 || status == 202, "{status} {body}");
-        source_sql(&[format!(
-            "INSERT INTO o{tag}.items VALUES (200, 'after rotation', 1)"
-        )])
+        // The restart is the reconciler's to carry out; a record that reached the old task
+        // (still holding the right secret) before it stopped is written by it on its way out.
+        eventually(
+            Duration::from_secs(60),
+            "the restart carried out",
+            || async {
+                let (_, d) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+                (d["connector"]["restart_requested_by"].is_null()
+                    && d["connector"]["phase"] == "RUNNING")
+                    .then_some(())
+            },
+        )
         .await;
-        let last = std::cell::RefCell::new(Value::Null);
-        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        // So a record is added until one waits: each is given 20 s to be written, and one that
+        // was (by the old task) is followed by the next.
+        let mut row = 200;
+        let mut added_at = std::time::Instant::now() - Duration::from_secs(20);
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
         let refused = loop {
+            if added_at.elapsed() >= Duration::from_secs(20) {
+                let written = records(&s, &root).await.len() as i64;
+                let mut ends = 0;
+                for t in &topics {
+                    ends += end_offsets(&api, &kafka, t).await.iter().sum::<i64>();
+                }
+                if written >= ends {
+                    source_sql(&[format!(
+                        "INSERT INTO o{tag}.items VALUES ({row}, 'after rotation', 1)"
+                    )])
+                    .await;
+                    row += 1;
+                }
+                added_at = std::time::Instant::now();
+            }
             let (_, list) = api.get("/api/v1/alerts").await;
-            *last.borrow_mut() = list.clone();
             if let Some(a) = list["items"].as_array().unwrap().iter().find(|a| {
                 a["kind"] == "delivery_stalled_seconds"
                     && a["state"] == "firing"
@@ -797,11 +823,13 @@ async fn an_object_store_outage_loses_nothing_and_a_wrong_secret_is_reported_as_
             }) {
                 break a.clone();
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no permanent stall within 90 s; alerts: {}",
-                last.borrow()
-            );
+            if std::time::Instant::now() >= deadline {
+                let (_, d) = api.get(&format!("/api/v1/deliveries/{id}")).await;
+                panic!(
+                    "no permanent stall within 120 s ({} rows added after the rotation); alerts: {list}; delivery: {d}",
+                    row - 200
+                );
+            }
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         let says = refused["message"].as_str().unwrap();

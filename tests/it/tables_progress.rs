@@ -231,19 +231,25 @@ async fn a_postgres_pipeline_shows_each_tables_snapshot_progress_live_for_the_in
             "tables": [big, small], "topic_prefix": prefix, "partitions": 1, "replication_factor": 1, "options": slow_options()})).await;
         assert_eq!(status, 201, "{pipeline}");
         let id = pipeline["id"].as_str().unwrap().to_string();
-        let (_, topics) = api
-            .get(&format!(
-                "/api/v1/kafka-clusters/{kafka}/topics?q=__debezium-notification.{prefix}"
-            ))
-            .await;
-        assert!(
-            topics["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| t["name"] == format!("__debezium-notification.{prefix}")),
-            "ClueCDC created the notification topic: {topics}"
-        );
+        // A topic the controller created is in a broker's metadata a moment later.
+        eventually(
+            Duration::from_secs(15),
+            "ClueCDC created the notification topic",
+            || async {
+                let (_, topics) = api
+                    .get(&format!(
+                        "/api/v1/kafka-clusters/{kafka}/topics?q=__debezium-notification.{prefix}"
+                    ))
+                    .await;
+                topics["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["name"] == format!("__debezium-notification.{prefix}"))
+                    .then_some(())
+            },
+        )
+        .await;
         let t0 = Instant::now();
         let w = watch(&api, &id, "initial", &big, Duration::from_secs(240)).await;
         println!(
