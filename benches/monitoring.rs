@@ -103,15 +103,16 @@ fn cpu_time() -> Duration {
 
 /// One monitor cycle's samples at scale (issue 34): `pipelines` pipelines of 8 signals and
 /// `deliveries` deliveries of 5, each with one captured table's series (the shape of
-/// bench/week.py). The first cycle creates the series; the later ones are timed: wall time and
-/// process CPU a cycle.
+/// bench/week.py), each with `history` points already. The first cycle creates the series; the
+/// later ones are timed: wall time, process CPU and bytes written a cycle.
 async fn cycle_at_scale(
     dir: &std::path::Path,
     pipelines: usize,
     deliveries: usize,
     cycles: u32,
-) -> anyhow::Result<(usize, Duration, Duration, Duration)> {
-    let pool = cluecdc::db::open(&dir.join("scale.sqlite")).await?;
+    history: i64,
+) -> anyhow::Result<(usize, Duration, Cycle)> {
+    let pool = cluecdc::db::open(&dir.join(format!("scale-{history}.sqlite"))).await?;
     cluecdc::db::migrate(&pool).await?;
     let mut series: Vec<(String, String)> = Vec::new();
     for p in 0..pipelines {
@@ -136,17 +137,55 @@ async fn cycle_at_scale(
     let t = Instant::now();
     signals::record_samples(&pool, &batch(0.0), start).await?;
     let first = t.elapsed();
-    let (t, cpu) = (Instant::now(), cpu_time());
+    // The raw window's history before `start` (one point per interval), written in one
+    // statement: in steady state each series' points fill pages of their own.
+    sqlx::query(
+        "INSERT INTO points (series_id, at, value)
+         WITH RECURSIVE n(x) AS (SELECT 1 WHERE $1 > 0 UNION ALL SELECT x + 1 FROM n WHERE x < $1)
+         SELECT s.id, $2 - n.x * $3, 0 FROM series s, n ORDER BY s.id, n.x DESC",
+    )
+    .bind(history)
+    .bind(start)
+    .bind(INTERVAL_MS)
+    .execute(&pool)
+    .await?;
+    let (t, cpu, written) = (Instant::now(), cpu_time(), bytes_written());
     for c in 1..=cycles as i64 {
         signals::record_samples(&pool, &batch(c as f64), start + c * INTERVAL_MS).await?;
     }
-    let (wall, cpu) = (t.elapsed() / cycles, (cpu_time() - cpu) / cycles);
+    let cycle = Cycle {
+        wall: t.elapsed() / cycles,
+        cpu: (cpu_time() - cpu) / cycles,
+        written: (bytes_written() - written) / u64::from(cycles),
+    };
     let points: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM points")
         .fetch_one(&pool)
         .await?;
-    assert_eq!(points as usize, series.len() * (cycles as usize + 1));
+    assert_eq!(
+        points as usize,
+        series.len() * (cycles as usize + 1 + history as usize)
+    );
     pool.close().await;
-    Ok((series.len(), first, wall, cpu))
+    Ok((series.len(), first, cycle))
+}
+
+/// One timed monitor cycle's samples, averaged.
+struct Cycle {
+    wall: Duration,
+    /// Process CPU (every thread).
+    cpu: Duration,
+    /// Bytes the process wrote to files (SQLite's WAL and database), from `/proc/self/io`.
+    written: u64,
+}
+
+/// Bytes this process has written with write calls so far (`wchar` of `/proc/self/io`).
+fn bytes_written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -196,15 +235,24 @@ fn main() -> anyhow::Result<()> {
         b.db_bytes as f64 / a.db_bytes as f64
     );
     let (pipelines, deliveries, cycles) = if full { (5_000, 5_000, 3) } else { (20, 20, 2) };
-    let (n, first, wall, cpu) =
-        rt.block_on(cycle_at_scale(dir.path(), pipelines, deliveries, cycles))?;
-    println!(
-        "one cycle's samples at {} connectors ({n} series): first (creates them) {:.0} ms, then {:.0} ms a cycle, {:.0} ms of process CPU ({:.1} µs a series)",
-        pipelines + deliveries,
-        first.as_secs_f64() * 1e3,
-        wall.as_secs_f64() * 1e3,
-        cpu.as_secs_f64() * 1e3,
-        cpu.as_secs_f64() * 1e6 / n as f64
-    );
+    // Fresh series, then series holding the raw window's hour of points each (the steady state).
+    for history in [0, 3_600_000 / INTERVAL_MS] {
+        let (n, first, c) = rt.block_on(cycle_at_scale(
+            dir.path(),
+            pipelines,
+            deliveries,
+            cycles,
+            history,
+        ))?;
+        println!(
+            "one cycle's samples at {} connectors ({n} series, {history} points of history each): first (creates them) {:.0} ms, then {:.0} ms a cycle, {:.0} ms of process CPU ({:.1} µs a series), {:.1} MB written",
+            pipelines + deliveries,
+            first.as_secs_f64() * 1e3,
+            c.wall.as_secs_f64() * 1e3,
+            c.cpu.as_secs_f64() * 1e3,
+            c.cpu.as_secs_f64() * 1e6 / n as f64,
+            c.written as f64 / 1e6
+        );
+    }
     Ok(())
 }
