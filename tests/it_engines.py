@@ -167,6 +167,8 @@ def main():
         time.sleep(0.2)
 
     wall = time.monotonic() - t0
+    if routed:
+        router.provider_lock.release()
     if not sys.argv[2:]:
         durations_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     for engine in ENGINES:

@@ -19,8 +19,10 @@ sees, and audits as refused, the first lookup of other tests' references.
 The provider itself is unchanged and still talks HTTP with a token; only the hop is added.
 """
 import concurrent.futures as cf
+import importlib.util
 import json
 import os
+import sys
 import threading
 import traceback
 import urllib.error
@@ -128,15 +130,30 @@ class Router:
         return 502, json.dumps({"error": "no registered ClueCDC answered"}).encode()
 
 
+def _demo():
+    """scripts/demo-object-storage.py, whose ProviderLock every user of the provider file shares."""
+    spec = importlib.util.spec_from_file_location(
+        "demo_object_storage", Path(__file__).resolve().parent.parent / "scripts/demo-object-storage.py")
+    mod = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    if not hasattr(mod, "ProviderLock"):
+        spec.loader.exec_module(mod)
+    return mod
+
+
 def start(provider_file):
     """Starts the router, points `provider_file` at it and returns the routes directory (for
     CLUECDC_PROVIDER_ROUTES). The provider needs a token of the right form in the file; the
     router sends each instance's own."""
+    # The file is this router's until the process ends: the lock the browser tests, the API
+    # contract and the benchmarks take is held (a dead holder's is taken over).
+    lock = _demo().ProviderLock(provider_file)
+    lock.take()
     routes = Path(provider_file).parent / "provider-routes"
     routes.mkdir(exist_ok=True)
     for f in routes.iterdir():
         f.unlink()
     router = Router(routes)
+    router.provider_lock = lock  # released by the caller when its tests are done
     tmp = f"{provider_file}.tmp"
     Path(tmp).write_text(f"url={router.url}\ntoken=cdcp_router{'0' * 32}\n")
     os.replace(tmp, provider_file)
