@@ -22,8 +22,9 @@ shared stack (a delivery named "lake" is the Connect connector `cluecdc-deliver-
 consumer group). So a test is only ever running in one engine at a time, and tests that create
 the same fixed name (`SHARED_NAMES`) never run at the same moment. Tests that stop or restart a
 shared component take the file gates of tests/it/helpers.rs, which both engines honour.
-`isolation::` (it measures pass periods) and the test that stops Connect run first, with nothing
-beside them. `ha::` fixes its own engine (three replicas on PostgreSQL) and runs once.
+`isolation::` (it measures pass periods), the test that stops Connect and the PostgreSQL
+snapshot-progress test (its slow snapshot holds back every replication slot) run first, with
+nothing beside them. `ha::` fixes its own engine (three replicas on PostgreSQL) and runs once.
 
 The other tests start longest first, from the durations the previous full run wrote beside the
 binary (`it-durations.json`; without it, in name order, the second engine from the other end).
