@@ -122,6 +122,9 @@ async fn a_table_removed_from_the_publication_stalls_alone_and_resolves_when_put
         // Streaming: A and B fresh (their topics follow their sources), Q quiet.
         let waited = Instant::now();
         let mut last = String::new();
+        // B as read when all three were as expected: a second read, on a loaded machine, can
+        // come after a pause of the source's writer (once 10 s).
+        let mut fresh_b = None;
         while waited.elapsed() < Duration::from_secs(90) {
             let (ta, tb, tq) = (
                 table_of(&api, &id, &a).await,
@@ -135,13 +138,14 @@ async fn a_table_removed_from_the_publication_stalls_alone_and_resolves_when_put
                 && tb["changed_at"].is_string()
                 && tq["state"] == "quiet"
             {
+                fresh_b = Some(tb);
                 break;
             }
             last = format!("{ta}\n{tb}\n{tq}");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         assert!(
-            waited.elapsed() < Duration::from_secs(90),
+            fresh_b.is_some(),
             "A and B fresh, Q quiet: {last}\n{}",
             api.app
                 .log()
@@ -150,7 +154,7 @@ async fn a_table_removed_from_the_publication_stalls_alone_and_resolves_when_put
                 .collect::<Vec<_>>()
                 .join("\n")
         );
-        let tb = table_of(&api, &id, &b).await;
+        let tb = fresh_b.expect("B fresh");
         assert_eq!(tb["topic"], format!("{prefix}.{b}"), "{tb}");
         assert!(tb["end_offset"].as_i64().unwrap() > 1, "{tb}");
         assert!(
