@@ -876,10 +876,11 @@ async fn a_verify_full_mysql_pipeline_streams_into_postgres_and_minio_shows_its_
         assert_eq!(status, 200);
         let failed = eventually(
             Duration::from_secs(60),
-            "the connector FAILED on the purged position",
+            "the connector FAILED on the purged position, with its trace",
             || async {
+                // The phase and the task's trace can come a pass apart.
                 let (_, c) = api.get(&format!("/api/v1/connectors/{connector}")).await;
-                (c["phase"] == "FAILED").then_some(c)
+                (c["phase"] == "FAILED" && c["trace"].is_string()).then_some(c)
             },
         )
         .await;
